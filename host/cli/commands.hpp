@@ -1,0 +1,15 @@
+// Every area's command registration, collected into the program's registry.
+#pragma once
+
+#include "cli/command.hpp"
+
+namespace yeto::cli {
+
+// The full command set of yeto-host, in the order `--help` lists it.
+Registry build_registry();
+
+// Registration functions, one per area (each defined next to the code it drives).
+void register_builtin_commands(Registry& r);  // version, config
+void register_planned_commands(Registry& r);  // commands whose machinery lands later
+
+}  // namespace yeto::cli

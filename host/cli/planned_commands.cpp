@@ -1,0 +1,47 @@
+// Commands whose machinery is not in this build yet. Each resolves its run configuration
+// (so a bad config fails the same way it will later), then says what is missing and exits
+// with ExitCode::not_available. An area that implements one removes it from this list and
+// registers the real command.
+#include "cli/commands.hpp"
+
+namespace yeto::cli {
+namespace {
+
+void planned(Registry& r, const std::string& name, const std::string& summary, const std::string& what,
+             bool run_config, const std::string& positionals = "", int max_positionals = 0) {
+  Command c;
+  c.name = name;
+  c.summary = summary;
+  c.description = "Not in this build yet: " + what + ".";
+  c.run_config = run_config;
+  c.positionals = positionals;
+  c.max_positionals = max_positionals;
+  c.run = not_available(what);
+  r.add(std::move(c));
+}
+
+}  // namespace
+
+void register_planned_commands(Registry& r) {
+  planned(r, "train", "Train the run the config describes (embedded syncer + N islands with --islands).",
+          "the LoRA learner", true);
+  planned(r, "syncer", "Run the fragment syncer that merges the islands' pseudo-gradients.",
+          "the syncer", true);
+  planned(r, "learner", "Run one learner island that syncs with a remote syncer.", "the learner client", true);
+  planned(r, "export", "Export a trained adapter in Diffusers, PEFT and ComfyUI layouts.", "adapter export", true);
+  planned(r, "merge", "Fold an adapter into its base model and write sharded safetensors.", "adapter merging", true);
+  planned(r, "sample", "Generate images or videos from a base model and an adapter.", "sampling", true);
+  planned(r, "cache", "Precompute latents and text embeddings for a dataset.", "the latent/text cache", true);
+  planned(r, "data", "Validate a dataset without training (data check).", "dataset validation", true,
+          "check", 1);
+  planned(r, "plugins", "List, inspect and verify signed plugins (list | info NAME | verify PATH).",
+          "plugin management", false, "list|info NAME|verify PATH", 2);
+  planned(r, "init-model", "Write a randomly initialised tiny model repository in Diffusers layout.",
+          "model initialisation", false);
+  planned(r, "inspect", "Inspect a model repository or id: commit, components, tensors, validation.",
+          "model inspection", true, "PATH|ID", 1);
+  planned(r, "check-parity", "Check this build against recorded reference outputs (fixture case dirs).",
+          "parity checking", false, "CASE_DIR...", -1);
+}
+
+}  // namespace yeto::cli

@@ -1,0 +1,12 @@
+#include "cli/commands.hpp"
+
+namespace yeto::cli {
+
+Registry build_registry() {
+  Registry r;
+  register_builtin_commands(r);
+  register_planned_commands(r);
+  return r;
+}
+
+}  // namespace yeto::cli

@@ -1,0 +1,349 @@
+#include "config/schema.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/strings.hpp"
+
+namespace yeto::config {
+namespace {
+
+using List = std::vector<std::string>;
+
+// Fluent builder so the table below reads as data.
+struct K {
+  KeyDef d;
+  K(std::string key, Type type, Value def, std::string doc) {
+    d.key = std::move(key);
+    d.type = type;
+    d.default_value = std::move(def);
+    d.doc = std::move(doc);
+  }
+  K& flag(std::string f) { d.flag = std::move(f); return *this; }
+  K& choices(List c) { d.choices = std::move(c); return *this; }
+  K& range(std::optional<double> lo, std::optional<double> hi) { d.min = lo; d.max = hi; return *this; }
+  operator KeyDef() const { return d; }  // NOLINT: implicit on purpose, for the table
+};
+
+K B(std::string k, bool v, std::string doc) { return K(std::move(k), Type::boolean, v, std::move(doc)); }
+K I(std::string k, std::int64_t v, std::string doc) { return K(std::move(k), Type::integer, v, std::move(doc)); }
+K F(std::string k, double v, std::string doc) { return K(std::move(k), Type::number, v, std::move(doc)); }
+K S(std::string k, std::string v, std::string doc) { return K(std::move(k), Type::string, std::move(v), std::move(doc)); }
+K P(std::string k, std::string v, std::string doc) { return K(std::move(k), Type::path, std::move(v), std::move(doc)); }
+K C(std::string k, std::string v, List choices, std::string doc) {
+  K key(std::move(k), Type::choice, std::move(v), std::move(doc));
+  key.choices(std::move(choices));
+  return key;
+}
+K L(std::string k, List v, std::string doc) { return K(std::move(k), Type::string_list, std::move(v), std::move(doc)); }
+K A(std::string k, Value v, std::string doc) { return K(std::move(k), Type::integer_or_auto, std::move(v), std::move(doc)); }
+
+const List kLogLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+
+std::vector<KeyDef> build_schema() {
+  std::vector<KeyDef> s = {
+      // [run]
+      P("run.output", "runs/latest", "Run directory: checkpoints, metrics.jsonl, TensorBoard events, the resolved config and provenance.").flag("output"),
+      S("run.name", "", "Human-readable run name recorded in provenance and metrics; empty: the output directory's name."),
+      I("run.threads", 0, "CPU threads for LibTorch and OpenMP; 0: all cores of the machine.").range(0, 1024),
+      C("run.device", "auto", {"auto", "cpu", "cuda"}, "Compute device; auto: CUDA when this build and the machine have it, else CPU."),
+
+      // [model]
+      S("model.id", "", "Model to train: a local Diffusers directory, an org/name id resolved offline from the Hugging Face cache, or a built-in alias (flux-dev, sd35, ...).").flag("model"),
+      S("model.kind", "auto", "Model family served by a plugin (flux, sd35, pixart, ltx, wan, ...); auto: from the alias table or model_index.json.").flag("model-kind"),
+      S("model.revision", "main", "Branch, tag or commit of an org/name model; always resolved to the immutable commit recorded in provenance.").flag("model-revision"),
+      S("model.adapter", "", "Name of the family plugin to load (the diffusion adapter); empty: the plugin a built-in alias names.").flag("diffusion-adapter"),
+      B("model.trust_remote_code", false, "Accepted for compatibility; Yeto never executes code shipped in a model repository, so this only silences that warning.").flag("trust-remote-code"),
+      P("model.hub_cache", "", "Hugging Face hub cache directory; empty: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."),
+      C("model.precision", "auto", {"auto", "fp32", "bf16", "fp16"}, "Compute precision of the frozen base; LoRA weights and the loss stay float32. auto: bf16 where supported, else fp32."),
+
+      // [plugins]
+      L("plugins.dirs", {"plugins"}, "Directories searched for signed plugins (relative paths: from the config file, then the install)."),
+      L("plugins.trusted_keys", {}, "Public key files whose signatures are trusted, besides the build's own key."),
+      L("plugins.revoked_keys", {}, "Key fingerprints that are refused even when listed as trusted."),
+      L("plugins.accept_licenses", {}, "Plugins whose license notice you acknowledge (required for plugins that ask for it)."),
+
+      // [data]
+      S("data.path", "", "Training data: a JSON/JSONL manifest, a directory holding one, or an org/name dataset id from the hub cache.").flag("data"),
+      S("data.revision", "main", "Branch, tag or commit of an org/name dataset.").flag("data-revision"),
+      C("data.format", "auto", {"auto", "json", "jsonl", "directory", "hub", "parquet", "arrow"}, "Manifest format; auto: from the file extension.").flag("data-format"),
+      I("data.height", 512, "Training height in pixels for raw media.").flag("height").range(8, 16384),
+      I("data.width", 512, "Training width in pixels for raw media.").flag("width").range(8, 16384),
+      C("data.resize_mode", "center-crop", {"stretch", "center-crop"}, "How raw media is brought to height x width.").flag("resize-mode"),
+      I("data.num_frames", 1, "Frames per video sample; long clips are sampled deterministically, short ones padded with the last frame.").flag("num-frames").range(1, 100000),
+      F("data.fps", 0.0, "Resample videos to this frame rate; 0: keep the source rate.").flag("fps").range(0.0, 1000.0),
+      B("data.bucket_by_shape", false, "Group rows by (frames, height, width) so shapes never mix within a micro batch.").flag("bucket-by-shape"),
+      B("data.cache_latents", false, "Use precomputed latents (yeto-host cache) instead of encoding media every step.").flag("cache-latents"),
+      B("data.cache_text_embeds", false, "Use precomputed text embeddings instead of running the text encoders.").flag("cache-text-embeds"),
+      S("data.image_column", "image", "Manifest field holding an image path or inline base64 bytes.").flag("image-column"),
+      S("data.video_column", "video", "Manifest field holding a video path, a frames directory or a list of images.").flag("video-column"),
+      S("data.latent_column", "latents", "Manifest field holding cached latents (inline or a .pt/.npy/.safetensors path).").flag("latent-column"),
+      S("data.prompt_column", "prompt", "Manifest field holding the caption.").flag("prompt-column"),
+      S("data.text_embeds_column", "prompt_embeds", "Manifest field holding cached text embeddings.").flag("text-embeds-column"),
+      S("data.text_attention_mask_column", "prompt_attention_mask", "Manifest field holding the cached embeddings' attention mask.").flag("text-attention-mask-column"),
+      S("data.pooled_text_embeds_column", "pooled_prompt_embeds", "Manifest field holding cached pooled text embeddings.").flag("pooled-text-embeds-column"),
+      C("data.on_bad_row", "error", {"error", "skip"}, "What to do with a row that cannot be used: stop with its row number, or skip it and count it."),
+      B("data.allow_path_escape", false, "Allow manifest paths that resolve outside the manifest's directory."),
+      I("data.max_pixels", 64LL << 20, "Largest declared width x height accepted before decoding (decompression bombs are refused).").range(1, std::nullopt),
+      I("data.max_frames", 4096, "Largest number of frames decoded from one video.").range(1, std::nullopt),
+      I("data.workers", 2, "Decoding threads of the prefetching loader.").range(0, 256),
+      I("data.prefetch", 4, "Micro batches decoded ahead of training.").range(1, 1024),
+
+      // [validation]
+      S("validation.data", "", "Held-out data (same forms as data.path); empty: split off data.path by validation.split.").flag("validation-data"),
+      F("validation.split", 0.0, "Fraction of data.path held out for validation when validation.data is empty.").flag("validation-split").range(0.0, 0.9),
+      I("validation.every", 0, "Evaluate val_loss every N optimizer steps; 0: only at the start and the end.").flag("validation-every").range(0, std::nullopt),
+      I("validation.max_rows", 64, "At most this many held-out rows per evaluation.").range(1, std::nullopt),
+      I("validation.sample_every", 0, "Write sample images every N steps; 0: never.").range(0, std::nullopt),
+
+      // [tuning] / [lora]
+      C("tuning.mode", "lora", {"lora", "full"}, "What is trained: LoRA adapters on the denoisers, or every denoiser parameter (experimental).").flag("tuning"),
+      I("lora.r", 16, "LoRA rank.").flag("lora-r").range(1, 4096),
+      F("lora.alpha", 16.0, "LoRA alpha; the adapter output is scaled by alpha / r.").flag("lora-alpha").range(0.0, std::nullopt),
+      F("lora.dropout", 0.0, "Dropout on the LoRA input during training.").flag("lora-dropout").range(0.0, 0.99),
+      L("lora.targets", {"auto"}, "Modules that get adapters: auto | attention | all-linear, or module-name patterns.").flag("lora-targets"),
+
+      // [train]
+      C("train.shard", "none", {"none", "ddp", "fsdp"}, "How ranks within an island share work: ddp replicates the frozen base, fsdp shards it.").flag("shard"),
+      A("train.micro_batch_size", std::int64_t{1}, "Samples per forward/backward; auto: probe and pick the largest that fits.").flag("micro-batch-size"),
+      I("train.gradient_accumulation", 1, "Micro batches accumulated per optimizer step.").flag("gradient-accumulation").range(1, 65536),
+      I("train.max_steps", 1000, "Optimizer steps to train.").flag("max-steps").range(0, std::nullopt),
+      F("train.max_grad_norm", 1.0, "Clip the global gradient norm to this; 0: no clipping.").range(0.0, std::nullopt),
+      I("train.checkpoint_every", 100, "Write a resumable local checkpoint every N steps; 0: only at the end.").range(0, std::nullopt),
+      B("train.activation_checkpointing", false, "Recompute block activations in backward to save memory."),
+      I("train.memory_budget_mb", 0, "CPU memory budget for micro_batch_size = auto; 0: 80 % of available memory.").range(0, std::nullopt),
+
+      // [optimizer]
+      F("optimizer.learning_rate", 1e-4, "AdamW learning rate.").flag("learning-rate").range(0.0, std::nullopt),
+      F("optimizer.beta1", 0.9, "AdamW beta1.").range(0.0, 1.0),
+      F("optimizer.beta2", 0.999, "AdamW beta2.").range(0.0, 1.0),
+      F("optimizer.eps", 1e-8, "AdamW epsilon.").range(0.0, std::nullopt),
+      F("optimizer.weight_decay", 0.01, "AdamW decoupled weight decay.").range(0.0, std::nullopt),
+      C("optimizer.schedule", "constant", {"constant", "linear", "cosine"}, "Learning-rate schedule after warm-up."),
+      I("optimizer.warmup_steps", 0, "Linear warm-up steps.").range(0, std::nullopt),
+
+      // [diffusion]
+      I("diffusion.seed", 0, "Seed from which every RNG stream is derived (LoRA init, row order, timesteps, noise, loader).").flag("diffusion-seed").range(0, std::nullopt),
+      S("diffusion.loss", "flow_matching", "Training objective; flow_matching is the only one (the scheduler's target type decides velocity, epsilon, sample or v)."),
+      C("diffusion.loss_weighting", "none", {"none", "linear", "sigma", "snr", "min-snr"}, "Per-sample loss weighting.").flag("diffusion-loss-weighting"),
+      F("diffusion.min_snr_gamma", 5.0, "Gamma of min-snr weighting.").range(0.0, std::nullopt),
+      C("diffusion.timestep_sampling", "logit-normal", {"uniform", "logit-normal", "mode"}, "How training timesteps are drawn."),
+      F("diffusion.logit_mean", 0.0, "Mean of logit-normal timestep sampling."),
+      F("diffusion.logit_std", 1.0, "Standard deviation of logit-normal timestep sampling.").range(0.0, std::nullopt),
+      F("diffusion.mode_scale", 1.29, "Scale of mode timestep sampling."),
+
+      // [sync]
+      I("sync.islands", 1, "Learner islands started by `yeto-host train` in embedded local mode.").range(1, 1024),
+      I("sync.fragments", 1, "Fragments the trainable tensors are split into; each syncs on its own schedule.").flag("fragments").range(1, 65536),
+      C("sync.fragment_pattern", "binpack", {"binpack", "strided"}, "How tensors are laid out into fragments.").flag("fragment-pattern"),
+      I("sync.inner_steps", 50, "Inner optimizer steps per fragment between pushes (H).").range(1, std::nullopt),
+      F("sync.alpha", 1.0, "Blend factor of the merged global fragment into the local weights.").range(0.0, 1.0),
+      I("sync.quant_block", 64, "Block size of the 4-bit pseudo-gradient quantisation.").range(8, 65536),
+      F("sync.outer_lr", 0.7, "Outer (syncer) learning rate.").range(0.0, std::nullopt),
+      F("sync.outer_momentum", 0.9, "Outer Nesterov momentum.").range(0.0, 1.0),
+      S("sync.syncer", "", "HOST:PORT of the syncer for `yeto-host learner`."),
+      P("sync.run_secret_file", "", "File holding the run secret used to authenticate learners and syncer."),
+
+      // [log]
+      C("log.level", "info", kLogLevels, "Console log level.").flag("log-level"),
+      C("log.file_level", "debug", kLogLevels, "Level of the rotating log file in the run directory."),
+      P("log.file", "", "Log file; empty: RUN_DIR/yeto.log for runs, none for other commands."),
+      I("log.max_file_mb", 16, "Rotate the log file at this size.").range(1, 65536),
+      I("log.max_files", 3, "Rotated log files kept.").range(1, 1000),
+      B("log.tensorboard", true, "Also write TensorBoard event files into the run directory."),
+  };
+  return s;
+}
+
+}  // namespace
+
+const std::vector<SectionDef>& sections() {
+  static const std::vector<SectionDef> s = {
+      {"run", "Where the run writes and what it runs on."},
+      {"model", "The model repository and the plugin that serves its family."},
+      {"plugins", "Where plugins are found and which signatures are trusted."},
+      {"data", "Training rows: sources, columns, media decoding and caching."},
+      {"validation", "Held-out evaluation."},
+      {"tuning", "What is trained."},
+      {"lora", "LoRA adapter shape."},
+      {"train", "The inner training loop on one island."},
+      {"optimizer", "AdamW and the learning-rate schedule."},
+      {"diffusion", "Seed, objective, timestep sampling and loss weighting."},
+      {"sync", "Decoupled DiLoCo synchronisation across islands."},
+      {"log", "Console and file logging, metrics sinks."},
+  };
+  return s;
+}
+
+const std::vector<KeyDef>& schema() {
+  static const std::vector<KeyDef> s = build_schema();
+  return s;
+}
+
+const std::vector<RenamedKey>& renamed_keys() {
+  static const std::vector<RenamedKey> r = {
+      {"train.learning_rate", "optimizer.learning_rate", ""},
+      {"train.lr", "optimizer.learning_rate", ""},
+      {"train.batch_size", "train.micro_batch_size", "the effective batch is micro_batch_size x gradient_accumulation"},
+      {"train.seed", "diffusion.seed", ""},
+      {"lora.rank", "lora.r", ""},
+      {"lora.target_modules", "lora.targets", ""},
+      {"data.resolution", "data.height", "set data.width as well"},
+      {"data.caption_column", "data.prompt_column", ""},
+      {"sync.num_fragments", "sync.fragments", ""},
+      {"model.name", "model.id", ""},
+      {"model.diffusion_adapter", "model.adapter", ""},
+  };
+  return r;
+}
+
+const KeyDef* find_key(std::string_view key) {
+  for (const auto& d : schema())
+    if (d.key == key) return &d;
+  return nullptr;
+}
+
+const KeyDef* find_flag(std::string_view flag) {
+  for (const auto& d : schema())
+    if (!d.flag.empty() && d.flag == flag) return &d;
+  return nullptr;
+}
+
+const RenamedKey* find_renamed(std::string_view old_key) {
+  for (const auto& r : renamed_keys())
+    if (r.old_key == old_key) return &r;
+  return nullptr;
+}
+
+bool is_section(std::string_view name) {
+  for (const auto& s : sections())
+    if (s.name == name) return true;
+  return false;
+}
+
+std::vector<std::string> all_keys() {
+  std::vector<std::string> out;
+  for (const auto& d : schema()) out.push_back(d.key);
+  return out;
+}
+
+std::vector<std::string> all_flags() {
+  std::vector<std::string> out;
+  for (const auto& d : schema())
+    if (!d.flag.empty()) out.push_back("--" + d.flag);
+  return out;
+}
+
+namespace {
+
+std::string number_text(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    return buf;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  // Use the shortest text that reads back to the same double.
+  for (int prec = 1; prec <= 17; ++prec) {
+    char shorter[64];
+    std::snprintf(shorter, sizeof shorter, "%.*g", prec, v);
+    if (std::strtod(shorter, nullptr) == v) return shorter;
+  }
+  return buf;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string range_text(const KeyDef& d) {
+  if (!d.min && !d.max) return {};
+  auto fmt = [&](double v) {
+    return d.type == Type::number ? number_text(v) : std::to_string(static_cast<long long>(v));
+  };
+  if (d.min && d.max) return fmt(*d.min) + " .. " + fmt(*d.max);
+  if (d.min) return ">= " + fmt(*d.min);
+  return "<= " + fmt(*d.max);
+}
+
+}  // namespace
+
+std::string describe_type(const KeyDef& d) {
+  switch (d.type) {
+    case Type::boolean: return "a boolean (true or false)";
+    case Type::integer: return "an integer";
+    case Type::number: return "a number";
+    case Type::string: return "a string";
+    case Type::path: return "a path (string)";
+    case Type::choice: return "one of: " + join(d.choices, ", ");
+    case Type::string_list: return "an array of strings";
+    case Type::integer_or_auto: return "an integer or \"auto\"";
+  }
+  return "a value";
+}
+
+std::string to_toml_literal(const Value& v) {
+  struct Visitor {
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(std::int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const { return number_text(d); }
+    std::string operator()(const std::string& s) const { return quote(s); }
+    std::string operator()(const std::vector<std::string>& l) const {
+      std::vector<std::string> q;
+      for (const auto& s : l) q.push_back(quote(s));
+      return "[" + join(q, ", ") + "]";
+    }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+std::string reference_markdown() {
+  std::ostringstream md;
+  md << "# Run configuration reference\n\n"
+     << "Generated from the schema in `host/config/schema.cpp` by `yeto-host config --keys "
+        "--markdown`; a test keeps this file in sync.\n\n"
+     << "Every key can be set in the run file (`[section]` then `key = value`), with "
+        "`--set section.key=value`, or with its long flag where it has one. Later sources "
+        "win: default < file < flags (in command-line order). Unknown keys are errors.\n\n";
+  for (const auto& sec : sections()) {
+    md << "## [" << sec.name << "]\n\n" << sec.doc << "\n\n";
+    md << "| key | type | default | flag | description |\n|---|---|---|---|---|\n";
+    for (const auto& d : schema()) {
+      if (d.section() != sec.name) continue;
+      std::string type = describe_type(d);
+      const std::string range = range_text(d);
+      if (!range.empty()) type += " (" + range + ")";
+      md << "| `" << d.key << "` | " << type << " | `" << to_toml_literal(d.default_value)
+         << "` | " << (d.flag.empty() ? std::string("") : "`--" + d.flag + "`") << " | "
+         << d.doc << " |\n";
+    }
+    md << "\n";
+  }
+  md << "## Renamed keys\n\nThese names are refused with the new name to use.\n\n"
+     << "| old | new | note |\n|---|---|---|\n";
+  for (const auto& r : renamed_keys())
+    md << "| `" << r.old_key << "` | `" << r.new_key << "` | " << r.note << " |\n";
+  return md.str();
+}
+
+}  // namespace yeto::config
