@@ -1,0 +1,126 @@
+// Drives the built yeto-host as a user would: exit codes, help, errors, config printing.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+using yeto::test::run_host;
+using yeto::test::TempDir;
+
+namespace {
+bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+}  // namespace
+
+TEST(Cli, ProgramHelpExitsZeroAndDocumentsEveryFlag) {
+  const auto r = run_host({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "Commands:"));
+  for (const char* flag : {"--model ", "--lora-r ", "--micro-batch-size ", "--bucket-by-shape", "--fragment-pattern ",
+                           "--pooled-text-embeds-column ", "--output ", "--set KEY=VALUE"})
+    EXPECT_TRUE(contains(r.out, flag)) << flag;
+  for (const char* cmd : {"train", "syncer", "learner", "export", "sample", "cache", "plugins", "init-model",
+                          "version", "config"})
+    EXPECT_TRUE(contains(r.out, std::string("\n  ") + cmd + " ")) << cmd;
+}
+
+TEST(Cli, EveryCommandHasHelpExitingZero) {
+  for (const char* cmd : {"train", "syncer", "learner", "export", "merge", "sample", "cache", "data", "plugins",
+                          "init-model", "inspect", "check-parity", "version", "config"}) {
+    const auto r = run_host({cmd, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.err;
+    EXPECT_TRUE(contains(r.out, std::string("Usage: yeto-host ") + cmd)) << cmd << ": " << r.out;
+    const auto h = run_host({cmd, "-h"});
+    EXPECT_EQ(h.exit_code, 0) << cmd;
+  }
+}
+
+TEST(Cli, NoArgumentsIsUsageError) {
+  const auto r = run_host({});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "no command given"));
+}
+
+TEST(Cli, UnknownCommandSuggests) {
+  const auto r = run_host({"trian"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "unknown command 'trian'; did you mean 'train'?")) << r.err;
+}
+
+TEST(Cli, UnknownOptionSuggests) {
+  const auto r = run_host({"config", "--lora-rank", "4"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "unknown option '--lora-rank'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "did you mean")) << r.err;
+}
+
+TEST(Cli, MissingOptionValueIsUsageError) {
+  const auto r = run_host({"config", "--lora-r"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "needs a value")) << r.err;
+}
+
+TEST(Cli, RunConfigFlagRefusedByCommandWithoutConfig) {
+  const auto r = run_host({"version", "--lora-r", "4"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "takes no run configuration")) << r.err;
+}
+
+TEST(Cli, VersionPrintsBuildIdentity) {
+  const auto r = run_host({"version", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["version"].get<std::string>().empty());
+  EXPECT_FALSE(j["torch_version"].get<std::string>().empty());
+  EXPECT_EQ(run_host({"--version"}).exit_code, 0);
+}
+
+TEST(Cli, ConfigPrintShowsOriginOfEachValue) {
+  TempDir t;
+  const auto f = t.write("run.toml", "[lora]\nr = 4\n");
+  const auto r = run_host({"config", "--print", "--config", f.string(), "--lora-alpha", "2", "--set", "train.max_steps=7",
+                           "--bucket-by-shape"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "# file " + f.string() + ":2:1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "# flag --lora-alpha")) << r.out;
+  EXPECT_TRUE(contains(r.out, "max_steps = 7")) << r.out;
+  EXPECT_TRUE(contains(r.out, "# flag --set train.max_steps")) << r.out;
+  EXPECT_TRUE(contains(r.out, "bucket_by_shape = true")) << r.out;
+  EXPECT_TRUE(contains(r.out, "# default")) << r.out;
+  const auto neg = run_host({"config", "--json", "--config", f.string(), "--bucket-by-shape", "--no-bucket-by-shape"});
+  ASSERT_EQ(neg.exit_code, 0) << neg.err;
+  EXPECT_EQ(nlohmann::json::parse(neg.out)["data.bucket_by_shape"]["value"], false);
+}
+
+TEST(Cli, ConfigErrorsExitTwoWithLocation) {
+  TempDir t;
+  const auto f = t.write("run.toml", "[lora]\nrr = 4\n");
+  const auto r = run_host({"config", "--config", f.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, f.string() + ":2:1: unknown key 'lora.rr'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "did you mean 'lora.r'?")) << r.err;
+}
+
+TEST(Cli, MalformedAndMissingConfigFiles) {
+  TempDir t;
+  const auto bad = t.write("bad.toml", "[lora\nr = 4\n");
+  const auto r = run_host({"config", "--config", bad.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, bad.string() + ":1:")) << r.err;
+  const auto m = run_host({"config", "--config", (t / "missing.toml").string()});
+  EXPECT_EQ(m.exit_code, 31);
+  EXPECT_TRUE(contains(m.err, "config file not found")) << m.err;
+}
+
+TEST(Cli, BareConfigRunsTrainAndValidatesFirst) {
+  TempDir t;
+  const auto bad = t.write("bad.toml", "[train]\nmax_steps = -1\n");
+  EXPECT_EQ(run_host({"--config", bad.string()}).exit_code, 2);
+}
+
+TEST(Cli, ConfigKeysMarkdownMatchesDoc) {
+  const auto r = run_host({"config", "--keys", "--markdown"});
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, yeto::test::read_text(std::string(YETO_SOURCE_DIR) + "/docs/CONFIG.md"));
+}

@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #ifndef YETO_HOST_BIN
-#define YETO_HOST_BIN "yeto-host"
+#error "YETO_HOST_BIN must name the yeto-host binary under test"
 #endif
 
 namespace yeto::test {
