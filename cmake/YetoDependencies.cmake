@@ -46,11 +46,20 @@ if(YETO_USE_PCH)
   add_library(yeto_torch_pch OBJECT "${CMAKE_CURRENT_LIST_DIR}/pch_anchor.cpp")
   target_link_libraries(yeto_torch_pch PUBLIC yeto_torch)
   target_precompile_headers(yeto_torch_pch PRIVATE <torch/torch.h>)
+  # The PCH is only valid for consumers compiled with the same flags: the same warnings
+  # (-Wpedantic changes predefined feature macros) and the same code model (-fPIC).
+  yeto_warnings(yeto_torch_pch)
 endif()
 
 function(yeto_link_torch target)
   target_link_libraries(${target} PRIVATE yeto_torch)
   if(YETO_USE_PCH)
     target_precompile_headers(${target} REUSE_FROM yeto_torch_pch)
+    get_target_property(_type ${target} TYPE)
+    if(_type STREQUAL "EXECUTABLE")
+      # Executables default to -fPIE; the shared PCH was built with -fPIC, which is also
+      # valid code for a PIE executable, so compile them the same way.
+      target_compile_options(${target} PRIVATE -fPIC)
+    endif()
   endif()
 endfunction()
