@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/tensorboard.hpp"
+#include <cmath>
 
 namespace yeto {
 
@@ -26,6 +28,28 @@ void JsonlWriter::write(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw Error("cannot append to metrics file '" + path_.string() + "': " + std::strerror(errno));
+}
+
+RunMetrics::RunMetrics(const std::filesystem::path& run_dir, bool tensorboard)
+    : jsonl_(run_dir / "metrics.jsonl") {
+  if (tensorboard) tb_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+}
+
+RunMetrics::~RunMetrics() = default;
+
+std::filesystem::path RunMetrics::tensorboard_path() const { return tb_ ? tb_->path() : std::filesystem::path{}; }
+
+void RunMetrics::record(const nlohmann::json& rec) {
+  if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer())
+    throw Error("internal: a metrics record needs an integer \"step\"");
+  jsonl_.write(rec);
+  if (!tb_) return;
+  const auto step = rec["step"].get<std::int64_t>();
+  for (const auto& [key, value] : rec.items()) {
+    if (key == "step" || !value.is_number()) continue;
+    const double v = value.get<double>();
+    if (std::isfinite(v)) tb_->scalar(key, v, step);
+  }
 }
 
 }  // namespace yeto

@@ -33,4 +33,22 @@ class JsonlWriter {
   std::mutex mutex_;
 };
 
+// The metrics of one run: every record goes to RUN_DIR/metrics.jsonl and, when enabled,
+// each of its finite numeric fields becomes a TensorBoard scalar (tag = field name) in
+// RUN_DIR/tensorboard/, at the record's "step".
+class TensorBoardWriter;
+class RunMetrics {
+ public:
+  RunMetrics(const std::filesystem::path& run_dir, bool tensorboard);
+  ~RunMetrics();
+  // `record` must be an object with an integer "step".
+  void record(const nlohmann::json& record);
+  const std::filesystem::path& jsonl_path() const { return jsonl_.path(); }
+  std::filesystem::path tensorboard_path() const;
+
+ private:
+  JsonlWriter jsonl_;
+  std::unique_ptr<TensorBoardWriter> tb_;
+};
+
 }  // namespace yeto

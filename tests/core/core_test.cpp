@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.hpp"
@@ -106,4 +107,121 @@ TEST(Location, Renders) {
   EXPECT_EQ((yeto::Location{"a.toml", 3, 0}).str(), "a.toml:3");
   EXPECT_EQ((yeto::Location{}).str(), "");
   EXPECT_EQ(yeto::with_location({"f", 1, 2}, "bad"), "f:1:2: bad");
+}
+
+// ---- TensorBoard event files -------------------------------------------------------------
+
+#include "core/tensorboard.hpp"
+
+namespace {
+
+// Minimal protobuf reader for the fields the writer emits.
+struct Reader {
+  std::string_view s;
+  std::size_t i = 0;
+  bool done() const { return i >= s.size(); }
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; i < s.size(); shift += 7) {
+      const auto b = static_cast<unsigned char>(s[i++]);
+      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) break;
+    }
+    return v;
+  }
+  std::uint64_t fixed(int n) {
+    std::uint64_t v = 0;
+    for (int k = 0; k < n; ++k) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i++])) << (8 * k);
+    return v;
+  }
+  std::string_view bytes() {
+    const auto n = varint();
+    auto out = s.substr(i, n);
+    i += n;
+    return out;
+  }
+};
+
+struct Scalar {
+  std::int64_t step;
+  std::string tag;
+  float value;
+};
+
+std::vector<Scalar> read_scalars(const std::string& file, std::string* file_version) {
+  std::vector<Scalar> out;
+  std::size_t pos = 0;
+  while (pos < file.size()) {
+    Reader hdr{std::string_view(file).substr(pos, 12)};
+    const auto len = hdr.fixed(8);
+    const auto len_crc = static_cast<std::uint32_t>(hdr.fixed(4));
+    EXPECT_EQ(len_crc, yeto::masked_crc32c(std::string_view(file).substr(pos, 8)));
+    const std::string_view payload = std::string_view(file).substr(pos + 12, len);
+    Reader tail{std::string_view(file).substr(pos + 12 + len, 4)};
+    EXPECT_EQ(static_cast<std::uint32_t>(tail.fixed(4)), yeto::masked_crc32c(payload));
+    pos += 12 + len + 4;
+    Reader ev{payload};
+    std::int64_t step = 0;
+    while (!ev.done()) {
+      const auto key = ev.varint();
+      const int field = static_cast<int>(key >> 3);
+      if (field == 1) ev.fixed(8);
+      else if (field == 2) step = static_cast<std::int64_t>(ev.varint());
+      else if (field == 3) *file_version = std::string(ev.bytes());
+      else if (field == 5) {
+        Reader sum{ev.bytes()};
+        while (!sum.done()) {
+          sum.varint();
+          Reader val{sum.bytes()};
+          Scalar sc{step, "", 0};
+          while (!val.done()) {
+            const auto k = val.varint();
+            if ((k >> 3) == 1) sc.tag = std::string(val.bytes());
+            else {
+              const auto bits = static_cast<std::uint32_t>(val.fixed(4));
+              std::memcpy(&sc.value, &bits, 4);
+            }
+          }
+          out.push_back(sc);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(TensorBoard, Crc32cKnownVector) {
+  EXPECT_EQ(yeto::crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(yeto::crc32c(""), 0u);
+}
+
+TEST(TensorBoard, RunMetricsWritesJsonlAndDecodableEvents) {
+  TempDir t;
+  fs::path events;
+  {
+    yeto::RunMetrics m(t.path(), true);
+    m.record({{"step", 1}, {"loss", 0.75}, {"lr", 1e-4}, {"note", "text is not a scalar"}});
+    m.record({{"step", 2}, {"loss", 0.5}, {"val_loss", std::nan("")}});
+    events = m.tensorboard_path();
+    EXPECT_THROW(m.record({{"loss", 1.0}}), yeto::Error);  // no step
+  }
+  ASSERT_TRUE(fs::exists(events));
+  EXPECT_EQ(events.parent_path(), t / "tensorboard");
+  EXPECT_EQ(events.filename().string().rfind("events.out.tfevents.", 0), 0u);
+  std::string version;
+  const auto scalars = read_scalars(yeto::test::read_text(events), &version);
+  EXPECT_EQ(version, "brain.Event:2");
+  ASSERT_EQ(scalars.size(), 3u);  // loss, lr at step 1; loss at step 2 (NaN dropped)
+  EXPECT_EQ(scalars[0].tag, "loss");
+  EXPECT_EQ(scalars[0].step, 1);
+  EXPECT_FLOAT_EQ(scalars[0].value, 0.75f);
+  EXPECT_EQ(scalars[1].tag, "lr");
+  EXPECT_FLOAT_EQ(scalars[1].value, 1e-4f);
+  EXPECT_EQ(scalars[2].step, 2);
+  EXPECT_FLOAT_EQ(scalars[2].value, 0.5f);
+  const auto lines = yeto::split(yeto::test::read_text(t / "metrics.jsonl"), '\n');
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(nlohmann::json::parse(lines[1])["step"], 2);
 }

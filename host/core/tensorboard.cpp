@@ -1,0 +1,134 @@
+#include "core/tensorboard.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace yeto {
+namespace {
+
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven.
+const std::array<std::uint32_t, 256>& crc_table() {
+  static const std::array<std::uint32_t, 256> table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Protocol-buffer wire encoding of the few fields an Event with a scalar summary needs.
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void put_tag(std::string& out, int field, int wire_type) {
+  put_varint(out, static_cast<std::uint64_t>(field) << 3 | static_cast<std::uint64_t>(wire_type));
+}
+void put_fixed64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+void put_fixed32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+void put_bytes(std::string& out, int field, std::string_view bytes) {
+  put_tag(out, field, 2);
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+void put_double(std::string& out, int field, double v) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  put_tag(out, field, 1);
+  put_fixed64(out, bits);
+}
+
+// Event { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
+std::string event(double wall_time, std::int64_t step) {
+  std::string e;
+  put_double(e, 1, wall_time);
+  put_tag(e, 2, 0);
+  put_varint(e, static_cast<std::uint64_t>(step));
+  return e;
+}
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::uint32_t crc32c(std::string_view data) {
+  const auto& t = crc_table();
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : data) c = t[(c ^ b) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+std::uint32_t masked_crc32c(std::string_view data) {
+  const std::uint32_t c = crc32c(data);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create TensorBoard directory '" + dir.string() + "': " + ec.message());
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof host - 1);
+  const auto secs = static_cast<long long>(now_seconds());
+  // The pid keeps two writers started within the same second apart.
+  path_ = dir / ("events.out.tfevents." + std::to_string(secs) + "." + host + "." + std::to_string(::getpid()));
+  file_ = std::fopen(path_.c_str(), "ab");
+  if (!file_) throw Error("cannot create TensorBoard event file '" + path_.string() + "': " + std::strerror(errno));
+  std::string first = event(now_seconds(), 0);
+  put_bytes(first, 3, "brain.Event:2");
+  write_record(first);
+}
+
+TensorBoardWriter::~TensorBoardWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void TensorBoardWriter::write_record(const std::string& payload) {
+  std::string header;
+  put_fixed64(header, payload.size());
+  std::string rec = header;
+  put_fixed32(rec, masked_crc32c(header));
+  rec += payload;
+  put_fixed32(rec, masked_crc32c(payload));
+  if (std::fwrite(rec.data(), 1, rec.size(), file_) != rec.size() || std::fflush(file_) != 0)
+    throw Error("cannot append to TensorBoard event file '" + path_.string() + "': " + std::strerror(errno));
+}
+
+void TensorBoardWriter::scalar(const std::string& tag, double value, std::int64_t step, double wall_time) {
+  // Summary { repeated Value value = 1; }  Value { string tag = 1; float simple_value = 2; }
+  std::string v;
+  put_bytes(v, 1, tag);
+  const float f = static_cast<float>(value);
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  put_tag(v, 2, 5);
+  put_fixed32(v, bits);
+  std::string summary;
+  put_bytes(summary, 1, v);
+  std::string e = event(wall_time >= 0 ? wall_time : now_seconds(), step);
+  put_bytes(e, 5, summary);
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_record(e);
+}
+
+}  // namespace yeto

@@ -1,0 +1,38 @@
+// TensorBoard event-file writer (scalars), torch-free. The file is a TFRecord stream of
+// `Event` protocol buffers, encoded here by hand: each record is a little-endian u64
+// length, its masked CRC-32C, the payload and the payload's masked CRC-32C. TensorBoard
+// and tensorboard-compatible readers pick up `events.out.tfevents.*` files in a directory.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace yeto {
+
+std::uint32_t crc32c(std::string_view data);
+std::uint32_t masked_crc32c(std::string_view data);
+
+class TensorBoardWriter {
+ public:
+  // Creates `dir` and a new events file in it, named as TensorBoard expects.
+  explicit TensorBoardWriter(const std::filesystem::path& dir);
+  ~TensorBoardWriter();
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+
+  // Appends one scalar summary and flushes. Thread-safe.
+  void scalar(const std::string& tag, double value, std::int64_t step, double wall_time = -1);
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void write_record(const std::string& payload);
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+  std::mutex mutex_;
+};
+
+}  // namespace yeto
