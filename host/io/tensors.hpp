@@ -1,0 +1,35 @@
+// safetensors <-> LibTorch. Kept apart from safetensors.hpp so torch-free code can read files.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "io/safetensors.hpp"
+
+namespace yeto::io {
+
+// The LibTorch dtype a safetensors dtype loads as. This LibTorch has no float8 types, so
+// F8_E4M3 / F8_E5M2 load as float32 (decoded exactly).
+c10::ScalarType scalar_type_for(DType d);
+// The safetensors dtype for a LibTorch dtype; throws yeto::Error (bad_input) for dtypes the
+// format cannot hold (complex, quantized).
+DType dtype_for(c10::ScalarType t, const std::string& tensor_name = "");
+
+// Copies the tensor's bytes into an owned, contiguous CPU tensor of the matching dtype.
+at::Tensor to_tensor(const SafetensorsFile& file, const TensorInfo& info);
+
+// Every tensor of the file, by name (owned copies).
+std::map<std::string, at::Tensor> load_safetensors(const std::filesystem::path& path);
+
+// Writes the tensors (any device / layout; non-contiguous or device tensors are copied to a
+// contiguous CPU tensor first) atomically, in the given order.
+void save_safetensors(const std::filesystem::path& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace yeto::io
