@@ -335,6 +335,8 @@ const config::Config& CommandContext::config() {
     lo.max_file_bytes = static_cast<std::size_t>(config_->get_int("log.max_file_mb")) << 20;
     lo.max_files = static_cast<std::size_t>(config_->get_int("log.max_files"));
     log::setup(lo);
+    spdlog::debug("run configuration resolved{} (sha256:{})",
+                  config_->file() ? " from " + config_->file()->string() : std::string(), config_->hash());
   }
   return *config_;
 }

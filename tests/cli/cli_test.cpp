@@ -124,3 +124,16 @@ TEST(Cli, ConfigKeysMarkdownMatchesDoc) {
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, yeto::test::read_text(std::string(YETO_SOURCE_DIR) + "/docs/CONFIG.md"));
 }
+
+TEST(Cli, LogFileGetsDebugRecordsWhileConsoleStaysQuiet) {
+  TempDir t;
+  const auto log = t / "logs/yeto.log";
+  const auto r = run_host({"config", "--check", "--set", "log.file=" + log.string(), "--log-level", "warn"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(contains(r.err, "run configuration resolved")) << r.err;
+  const std::string text = yeto::test::read_text(log);
+  EXPECT_TRUE(contains(text, "[debug] run configuration resolved (sha256:")) << text;
+  const auto bad = run_host({"config", "--check", "--log-level", "loud"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "log.level")) << bad.err;
+}
