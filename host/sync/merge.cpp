@@ -1,0 +1,110 @@
+#include "sync/merge.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace yeto::sync {
+
+std::vector<double> token_weights(std::span<const std::uint64_t> samples) {
+  if (samples.empty()) throw Error("token_weights: no pushes");
+  double total = 0;
+  for (auto s : samples) total += static_cast<double>(s);
+  if (total <= 0) throw Error("token_weights: the pushes cover no samples");
+  std::vector<double> w;
+  w.reserve(samples.size());
+  for (auto s : samples) w.push_back(static_cast<double>(s) / total);
+  return w;
+}
+
+double l2_norm(std::span<const float> x) {
+  double s = 0;
+  for (float v : x) s += static_cast<double>(v) * v;
+  return std::sqrt(s);
+}
+
+bool all_finite(std::span<const float> x) {
+  return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+}
+
+std::vector<float> rda_merge(std::span<const std::span<const float>> deltas, std::span<const double> weights) {
+  if (deltas.empty() || deltas.size() != weights.size()) throw Error("rda_merge: deltas and weights disagree");
+  const std::size_t n = deltas[0].size();
+  std::vector<double> mean(n, 0.0);
+  double radius = 0;
+  for (std::size_t i = 0; i < deltas.size(); ++i) {
+    if (deltas[i].size() != n) throw Error("rda_merge: deltas have different lengths");
+    const double w = weights[i];
+    for (std::size_t k = 0; k < n; ++k) mean[k] += w * deltas[i][k];
+    radius += w * l2_norm(deltas[i]);
+  }
+  double mn = 0;
+  for (double v : mean) mn += v * v;
+  mn = std::sqrt(mn);
+  std::vector<float> out(n, 0.0f);
+  if (mn == 0.0) return out;
+  const double scale = radius / mn;
+  for (std::size_t k = 0; k < n; ++k) out[k] = static_cast<float>(mean[k] * scale);
+  return out;
+}
+
+HelocoStats heloco_correct(std::span<float> delta, std::span<const float> momentum, const HelocoParams& p) {
+  if (delta.size() != momentum.size()) throw Error("heloco_correct: delta and momentum lengths differ");
+  if (p.block == 0) throw Error("heloco_correct: block size 0");
+  HelocoStats st;
+  const std::size_t n = delta.size();
+  for (std::size_t b0 = 0; b0 < n; b0 += p.block) {
+    const std::size_t b1 = std::min(n, b0 + p.block);
+    double dd = 0, mm = 0, dm = 0;
+    for (std::size_t k = b0; k < b1; ++k) {
+      dd += static_cast<double>(delta[k]) * delta[k];
+      mm += static_cast<double>(momentum[k]) * momentum[k];
+      dm += static_cast<double>(delta[k]) * momentum[k];
+    }
+    const double nd = std::sqrt(dd), nm = std::sqrt(mm);
+    if (nd == 0.0 || nm == 0.0) {
+      ++st.skipped;
+      continue;
+    }
+    const double c = dm / (nd * nm);
+    const double conf = nm / (nm + p.kappa * nd);
+    if (c >= p.keep_cos) {
+      ++st.kept;
+    } else if (c < 0) {
+      const double beta = std::min(p.shrink_gain * (-c) * conf, p.shrink_max);
+      const double along = dm / nm;  // Δ_b . v
+      for (std::size_t k = b0; k < b1; ++k)
+        delta[k] = static_cast<float>(delta[k] - beta * along * (momentum[k] / nm));
+      ++st.shrunk;
+    } else {
+      const double lambda = std::min(p.reorient_gain * (p.keep_cos - c) / p.keep_cos * conf, p.reorient_max);
+      double tt = 0;
+      for (std::size_t k = b0; k < b1; ++k) {
+        const double t = (1 - lambda) * delta[k] / nd + lambda * momentum[k] / nm;
+        tt += t * t;
+      }
+      const double nt = std::max(std::sqrt(tt), 1e-30);
+      for (std::size_t k = b0; k < b1; ++k) {
+        const double t = (1 - lambda) * delta[k] / nd + lambda * momentum[k] / nm;
+        delta[k] = static_cast<float>(nd * t / nt);
+      }
+      ++st.reoriented;
+    }
+  }
+  return st;
+}
+
+void outer_step(std::span<float> params, std::span<float> momentum, std::span<const float> merged, double lr,
+                double mu) {
+  if (params.size() != momentum.size() || params.size() != merged.size())
+    throw Error("outer_step: params, momentum and update lengths differ");
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const double g = merged[k];
+    const double m = mu * momentum[k] + g;
+    momentum[k] = static_cast<float>(m);
+    params[k] = static_cast<float>(params[k] - lr * (g + mu * m));
+  }
+}
+
+}  // namespace yeto::sync

@@ -1,0 +1,560 @@
+#include "sync/protocol.hpp"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/tensorboard.hpp"  // yeto::crc32c
+#include "sync/quant.hpp"
+
+namespace yeto::sync {
+
+const char* msg_name(MsgType t) {
+  switch (t) {
+    case MsgType::challenge: return "challenge";
+    case MsgType::hello: return "hello";
+    case MsgType::welcome: return "welcome";
+    case MsgType::init: return "init";
+    case MsgType::fragment: return "fragment";
+    case MsgType::push: return "push";
+    case MsgType::push_ack: return "push_ack";
+    case MsgType::heartbeat: return "heartbeat";
+    case MsgType::leave: return "leave";
+    case MsgType::final_cut: return "final_cut";
+    case MsgType::final_ack: return "final_ack";
+    case MsgType::error: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+bool known_type(std::uint16_t t) { return t >= 1 && t <= 12; }
+}  // namespace
+
+std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {
+  return crc32c(header20.substr(0, 20)) ^ crc32c(payload);
+}
+
+bool is_bulk(MsgType t) {
+  return t == MsgType::init || t == MsgType::fragment || t == MsgType::push || t == MsgType::final_cut;
+}
+
+std::string encode_frame(MsgType type, std::uint64_t run_id, std::string_view payload) {
+  ByteWriter w;
+  w.u32(kMagic);
+  w.u16(kProtocolVersion);
+  w.u16(static_cast<std::uint16_t>(type));
+  w.u64(run_id);
+  w.u32(static_cast<std::uint32_t>(payload.size()));
+  w.u32(frame_crc(w.data(), payload));
+  std::string out;
+  out.reserve(kHeaderBytes + payload.size());
+  out.append(w.data());
+  out.append(payload);
+  return out;
+}
+
+void FrameDecoder::feed(const char* data, std::size_t n) {
+  if (pos_ > 0 && pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+  } else if (pos_ > (1u << 20)) {
+    buf_.erase(0, pos_);
+    pos_ = 0;
+  }
+  buf_.append(data, n);
+}
+
+std::size_t FrameDecoder::wanted() const {
+  const std::size_t have = buffered();
+  if (have < kHeaderBytes) return kHeaderBytes - have;
+  std::uint32_t len;
+  std::memcpy(&len, buf_.data() + pos_ + 16, 4);
+  const std::size_t total = kHeaderBytes + len;
+  return total > have ? total - have : 1;
+}
+
+std::optional<Frame> FrameDecoder::next() {
+  if (buffered() < kHeaderBytes) return std::nullopt;
+  ByteReader r(std::string_view(buf_).substr(pos_, kHeaderBytes));
+  const std::uint32_t magic = r.u32();
+  const std::uint16_t version = r.u16();
+  const std::uint16_t type = r.u16();
+  const std::uint64_t run = r.u64();
+  const std::uint32_t len = r.u32();
+  const std::uint32_t crc = r.u32();
+  if (magic != kMagic) throw ProtocolError("bad magic (not a Yeto sync frame)");
+  if (version != kProtocolVersion)
+    throw ProtocolError("protocol version " + std::to_string(version) + " is not supported (this build speaks " +
+                        std::to_string(kProtocolVersion) + ")");
+  if (!known_type(type)) throw ProtocolError("unknown message type " + std::to_string(type));
+  if (run != run_id_) throw ProtocolError("frame belongs to another run");
+  const auto t = static_cast<MsgType>(type);
+  const std::size_t cap = is_bulk(t) ? max_frame_ : kControlCap;
+  if (len > cap)
+    throw ProtocolError(std::string(msg_name(t)) + " payload of " + std::to_string(len) + " bytes exceeds the cap of " +
+                        std::to_string(cap));
+  if (buffered() < kHeaderBytes + len) return std::nullopt;
+  Frame f;
+  f.type = t;
+  f.run_id = run;
+  f.header.assign(buf_, pos_, kHeaderBytes);
+  f.payload.assign(buf_, pos_ + kHeaderBytes, len);
+  if (frame_crc(f.header, f.payload) != crc) throw ProtocolError("checksum mismatch");
+  pos_ += kHeaderBytes + len;
+  return f;
+}
+
+// ---- keys ----
+
+namespace {
+void sodium_ready() {
+  static const bool ok = sodium_init() >= 0;
+  if (!ok) throw Error("libsodium failed to initialise");
+}
+}  // namespace
+
+Key run_key_from_secret(std::string_view secret) {
+  sodium_ready();
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.front()))) secret.remove_prefix(1);
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.remove_suffix(1);
+  if (secret.size() < 16)
+    throw UsageError("the run secret is shorter than 16 bytes: write at least 16 random bytes (e.g. "
+                     "`head -c 32 /dev/urandom | base64 > run.secret`)");
+  Key k{};
+  crypto_generichash(k.data(), k.size(), reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
+                     nullptr, 0);
+  return k;
+}
+
+std::uint64_t run_id_from_name(std::string_view name) {
+  sodium_ready();
+  const std::string s = "yeto-run:" + std::string(name);
+  unsigned char h[16];
+  crypto_generichash(h, sizeof h, reinterpret_cast<const unsigned char*>(s.data()), s.size(), nullptr, 0);
+  std::uint64_t id;
+  std::memcpy(&id, h, 8);
+  return id;
+}
+
+Nonce random_nonce() {
+  sodium_ready();
+  Nonce n;
+  randombytes_buf(n.data(), n.size());
+  return n;
+}
+
+Tag mac(const Key& key, std::string_view message) {
+  static_assert(crypto_auth_BYTES == kTagBytes && crypto_auth_KEYBYTES == 32);
+  sodium_ready();
+  Tag t;
+  crypto_auth(t.data(), reinterpret_cast<const unsigned char*>(message.data()), message.size(), key.data());
+  return t;
+}
+
+bool mac_ok(const Key& key, std::string_view message, const unsigned char* tag) {
+  sodium_ready();
+  return crypto_auth_verify(tag, reinterpret_cast<const unsigned char*>(message.data()), message.size(), key.data()) ==
+         0;
+}
+
+Key session_key(const Key& run_key, const Nonce& server, const Nonce& client) {
+  sodium_ready();
+  unsigned char in[2 * kNonceBytes + 8];
+  std::memcpy(in, "session:", 8);
+  std::memcpy(in + 8, server.data(), kNonceBytes);
+  std::memcpy(in + 8 + kNonceBytes, client.data(), kNonceBytes);
+  Key k;
+  crypto_generichash(k.data(), k.size(), in, sizeof in, run_key.data(), run_key.size());
+  return k;
+}
+
+namespace {
+// HMAC over (direction, sequence number, header bytes 0..19, body), streamed so a large
+// payload is never copied for authentication.
+Tag frame_tag(const Key& key, char dir, std::uint64_t seq, std::string_view header20, std::string_view body) {
+  crypto_auth_hmacsha512256_state st;
+  crypto_auth_hmacsha512256_init(&st, key.data(), key.size());
+  crypto_auth_hmacsha512256_update(&st, reinterpret_cast<const unsigned char*>(&dir), 1);
+  crypto_auth_hmacsha512256_update(&st, reinterpret_cast<const unsigned char*>(&seq), 8);
+  crypto_auth_hmacsha512256_update(&st, reinterpret_cast<const unsigned char*>(header20.data()), 20);
+  crypto_auth_hmacsha512256_update(&st, reinterpret_cast<const unsigned char*>(body.data()), body.size());
+  Tag t;
+  crypto_auth_hmacsha512256_final(&st, t.data());
+  return t;
+}
+}  // namespace
+
+std::string Session::seal(MsgType type, std::uint64_t run_id, std::string_view payload) {
+  // The header's length and CRC cover the tag, so compute the header first with the final length.
+  const std::size_t len = payload.size() + kTagBytes;
+  ByteWriter h;
+  h.u32(kMagic);
+  h.u16(kProtocolVersion);
+  h.u16(static_cast<std::uint16_t>(type));
+  h.u64(run_id);
+  h.u32(static_cast<std::uint32_t>(len));
+  const Tag t = frame_tag(key_, send_dir_, send_seq_++, h.data(), payload);
+  std::string body(payload);
+  body.append(reinterpret_cast<const char*>(t.data()), t.size());
+  return encode_frame(type, run_id, body);
+}
+
+std::string Session::open(const Frame& f) {
+  if (f.payload.size() < kTagBytes) throw ProtocolError(std::string(msg_name(f.type)) + " frame has no tag");
+  const std::string_view body(f.payload.data(), f.payload.size() - kTagBytes);
+  const auto* tag = reinterpret_cast<const unsigned char*>(f.payload.data() + body.size());
+  const Tag want = frame_tag(key_, recv_dir_, recv_seq_, f.header, body);
+  if (sodium_memcmp(want.data(), tag, kTagBytes) != 0)
+    throw ProtocolError(std::string(msg_name(f.type)) + " frame failed authentication");
+  ++recv_seq_;
+  return std::string(body);
+}
+
+// ---- messages ----
+
+namespace {
+template <std::size_t N>
+void put_arr(ByteWriter& w, const std::array<unsigned char, N>& a) { w.bytes(a.data(), N); }
+template <std::size_t N>
+void get_arr(ByteReader& r, std::array<unsigned char, N>& a) { std::memcpy(a.data(), r.raw(N).data(), N); }
+}  // namespace
+
+std::string Challenge::encode() const {
+  ByteWriter w;
+  put_arr(w, server_nonce);
+  return w.take();
+}
+Challenge Challenge::decode(std::string_view p) {
+  ByteReader r(p);
+  Challenge c;
+  get_arr(r, c.server_nonce);
+  r.expect_end();
+  return c;
+}
+
+std::string Hello::signed_text(std::uint64_t run_id, const Nonce& server, const Nonce& client,
+                               std::string_view learner_id, std::uint64_t fp) {
+  ByteWriter w;
+  w.bytes("hello", 5);
+  w.u64(run_id);
+  put_arr(w, server);
+  put_arr(w, client);
+  w.str(learner_id);
+  w.u64(fp);
+  return w.take();
+}
+std::string Hello::encode() const {
+  ByteWriter w;
+  w.str(learner_id);
+  put_arr(w, client_nonce);
+  w.u64(layout_fp);
+  put_arr(w, tag);
+  return w.take();
+}
+Hello Hello::decode(std::string_view p) {
+  ByteReader r(p);
+  Hello h;
+  h.learner_id = r.str(kMaxLearnerId);
+  get_arr(r, h.client_nonce);
+  h.layout_fp = r.u64();
+  get_arr(r, h.tag);
+  r.expect_end();
+  return h;
+}
+
+std::string Welcome::signed_text(std::uint64_t run_id, const Nonce& server, const Nonce& client) {
+  ByteWriter w;
+  w.bytes("welcome", 7);
+  w.u64(run_id);
+  put_arr(w, server);
+  put_arr(w, client);
+  return w.take();
+}
+std::string Welcome::encode() const {
+  ByteWriter w;
+  put_arr(w, tag);
+  w.u8(needs_init ? 1 : 0);
+  w.u32(static_cast<std::uint32_t>(versions.size()));
+  for (auto v : versions) w.u64(v);
+  return w.take();
+}
+Welcome Welcome::decode(std::string_view p) {
+  ByteReader r(p);
+  Welcome m;
+  get_arr(r, m.tag);
+  m.needs_init = r.u8() != 0;
+  const std::uint32_t n = r.u32();
+  if (n > r.remaining() / 8) throw WireError("welcome: version list is truncated");
+  for (std::uint32_t i = 0; i < n; ++i) m.versions.push_back(r.u64());
+  r.expect_end();
+  return m;
+}
+
+std::string Init::encode() const {
+  ByteWriter w;
+  w.u8(pattern == FragmentPattern::binpack ? 0 : 1);
+  w.u32(fragments);
+  w.u32(static_cast<std::uint32_t>(tensors.size()));
+  for (const auto& t : tensors) {
+    w.str(t.name);
+    w.u64(t.numel);
+  }
+  w.u64(params.size());
+  w.floats(params);
+  return w.take();
+}
+Init Init::decode(std::string_view p) {
+  ByteReader r(p);
+  Init m;
+  const std::uint8_t pat = r.u8();
+  if (pat > 1) throw WireError("init: unknown fragment pattern");
+  m.pattern = pat == 0 ? FragmentPattern::binpack : FragmentPattern::strided;
+  m.fragments = r.u32();
+  const std::uint32_t n = r.u32();
+  if (n > r.remaining() / 12) throw WireError("init: tensor list is truncated");
+  std::uint64_t total = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    TensorSpec t;
+    t.name = r.str(kMaxTensorName);
+    t.numel = r.u64();
+    if (t.numel > (1ull << 40)) throw WireError("init: tensor " + t.name + " is implausibly large");
+    total += t.numel;
+    m.tensors.push_back(std::move(t));
+  }
+  const std::uint64_t count = r.u64();
+  if (count != total) throw WireError("init: parameter count does not match the tensor list");
+  m.params = r.floats(count);
+  r.expect_end();
+  return m;
+}
+
+std::string FragmentMsg::encode() const {
+  ByteWriter w;
+  w.u32(fragment);
+  w.u64(version);
+  w.u64(data.size());
+  w.floats(data);
+  return w.take();
+}
+FragmentMsg FragmentMsg::decode(std::string_view p) {
+  ByteReader r(p);
+  FragmentMsg m;
+  m.fragment = r.u32();
+  m.version = r.u64();
+  m.data = r.floats(r.u64());
+  r.expect_end();
+  return m;
+}
+
+std::string Push::encode() const {
+  ByteWriter w;
+  w.u32(fragment);
+  w.u64(base_version);
+  w.u64(samples);
+  w.u32(inner_steps);
+  w.u64(numel);
+  w.u8(static_cast<std::uint8_t>(encoding));
+  w.u32(block);
+  w.u64(body.size());
+  w.bytes(body.data(), body.size());
+  return w.take();
+}
+Push Push::decode(std::string_view p) {
+  ByteReader r(p);
+  Push m;
+  m.fragment = r.u32();
+  m.base_version = r.u64();
+  m.samples = r.u64();
+  m.inner_steps = r.u32();
+  m.numel = r.u64();
+  const std::uint8_t enc = r.u8();
+  if (enc > 1) throw WireError("push: unknown delta encoding " + std::to_string(enc));
+  m.encoding = static_cast<DeltaEncoding>(enc);
+  m.block = r.u32();
+  const std::uint64_t n = r.u64();
+  if (n > r.remaining()) throw WireError("push: body is truncated");
+  m.body = std::string(r.raw(n));
+  r.expect_end();
+  return m;
+}
+std::vector<float> Push::delta() const {
+  std::vector<float> out;
+  if (encoding == DeltaEncoding::f32) {
+    if (body.size() != numel * 4) throw WireError("push: f32 body has the wrong size");
+    out.resize(numel);
+    std::memcpy(out.data(), body.data(), body.size());
+    return out;
+  }
+  if (block < 2 || block > (1u << 24)) throw WireError("push: q4 block size out of range");
+  if (body.size() != q4_encoded_bytes(numel, block)) throw WireError("push: q4 body has the wrong size");
+  const std::uint64_t nb = q4_blocks(numel, block);
+  std::vector<float> scales(nb);
+  std::memcpy(scales.data(), body.data(), nb * 4);
+  out.resize(numel);
+  try {
+    q4_decode_into(numel, block, scales.data(), reinterpret_cast<const std::uint8_t*>(body.data() + nb * 4), out);
+  } catch (const Error& e) {
+    throw WireError(std::string("push: ") + e.what());
+  }
+  return out;
+}
+Push Push::from_delta_q4(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples, std::uint32_t inner_steps,
+                         std::span<const float> delta, std::uint32_t block) {
+  Push m;
+  m.fragment = fragment;
+  m.base_version = base;
+  m.samples = samples;
+  m.inner_steps = inner_steps;
+  m.numel = delta.size();
+  m.encoding = DeltaEncoding::q4;
+  m.block = block;
+  const std::uint64_t nb = q4_blocks(delta.size(), block);
+  m.body.resize(q4_encoded_bytes(delta.size(), block));
+  std::vector<float> scales(nb);
+  q4_encode_into(delta, block, scales.data(), reinterpret_cast<std::uint8_t*>(m.body.data() + nb * 4));
+  std::memcpy(m.body.data(), scales.data(), nb * 4);
+  return m;
+}
+Push Push::from_delta_f32(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples, std::uint32_t inner_steps,
+                          std::span<const float> delta) {
+  Push m;
+  m.fragment = fragment;
+  m.base_version = base;
+  m.samples = samples;
+  m.inner_steps = inner_steps;
+  m.numel = delta.size();
+  m.encoding = DeltaEncoding::f32;
+  m.body.assign(reinterpret_cast<const char*>(delta.data()), delta.size() * 4);
+  return m;
+}
+
+const char* push_status_name(PushStatus s) {
+  switch (s) {
+    case PushStatus::accepted: return "accepted";
+    case PushStatus::too_stale: return "too_stale";
+    case PushStatus::invalid: return "invalid";
+    case PushStatus::duplicate: return "duplicate";
+    case PushStatus::finished: return "finished";
+  }
+  return "unknown";
+}
+
+std::string PushAck::encode() const {
+  ByteWriter w;
+  w.u32(fragment);
+  w.u8(static_cast<std::uint8_t>(status));
+  w.u64(version);
+  return w.take();
+}
+PushAck PushAck::decode(std::string_view p) {
+  ByteReader r(p);
+  PushAck m;
+  m.fragment = r.u32();
+  const std::uint8_t s = r.u8();
+  if (s > 4) throw WireError("push_ack: unknown status");
+  m.status = static_cast<PushStatus>(s);
+  m.version = r.u64();
+  r.expect_end();
+  return m;
+}
+
+std::string Heartbeat::encode() const {
+  ByteWriter w;
+  w.u64(step);
+  w.u64(samples);
+  return w.take();
+}
+Heartbeat Heartbeat::decode(std::string_view p) {
+  ByteReader r(p);
+  Heartbeat m;
+  m.step = r.u64();
+  m.samples = r.u64();
+  r.expect_end();
+  return m;
+}
+
+std::array<unsigned char, 32> state_digest(const std::vector<std::uint64_t>& versions,
+                                           const std::vector<std::vector<float>>& fragments) {
+  sodium_ready();
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, nullptr, 0, 32);
+  for (std::size_t i = 0; i < fragments.size(); ++i) {
+    const std::uint64_t v = i < versions.size() ? versions[i] : 0;
+    const std::uint64_t n = fragments[i].size();
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&v), 8);
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&n), 8);
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(fragments[i].data()), n * 4);
+  }
+  std::array<unsigned char, 32> d;
+  crypto_generichash_final(&st, d.data(), d.size());
+  return d;
+}
+
+std::string hex(const unsigned char* p, std::size_t n) {
+  static const char* k = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) {
+    s.push_back(k[p[i] >> 4]);
+    s.push_back(k[p[i] & 15]);
+  }
+  return s;
+}
+
+std::string FinalCut::encode() const {
+  ByteWriter w;
+  w.u32(static_cast<std::uint32_t>(fragments.size()));
+  for (std::size_t i = 0; i < fragments.size(); ++i) {
+    w.u64(versions[i]);
+    w.u64(fragments[i].size());
+    w.floats(fragments[i]);
+  }
+  put_arr(w, digest);
+  return w.take();
+}
+FinalCut FinalCut::decode(std::string_view p) {
+  ByteReader r(p);
+  FinalCut m;
+  const std::uint32_t n = r.u32();
+  if (n > r.remaining() / 16) throw WireError("final_cut: fragment list is truncated");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    m.versions.push_back(r.u64());
+    m.fragments.push_back(r.floats(r.u64()));
+  }
+  get_arr(r, m.digest);
+  r.expect_end();
+  return m;
+}
+
+std::string FinalAck::encode() const {
+  ByteWriter w;
+  put_arr(w, digest);
+  return w.take();
+}
+FinalAck FinalAck::decode(std::string_view p) {
+  ByteReader r(p);
+  FinalAck m;
+  get_arr(r, m.digest);
+  r.expect_end();
+  return m;
+}
+
+std::string ErrorMsg::encode() const {
+  ByteWriter w;
+  w.u16(code);
+  w.str(message);
+  return w.take();
+}
+ErrorMsg ErrorMsg::decode(std::string_view p) {
+  ByteReader r(p);
+  ErrorMsg m;
+  m.code = r.u16();
+  m.message = r.str(kControlCap);
+  r.expect_end();
+  return m;
+}
+
+}  // namespace yeto::sync

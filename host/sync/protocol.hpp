@@ -1,0 +1,232 @@
+// The syncer wire protocol (docs/PROTOCOL.md is its specification). Every message is one
+// frame: a 24-byte little-endian header
+//     magic "YSYN" | version u16 | type u16 | run id u64 | payload length u32 | CRC-32C u32
+// followed by the payload. The CRC is CRC-32C(header bytes 0..19) XOR CRC-32C(payload). After
+// the challenge-response handshake each payload ends with a 32-byte HMAC-SHA-512-256 tag
+// (libsodium crypto_auth) under a per-connection session key, over the direction, a
+// per-direction sequence number, the header and the payload, so frames cannot be forged,
+// replayed or reordered by a peer that does not hold the run secret.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sync/layout.hpp"
+#include "sync/wire.hpp"
+
+namespace yeto::sync {
+
+inline constexpr std::uint32_t kMagic = 0x4E595359;  // "YSYN" as little-endian bytes
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 24;
+inline constexpr std::size_t kTagBytes = 32;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kControlCap = 4096;    // payload cap of every control message
+inline constexpr std::size_t kMaxLearnerId = 128;
+inline constexpr std::size_t kMaxTensorName = 1024;
+
+enum class MsgType : std::uint16_t {
+  challenge = 1,
+  hello = 2,
+  welcome = 3,
+  init = 4,
+  fragment = 5,
+  push = 6,
+  push_ack = 7,
+  heartbeat = 8,
+  leave = 9,
+  final_cut = 10,
+  final_ack = 11,
+  error = 12,
+};
+const char* msg_name(MsgType t);
+bool is_bulk(MsgType t);  // init, fragment, push, final_cut: capped by max_frame, not kControlCap
+
+struct Frame {
+  MsgType type{};
+  std::uint64_t run_id = 0;
+  std::string header;   // the 24 header bytes as received (the MAC covers them)
+  std::string payload;  // with the tag, when authenticated
+};
+
+// Protocol violations: the connection is dropped and the reason logged.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// CRC field: CRC-32C(header bytes 0..19) XOR CRC-32C(payload).
+std::uint32_t frame_crc(std::string_view header20, std::string_view payload);
+std::string encode_frame(MsgType type, std::uint64_t run_id, std::string_view payload);
+
+// Incremental frame decoder for a byte stream. Rejects, as soon as the header is in: a wrong
+// magic, version, unknown type, foreign run id, or a length above the cap of that type. The
+// CRC is checked when the payload is complete. Never allocates more than the cap.
+class FrameDecoder {
+ public:
+  FrameDecoder(std::uint64_t run_id, std::size_t max_frame) : run_id_(run_id), max_frame_(max_frame) {}
+  void feed(const char* data, std::size_t n);
+  // The next complete frame, or nullopt when more bytes are needed. Throws ProtocolError.
+  std::optional<Frame> next();
+  std::size_t buffered() const { return buf_.size() - pos_; }
+  // Bytes the decoder needs before it can make progress (at least 1).
+  std::size_t wanted() const;
+
+ private:
+  std::uint64_t run_id_;
+  std::size_t max_frame_;
+  std::string buf_;
+  std::size_t pos_ = 0;
+};
+
+// ---- keys and authentication (libsodium) ----
+
+using Key = std::array<unsigned char, 32>;
+using Nonce = std::array<unsigned char, kNonceBytes>;
+using Tag = std::array<unsigned char, kTagBytes>;
+
+// The run key is BLAKE2b-256 of the secret file's bytes (surrounding whitespace trimmed);
+// throws UsageError when the secret is shorter than 16 bytes.
+Key run_key_from_secret(std::string_view secret);
+// Run id: 64 bits of BLAKE2b of "yeto-run:" + name. Frames of other runs are refused.
+std::uint64_t run_id_from_name(std::string_view name);
+Nonce random_nonce();
+Tag mac(const Key& key, std::string_view message);
+bool mac_ok(const Key& key, std::string_view message, const unsigned char* tag);
+// Session key of one connection: BLAKE2b keyed with the run key over both nonces.
+Key session_key(const Key& run_key, const Nonce& server, const Nonce& client);
+
+// Per-connection sealing of frames after the handshake. Direction 'S' (syncer to learner) or 'L'.
+class Session {
+ public:
+  Session(Key key, char send_dir, char recv_dir) : key_(key), send_dir_(send_dir), recv_dir_(recv_dir) {}
+  // A complete frame whose payload is `payload` + tag.
+  std::string seal(MsgType type, std::uint64_t run_id, std::string_view payload);
+  // Verifies and strips the tag; throws ProtocolError when it does not verify.
+  std::string open(const Frame& f);
+
+ private:
+  Key key_;
+  char send_dir_, recv_dir_;
+  std::uint64_t send_seq_ = 0, recv_seq_ = 0;
+};
+
+// ---- messages ----
+
+struct Challenge {
+  Nonce server_nonce{};
+  std::string encode() const;
+  static Challenge decode(std::string_view p);
+};
+
+struct Hello {
+  std::string learner_id;
+  Nonce client_nonce{};
+  std::uint64_t layout_fp = 0;
+  Tag tag{};
+  // What the tag authenticates: run id, both nonces, learner id and layout fingerprint.
+  static std::string signed_text(std::uint64_t run_id, const Nonce& server, const Nonce& client,
+                                 std::string_view learner_id, std::uint64_t fp);
+  std::string encode() const;
+  static Hello decode(std::string_view p);
+};
+
+struct Welcome {
+  Tag tag{};              // proves the syncer holds the secret too: mac("welcome" | nonces)
+  bool needs_init = false;  // the syncer has no state yet: send INIT
+  std::vector<std::uint64_t> versions;  // current global version per fragment (empty when needs_init)
+  static std::string signed_text(std::uint64_t run_id, const Nonce& server, const Nonce& client);
+  std::string encode() const;
+  static Welcome decode(std::string_view p);
+};
+
+struct Init {
+  FragmentPattern pattern = FragmentPattern::binpack;
+  std::uint32_t fragments = 1;
+  std::vector<TensorSpec> tensors;
+  std::vector<float> params;  // every tensor, canonical order, exact
+  std::string encode() const;
+  static Init decode(std::string_view p);
+};
+
+struct FragmentMsg {
+  std::uint32_t fragment = 0;
+  std::uint64_t version = 0;
+  std::vector<float> data;  // exact float32
+  std::string encode() const;
+  static FragmentMsg decode(std::string_view p);
+};
+
+enum class DeltaEncoding : std::uint8_t { q4 = 0, f32 = 1 };
+
+struct Push {
+  std::uint32_t fragment = 0;
+  std::uint64_t base_version = 0;
+  std::uint64_t samples = 0;
+  std::uint32_t inner_steps = 0;
+  std::uint64_t numel = 0;
+  DeltaEncoding encoding = DeltaEncoding::q4;
+  std::uint32_t block = 0;          // q4 block size
+  std::string body;                 // q4: scales then codes; f32: numel floats
+  std::string encode() const;
+  static Push decode(std::string_view p);
+  // Decoded delta; throws WireError for a malformed body (wrong size, bad code or scale).
+  std::vector<float> delta() const;
+  static Push from_delta_q4(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples,
+                            std::uint32_t inner_steps, std::span<const float> delta, std::uint32_t block);
+  static Push from_delta_f32(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples,
+                             std::uint32_t inner_steps, std::span<const float> delta);
+};
+
+enum class PushStatus : std::uint8_t { accepted = 0, too_stale = 1, invalid = 2, duplicate = 3, finished = 4 };
+const char* push_status_name(PushStatus s);
+
+struct PushAck {
+  std::uint32_t fragment = 0;
+  PushStatus status = PushStatus::accepted;
+  std::uint64_t version = 0;
+  std::string encode() const;
+  static PushAck decode(std::string_view p);
+};
+
+struct Heartbeat {
+  std::uint64_t step = 0;
+  std::uint64_t samples = 0;
+  std::string encode() const;
+  static Heartbeat decode(std::string_view p);
+};
+
+struct FinalCut {
+  std::vector<std::uint64_t> versions;
+  std::vector<std::vector<float>> fragments;
+  std::array<unsigned char, 32> digest{};
+  std::string encode() const;
+  static FinalCut decode(std::string_view p);
+};
+
+// BLAKE2b-256 over every fragment's version and exact bytes in fragment order.
+std::array<unsigned char, 32> state_digest(const std::vector<std::uint64_t>& versions,
+                                           const std::vector<std::vector<float>>& fragments);
+std::string hex(const unsigned char* p, std::size_t n);
+
+struct FinalAck {
+  std::array<unsigned char, 32> digest{};
+  std::string encode() const;
+  static FinalAck decode(std::string_view p);
+};
+
+struct ErrorMsg {
+  std::uint16_t code = 0;
+  std::string message;
+  std::string encode() const;
+  static ErrorMsg decode(std::string_view p);
+};
+
+}  // namespace yeto::sync

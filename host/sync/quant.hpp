@@ -1,0 +1,40 @@
+// 4-bit block quantisation of pseudo-gradients (q4). The vector is cut into blocks of
+// `block` values (the last may be shorter); each block stores one float32 scale
+// s = max|x| / 7 and one signed 4-bit code per value, q = round_half_even(x / s) clamped
+// to [-7, 7], stored as the nibble q + 8 (so nibble 0 never occurs and is rejected on
+// decode). Decode is x' = q * s. The error per value is at most s / 2 = max|x| / 14 of its
+// block, and a block of zeros decodes to exact zeros. Encoding is deterministic (no
+// dependence on the floating-point environment: the rounding is done explicitly).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace yeto::sync {
+
+struct Q4 {
+  std::uint64_t numel = 0;
+  std::uint32_t block = 64;
+  std::vector<float> scales;         // ceil(numel / block)
+  std::vector<std::uint8_t> codes;   // ceil(numel / 2): value 2k in the low nibble, 2k+1 in the high
+  std::size_t bytes() const { return scales.size() * 4 + codes.size(); }
+};
+
+std::uint64_t q4_blocks(std::uint64_t numel, std::uint32_t block);
+std::uint64_t q4_encoded_bytes(std::uint64_t numel, std::uint32_t block);
+
+// Throws yeto::Error when a value is NaN/Inf (the caller must not push such a delta) or block < 2.
+Q4 q4_encode(std::span<const float> x, std::uint32_t block);
+void q4_encode_into(std::span<const float> x, std::uint32_t block, float* scales, std::uint8_t* codes);
+// Throws yeto::Error on a non-finite or negative scale, a zero nibble or inconsistent sizes.
+std::vector<float> q4_decode(const Q4& q);
+void q4_decode_into(std::uint64_t numel, std::uint32_t block, const float* scales, const std::uint8_t* codes,
+                    std::span<float> out);
+
+// Deterministic round-half-to-even of a finite float of magnitude < 2^22.
+float round_half_even(float v);
+
+}  // namespace yeto::sync

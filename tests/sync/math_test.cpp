@@ -1,0 +1,324 @@
+// Merge math, q4 and layout on hand-computed vectors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.hpp"
+#include "sync/layout.hpp"
+#include "sync/merge.hpp"
+#include "sync/quant.hpp"
+
+namespace ys = yeto::sync;
+
+namespace {
+std::vector<std::span<const float>> spans(const std::vector<std::vector<float>>& v) {
+  std::vector<std::span<const float>> s;
+  for (const auto& x : v) s.emplace_back(x);
+  return s;
+}
+}  // namespace
+
+// ---------------------------------------------------------------- token weights and RDA
+
+TEST(SyncMerge, TokenWeightsAreSampleProportions) {
+  const std::vector<std::uint64_t> s = {10, 30, 60};
+  const auto w = ys::token_weights(s);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_DOUBLE_EQ(w[0], 0.1);
+  EXPECT_DOUBLE_EQ(w[1], 0.3);
+  EXPECT_DOUBLE_EQ(w[2], 0.6);
+  EXPECT_THROW(ys::token_weights(std::vector<std::uint64_t>{}), yeto::Error);
+  EXPECT_THROW(ys::token_weights(std::vector<std::uint64_t>{0, 0}), yeto::Error);
+}
+
+TEST(SyncMerge, RdaOrthogonalEqualWeights) {
+  // Δ1 = (2,0), Δ2 = (0,2), w = 1/2 each. Mean (1,1) has norm √2; mean of norms is 2.
+  // Result: 2 · (1,1)/√2 = (√2, √2) — longer than the plain average (1,1).
+  const std::vector<std::vector<float>> d = {{2, 0}, {0, 2}};
+  const std::vector<double> w = {0.5, 0.5};
+  const auto r = ys::rda_merge(spans(d), w);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_NEAR(r[0], std::sqrt(2.0), 1e-6);
+  EXPECT_NEAR(r[1], std::sqrt(2.0), 1e-6);
+}
+
+TEST(SyncMerge, RdaTokenWeighted) {
+  // Δ1 = (3,4) (norm 5, weight 3/4), Δ2 = (0,-2) (norm 2, weight 1/4).
+  // mean = (9/4, 3 - 1/2) = (2.25, 2.5), |mean| = sqrt(5.0625 + 6.25) = sqrt(11.3125)
+  // radius = 3/4·5 + 1/4·2 = 4.25 -> result = 4.25 · mean / |mean|.
+  const std::vector<std::vector<float>> d = {{3, 4}, {0, -2}};
+  const auto w = ys::token_weights(std::vector<std::uint64_t>{300, 100});
+  const auto r = ys::rda_merge(spans(d), w);
+  const double nm = std::sqrt(11.3125);
+  EXPECT_NEAR(r[0], 4.25 * 2.25 / nm, 1e-6);
+  EXPECT_NEAR(r[1], 4.25 * 2.5 / nm, 1e-6);
+  EXPECT_NEAR(ys::l2_norm(r), 4.25, 1e-6);
+}
+
+TEST(SyncMerge, RdaOfOneDeltaIsThatDelta) {
+  const std::vector<std::vector<float>> d = {{1.5f, -2.0f, 0.25f}};
+  const auto r = ys::rda_merge(spans(d), std::vector<double>{1.0});
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(r[i], d[0][i], 1e-6);
+}
+
+TEST(SyncMerge, RdaOfCancellingDeltasIsZero) {
+  const std::vector<std::vector<float>> d = {{1, 2}, {-1, -2}};
+  const auto r = ys::rda_merge(spans(d), std::vector<double>{0.5, 0.5});
+  EXPECT_EQ(r[0], 0.0f);
+  EXPECT_EQ(r[1], 0.0f);
+}
+
+TEST(SyncMerge, RdaRejectsMismatchedLengths) {
+  const std::vector<std::vector<float>> d = {{1, 2}, {1}};
+  EXPECT_THROW(ys::rda_merge(spans(d), std::vector<double>{0.5, 0.5}), yeto::Error);
+}
+
+// ---------------------------------------------------------------- HeLoCo
+
+TEST(SyncHeloco, AlignedBlockIsKept) {
+  // cos((1,1),(1,0)) = 0.707 >= 0.2: unchanged.
+  std::vector<float> d = {1, 1};
+  const std::vector<float> m = {1, 0};
+  ys::HelocoParams p;
+  p.block = 2;
+  const auto st = ys::heloco_correct(d, m, p);
+  EXPECT_EQ(st.kept, 1u);
+  EXPECT_EQ(d[0], 1.0f);
+  EXPECT_EQ(d[1], 1.0f);
+}
+
+TEST(SyncHeloco, AntiAlignedBlockIsShrunkAlongMomentum) {
+  // Δ = (-1, 1), m = (3, 0): c = -1/√2, v = (1,0), Δ·v = -1.
+  // conf = |m| / (|m| + |Δ|) = 3 / (3 + √2); beta = min((1/√2) · conf, 1).
+  // Δ' = Δ - beta (Δ·v) v = (-1 + beta, 1).
+  std::vector<float> d = {-1, 1};
+  const std::vector<float> m = {3, 0};
+  ys::HelocoParams p;
+  p.block = 2;
+  const auto st = ys::heloco_correct(d, m, p);
+  EXPECT_EQ(st.shrunk, 1u);
+  const double conf = 3.0 / (3.0 + std::sqrt(2.0));
+  const double beta = (1.0 / std::sqrt(2.0)) * conf;
+  EXPECT_NEAR(d[0], -1.0 + beta, 1e-6);
+  EXPECT_NEAR(d[1], 1.0, 1e-6);
+  EXPECT_LT(ys::l2_norm(d), std::sqrt(2.0));  // shrunk
+}
+
+TEST(SyncHeloco, AntiAlignedShrinkIsCappedAtTheOpposingComponent) {
+  // Fully opposed and a huge momentum: beta reaches shrink_max = 1 at most... here
+  // c = -1, conf = 100/(100+1): beta = 0.990. Δ' = (-1 + 0.990, 0): never flipped positive.
+  std::vector<float> d = {-1, 0};
+  const std::vector<float> m = {100, 0};
+  ys::HelocoParams p;
+  p.block = 2;
+  ys::heloco_correct(d, m, p);
+  EXPECT_NEAR(d[0], -1.0 + 100.0 / 101.0, 1e-6);
+  EXPECT_LE(d[0], 0.0f);
+  p.shrink_gain = 10.0;  // beta = min(10 · 1 · conf, 1) = 1: the opposing component is removed exactly
+  std::vector<float> d2 = {-1, 0};
+  ys::heloco_correct(d2, m, p);
+  EXPECT_NEAR(d2[0], 0.0, 1e-7);
+}
+
+TEST(SyncHeloco, WeaklyAlignedBlockIsPartiallyReorientedKeepingItsNorm) {
+  // Δ = (1, 9) (|Δ| = √82), m = (8, 0): c = 1/√82 = 0.110 < 0.2.
+  // conf = 8 / (8 + √82); lambda = min((0.2 - c)/0.2 · conf, 0.5).
+  // t = (1-lambda) Δ/|Δ| + lambda (1, 0); Δ' = |Δ| t / |t|.
+  std::vector<float> d = {1, 9};
+  const std::vector<float> m = {8, 0};
+  ys::HelocoParams p;
+  p.block = 2;
+  const auto st = ys::heloco_correct(d, m, p);
+  EXPECT_EQ(st.reoriented, 1u);
+  const double nd = std::sqrt(82.0), c = 1.0 / nd, conf = 8.0 / (8.0 + nd);
+  const double lambda = std::min((0.2 - c) / 0.2 * conf, 0.5);
+  const double t0 = (1 - lambda) * 1 / nd + lambda, t1 = (1 - lambda) * 9 / nd;
+  const double nt = std::hypot(t0, t1);
+  EXPECT_NEAR(d[0], nd * t0 / nt, 1e-5);
+  EXPECT_NEAR(d[1], nd * t1 / nt, 1e-5);
+  EXPECT_NEAR(ys::l2_norm(d), nd, 1e-5);
+  EXPECT_GT(d[0] / ys::l2_norm(d), c);  // now closer to the momentum direction
+}
+
+TEST(SyncHeloco, BlocksAreIndependentAndZeroMomentumSkips) {
+  // Block 0: anti-aligned against m=(1,0); block 1: momentum zero -> untouched.
+  std::vector<float> d = {-1, 0, 5, 5};
+  const std::vector<float> m = {1, 0, 0, 0};
+  ys::HelocoParams p;
+  p.block = 2;
+  const auto st = ys::heloco_correct(d, m, p);
+  EXPECT_EQ(st.shrunk, 1u);
+  EXPECT_EQ(st.skipped, 1u);
+  EXPECT_NEAR(d[0], -1.0 + 0.5, 1e-6);  // c=-1, conf = 1/(1+1) = 0.5, beta = 0.5
+  EXPECT_EQ(d[2], 5.0f);
+  EXPECT_EQ(d[3], 5.0f);
+}
+
+// ---------------------------------------------------------------- Nesterov outer step
+
+TEST(SyncOuter, NesterovTwoStepsByHand) {
+  // lr 0.5, mu 0.9, θ0 = (1, -2), g1 = (0.2, 0.4):
+  //   m1 = g1 = (0.2, 0.4); θ1 = θ0 - 0.5 (g1 + 0.9 m1) = (1 - 0.19, -2 - 0.38) = (0.81, -2.38)
+  // g2 = (0.1, -0.1):
+  //   m2 = 0.9 m1 + g2 = (0.28, 0.26); θ2 = θ1 - 0.5 (g2 + 0.9 m2) = (0.81 - 0.176, -2.38 - 0.067)
+  std::vector<float> th = {1, -2}, m = {0, 0};
+  ys::outer_step(th, m, std::vector<float>{0.2f, 0.4f}, 0.5, 0.9);
+  EXPECT_NEAR(m[0], 0.2, 1e-7);
+  EXPECT_NEAR(m[1], 0.4, 1e-7);
+  EXPECT_NEAR(th[0], 0.81, 1e-6);
+  EXPECT_NEAR(th[1], -2.38, 1e-6);
+  ys::outer_step(th, m, std::vector<float>{0.1f, -0.1f}, 0.5, 0.9);
+  EXPECT_NEAR(m[0], 0.28, 1e-6);
+  EXPECT_NEAR(m[1], 0.26, 1e-6);
+  EXPECT_NEAR(th[0], 0.81 - 0.176, 1e-6);
+  EXPECT_NEAR(th[1], -2.38 - 0.067, 1e-6);
+}
+
+TEST(SyncOuter, LrOneMomentumZeroAppliesTheDelta) {
+  // θ - Δ with Δ = θ_global - θ_local lands exactly on the learner's weights.
+  std::vector<float> th = {1, 2}, m = {0, 0};
+  ys::outer_step(th, m, std::vector<float>{0.25f, -0.5f}, 1.0, 0.0);
+  EXPECT_FLOAT_EQ(th[0], 0.75f);
+  EXPECT_FLOAT_EQ(th[1], 2.5f);
+}
+
+// ---------------------------------------------------------------- q4
+
+TEST(SyncQ4, HandComputedBlock) {
+  // block of 4: max|x| = 7 -> scale 1; codes round half to even: 2.5 -> 2, -3.5 -> -4, 0.4 -> 0.
+  const std::vector<float> x = {7.0f, 2.5f, -3.5f, 0.4f};
+  const auto q = ys::q4_encode(x, 4);
+  ASSERT_EQ(q.scales.size(), 1u);
+  EXPECT_FLOAT_EQ(q.scales[0], 1.0f);
+  const auto y = ys::q4_decode(q);
+  EXPECT_EQ(y, (std::vector<float>{7.0f, 2.0f, -4.0f, 0.0f}));
+  EXPECT_EQ(q.codes[0], static_cast<std::uint8_t>((7 + 8) | ((2 + 8) << 4)));
+}
+
+TEST(SyncQ4, RoundTripErrorWithinHalfAStepPerBlock) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (std::uint32_t block : {8u, 32u, 64u, 256u}) {
+    std::vector<float> x(1000 + block / 3);
+    for (auto& v : x) v = nd(rng) * 0.01f;
+    x[5] = 0.5f;  // an outlier only coarsens its own block
+    const auto q = ys::q4_encode(x, block);
+    EXPECT_EQ(q.bytes(), ys::q4_encoded_bytes(x.size(), block));
+    const auto y = ys::q4_decode(q);
+    ASSERT_EQ(y.size(), x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float s = q.scales[i / block];
+      EXPECT_LE(std::fabs(y[i] - x[i]), 0.5f * s * (1 + 1e-5f) + 1e-12f) << "block " << block << " i " << i;
+    }
+  }
+}
+
+TEST(SyncQ4, DeterministicAndZerosExact) {
+  std::vector<float> x(300, 0.0f);
+  for (std::size_t i = 100; i < 300; ++i) x[i] = std::sin(static_cast<float>(i));
+  const auto a = ys::q4_encode(x, 64), b = ys::q4_encode(x, 64);
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(a.scales, b.scales);
+  const auto y = ys::q4_decode(a);
+  for (std::size_t i = 0; i < 64; ++i) EXPECT_EQ(y[i], 0.0f);
+}
+
+TEST(SyncQ4, RejectsNonFiniteInputAndBadCodes) {
+  std::vector<float> x = {1, 2, NAN, 3};
+  EXPECT_THROW(ys::q4_encode(x, 4), yeto::Error);
+  x[2] = INFINITY;
+  EXPECT_THROW(ys::q4_encode(x, 4), yeto::Error);
+  auto q = ys::q4_encode(std::vector<float>{1, 2, 3}, 4);
+  q.codes[0] &= 0xF0;  // nibble 0 is never produced
+  EXPECT_THROW(ys::q4_decode(q), yeto::Error);
+  q = ys::q4_encode(std::vector<float>{1, 2, 3}, 4);
+  q.scales[0] = NAN;
+  EXPECT_THROW(ys::q4_decode(q), yeto::Error);
+}
+
+TEST(SyncQ4, RoundHalfEven) {
+  EXPECT_EQ(ys::round_half_even(0.5f), 0.0f);
+  EXPECT_EQ(ys::round_half_even(1.5f), 2.0f);
+  EXPECT_EQ(ys::round_half_even(2.5f), 2.0f);
+  EXPECT_EQ(ys::round_half_even(-2.5f), -2.0f);
+  EXPECT_EQ(ys::round_half_even(-1.5f), -2.0f);
+  EXPECT_EQ(ys::round_half_even(2.4f), 2.0f);
+  EXPECT_EQ(ys::round_half_even(-2.6f), -3.0f);
+}
+
+// ---------------------------------------------------------------- layout
+
+namespace {
+std::vector<ys::TensorSpec> specs() {
+  return {{"a.lora_A", 100}, {"a.lora_B", 40}, {"b.lora_A", 70}, {"b.lora_B", 30}, {"c.lora_A", 60}};
+}
+}  // namespace
+
+TEST(SyncLayout, BinpackBalancesBySize) {
+  // Sorted: a.A 100, b.A 70, c.A 60, a.B 40, b.B 30. Fragments: 100 -> f0; 70 -> f1; 60 -> f1?
+  // no: loads (100, 70): 60 -> f1 (130); 40 -> f0 (140); 30 -> f1 (160)... smallest wins each time.
+  const auto l = ys::build_layout(specs(), 2, ys::FragmentPattern::binpack);
+  ASSERT_EQ(l.fragments.size(), 2u);
+  EXPECT_EQ(l.fragments[0].tensors, (std::vector<std::uint32_t>{0, 1}));     // 100 + 40
+  EXPECT_EQ(l.fragments[1].tensors, (std::vector<std::uint32_t>{2, 3, 4}));  // 70 + 60 + 30
+  EXPECT_EQ(l.fragments[0].numel, 140u);
+  EXPECT_EQ(l.fragments[1].numel, 160u);
+}
+
+TEST(SyncLayout, StridedAndDeterministic) {
+  const auto l = ys::build_layout(specs(), 2, ys::FragmentPattern::strided);
+  EXPECT_EQ(l.fragments[0].tensors, (std::vector<std::uint32_t>{0, 2, 4}));
+  EXPECT_EQ(l.fragments[1].tensors, (std::vector<std::uint32_t>{1, 3}));
+  const auto l2 = ys::build_layout(specs(), 2, ys::FragmentPattern::strided);
+  EXPECT_EQ(l.fingerprint(), l2.fingerprint());
+  EXPECT_NE(l.fingerprint(), ys::build_layout(specs(), 2, ys::FragmentPattern::binpack).fingerprint());
+  EXPECT_NE(l.fingerprint(), ys::build_layout(specs(), 3, ys::FragmentPattern::strided).fingerprint());
+  auto other = specs();
+  other[1].numel = 41;
+  EXPECT_NE(l.fingerprint(), ys::build_layout(other, 2, ys::FragmentPattern::strided).fingerprint());
+}
+
+TEST(SyncLayout, RejectsBadInput) {
+  EXPECT_THROW(ys::build_layout(specs(), 0, ys::FragmentPattern::binpack), yeto::UsageError);
+  EXPECT_THROW(ys::build_layout(specs(), 6, ys::FragmentPattern::binpack), yeto::UsageError);
+  auto dup = specs();
+  dup[2].name = "a.lora_A";
+  EXPECT_THROW(ys::build_layout(dup, 2, ys::FragmentPattern::binpack), yeto::UsageError);
+  EXPECT_THROW(ys::parse_pattern("round-robin"), yeto::UsageError);
+}
+
+TEST(SyncLayout, PackApplyRoundTripAndBlend) {
+  const auto l = ys::build_layout({{"x", 3}, {"y", 2}, {"z", 1}}, 2, ys::FragmentPattern::strided);
+  std::vector<std::vector<float>> t = {{1, 2, 3}, {4, 5}, {6}};
+  std::vector<std::span<const float>> cs;
+  std::vector<std::span<float>> ms;
+  for (auto& v : t) {
+    cs.emplace_back(v);
+    ms.emplace_back(v);
+  }
+  const auto f0 = ys::pack_fragment(l, 0, cs);  // x then z
+  EXPECT_EQ(f0, (std::vector<float>{1, 2, 3, 6}));
+  ys::apply_fragment(l, 0, std::vector<float>{10, 20, 30, 60}, ms);
+  EXPECT_EQ(t[0], (std::vector<float>{10, 20, 30}));
+  EXPECT_EQ(t[2], (std::vector<float>{60}));
+  EXPECT_EQ(t[1], (std::vector<float>{4, 5}));  // other fragment untouched
+  ys::apply_fragment(l, 1, std::vector<float>{0, 1}, ms, 0.5f);
+  EXPECT_EQ(t[1], (std::vector<float>{2.0f, 3.0f}));
+  EXPECT_THROW(ys::apply_fragment(l, 1, std::vector<float>{0}, ms), yeto::Error);
+}
+
+TEST(SyncLayout, StaggeredSchedule) {
+  // H = 10, F = 4: offsets 0, 2, 5, 7; fragment p is due at steps off + kH (step >= 1).
+  EXPECT_EQ(ys::fragment_offset(0, 4, 10), 0u);
+  EXPECT_EQ(ys::fragment_offset(1, 4, 10), 2u);
+  EXPECT_EQ(ys::fragment_offset(2, 4, 10), 5u);
+  EXPECT_EQ(ys::fragment_offset(3, 4, 10), 7u);
+  std::vector<int> due0, due2;
+  for (std::uint64_t s = 0; s <= 30; ++s) {
+    if (ys::fragment_due(0, 4, 10, s)) due0.push_back(static_cast<int>(s));
+    if (ys::fragment_due(2, 4, 10, s)) due2.push_back(static_cast<int>(s));
+  }
+  EXPECT_EQ(due0, (std::vector<int>{10, 20, 30}));
+  EXPECT_EQ(due2, (std::vector<int>{5, 15, 25}));
+}
