@@ -5,6 +5,7 @@ namespace yeto::cli {
 Registry build_registry() {
   Registry r;
   register_builtin_commands(r);
+  register_data_commands(r);
   register_planned_commands(r);
   return r;
 }

@@ -1,0 +1,158 @@
+#include "data/decode.hpp"
+
+#include "core/error.hpp"
+#include "data/image.hpp"
+#include "data/resize.hpp"
+
+namespace yeto::data {
+
+namespace {
+
+ShapeKey latent_shape_from_tensor(const std::vector<std::int64_t>& dims_in, const Row& row) {
+  std::vector<std::int64_t> dims = dims_in;
+  if (dims.size() == 5 && dims[0] == 1) dims.erase(dims.begin());
+  ShapeKey k;
+  k.latent = true;
+  if (dims.size() == 3) {
+    k.height = dims[1];
+    k.width = dims[2];
+  } else if (dims.size() == 4) {
+    k.frames = dims[1];
+    k.height = dims[2];
+    k.width = dims[3];
+  } else if (dims.size() == 2) {  // packed sequence latents [tokens, channels]
+    k.height = dims[0];
+    k.width = dims[1];
+  } else {
+    throw Error(row_message(row, "cached latents have shape " + shape_str(dims_in) +
+                                     "; expected [C, H, W] or [C, F, H, W] (or declare latent_height/latent_width)"),
+                ExitCode::bad_input);
+  }
+  return k;
+}
+
+void add_tensor(Sample& s, const std::string& name, const TensorRef& ref, const Row& row, DecodeDepth depth) {
+  try {
+    TensorInfo info = probe_tensor(ref);
+    if (info.known) s.tensor_info[name] = info;
+    if (depth == DecodeDepth::full) {
+      if (info.known) s.tensors[name] = read_tensor_raw(ref);
+      else s.deferred[name] = ref;
+    } else if (!info.known) {
+      s.deferred[name] = ref;
+    }
+  } catch (const Error& e) {
+    throw Error(row_message(row, "cached tensor '" + name + "' (" + ref.describe() + "): " + e.what()), e.code());
+  }
+}
+
+}  // namespace
+
+MediaLimits limits_of(const DataOptions& o) { return {o.max_pixels, o.max_frames}; }
+
+ShapeKey shape_of(const Row& row, const DataOptions& o) {
+  if (row.media == MediaKind::latents) {
+    auto meta = [&](const char* k) -> std::optional<std::int64_t> {
+      auto it = row.latent_meta.find(k);
+      return it == row.latent_meta.end() ? std::nullopt : std::optional<std::int64_t>(it->second);
+    };
+    if (row.height && row.width) return {false, row.frames.value_or(1), *row.height, *row.width};
+    if (meta("latent_height") && meta("latent_width"))
+      return {true, meta("latent_frames").value_or(1), *meta("latent_height"), *meta("latent_width")};
+    TensorInfo info;
+    try {
+      info = probe_tensor(*row.latents);
+    } catch (const Error& e) {
+      throw Error(row_message(row, "cached latents (" + row.latents->describe() + "): " + e.what()), e.code());
+    }
+    if (!info.known)
+      throw Error(row_message(row, "the shape of cached latents in " + row.latents->describe() +
+                                       " is only known after loading; declare latent_height and latent_width (and latent_frames) in the row, "
+                                       "or store them as .safetensors/.npy"),
+                  ExitCode::bad_input);
+    return latent_shape_from_tensor(info.shape, row);
+  }
+  ShapeKey k;
+  k.frames = row.media == MediaKind::image ? 1 : row.frames.value_or(o.num_frames);
+  k.height = row.height.value_or(o.height);
+  k.width = row.width.value_or(o.width);
+  return k;
+}
+
+Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, DecodeDepth depth) {
+  Sample s;
+  s.row = index;
+  s.kind = row.media;
+  s.shape = shape_of(row, o);
+  if (row.prompt) {
+    s.prompt = *row.prompt;
+    s.has_prompt = true;
+  }
+  const MediaLimits limits = limits_of(o);
+  const int w = static_cast<int>(s.shape.width), h = static_cast<int>(s.shape.height);
+  try {
+    switch (row.media) {
+      case MediaKind::image: {
+        const std::string what = row.inline_image.empty() ? row.media_path.string() : "inline image";
+        if (depth == DecodeDepth::header) {
+          const ImageInfo info = row.inline_image.empty() ? probe_image_file(row.media_path, limits.max_pixels)
+                                                          : probe_image(row.inline_image, what, limits.max_pixels);
+          s.source = std::to_string(info.width) + "x" + std::to_string(info.height) + " " + std::to_string(info.channels) + "ch" +
+                     (info.sixteen_bit ? " 16-bit" : "");
+          break;
+        }
+        const Image img = row.inline_image.empty() ? decode_image_file(row.media_path, limits.max_pixels)
+                                                   : decode_image(row.inline_image, what, limits.max_pixels);
+        s.source = std::to_string(img.width) + "x" + std::to_string(img.height);
+        s.pixels.resize(static_cast<std::size_t>(w) * h * 3);
+        resize_rgb(img.rgb.data(), img.width, img.height, s.pixels.data(), w, h, o.resize_mode);
+        break;
+      }
+      case MediaKind::video: {
+        if (depth == DecodeDepth::header) {
+          const VideoInfo info = probe_video(row.media_path, limits);
+          s.source = info.codec + " " + std::to_string(info.width) + "x" + std::to_string(info.height) + " " +
+                     std::to_string(info.fps).substr(0, 5) + " fps ~" + std::to_string(info.declared_frames) + " frames";
+          break;
+        }
+        const ClipTarget t{w, h, o.resize_mode, s.shape.frames, o.fps};
+        Clip clip = decode_video_clip(row.media_path, t, limits);
+        s.source = std::to_string(clip.source_frames) + " frames at " + std::to_string(clip.source_fps).substr(0, 5) + " fps" +
+                   (clip.selection.padded ? ", " + std::to_string(clip.selection.padded) + " padded" : "");
+        s.pixels = std::move(clip.rgb);
+        break;
+      }
+      case MediaKind::frames: {
+        if (depth == DecodeDepth::header) {
+          if (static_cast<std::int64_t>(row.frame_paths.size()) > limits.max_frames)
+            throw Error("frame list has " + std::to_string(row.frame_paths.size()) + " images, above data.max_frames = " +
+                            std::to_string(limits.max_frames),
+                        ExitCode::bad_input);
+          for (const auto& f : row.frame_paths) probe_image_file(f, limits.max_pixels);
+          s.source = std::to_string(row.frame_paths.size()) + " frame images";
+          break;
+        }
+        const ClipTarget t{w, h, o.resize_mode, s.shape.frames, o.fps};
+        Clip clip = decode_frame_list(row.frame_paths, row.fps, t, limits);
+        s.source = std::to_string(clip.source_frames) + " frame images" +
+                   (clip.selection.padded ? ", " + std::to_string(clip.selection.padded) + " padded" : "");
+        s.pixels = std::move(clip.rgb);
+        break;
+      }
+      case MediaKind::latents:
+        break;
+      case MediaKind::none:
+        throw Error("row has no media", ExitCode::bad_input);
+    }
+  } catch (const Error& e) {
+    throw Error(row_message(row, e.what()), e.code());
+  }
+  if (row.latents) add_tensor(s, "latents", *row.latents, row, depth);
+  if (row.prompt_embeds) add_tensor(s, "prompt_embeds", *row.prompt_embeds, row, depth);
+  if (row.attention_mask) add_tensor(s, "prompt_attention_mask", *row.attention_mask, row, depth);
+  if (row.pooled_embeds) add_tensor(s, "pooled_prompt_embeds", *row.pooled_embeds, row, depth);
+  for (const auto& [name, ref] : row.tensors) add_tensor(s, name, ref, row, depth);
+  return s;
+}
+
+}  // namespace yeto::data
