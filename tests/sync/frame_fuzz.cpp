@@ -1,0 +1,44 @@
+// libFuzzer target for the syncer's frame decoder and message codecs: arbitrary bytes,
+// split into arbitrary chunks, must only ever decode, wait or raise the protocol's own
+// exception types (no crash, no overflow, no huge allocation).
+#include <cstddef>
+#include <cstdint>
+
+#include "sync/protocol.hpp"
+
+namespace ys = yeto::sync;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  const std::size_t chunk = 1 + data[0] % 64;
+  const std::uint64_t run = 0x1122334455667788ull;
+  ys::FrameDecoder d(run, 1 << 16);
+  const char* p = reinterpret_cast<const char*>(data + 1);
+  const std::size_t n = size - 1;
+  try {
+    for (std::size_t i = 0; i < n; i += chunk) {
+      d.feed(p + i, std::min(chunk, n - i));
+      while (auto f = d.next()) {
+        try {
+          switch (f->type) {
+            case ys::MsgType::challenge: ys::Challenge::decode(f->payload); break;
+            case ys::MsgType::hello: ys::Hello::decode(f->payload); break;
+            case ys::MsgType::welcome: ys::Welcome::decode(f->payload); break;
+            case ys::MsgType::init: ys::Init::decode(f->payload); break;
+            case ys::MsgType::fragment: ys::FragmentMsg::decode(f->payload); break;
+            case ys::MsgType::push: ys::Push::decode(f->payload).delta(); break;
+            case ys::MsgType::push_ack: ys::PushAck::decode(f->payload); break;
+            case ys::MsgType::heartbeat: ys::Heartbeat::decode(f->payload); break;
+            case ys::MsgType::final_cut: ys::FinalCut::decode(f->payload); break;
+            case ys::MsgType::final_ack: ys::FinalAck::decode(f->payload); break;
+            case ys::MsgType::error: ys::ErrorMsg::decode(f->payload); break;
+            case ys::MsgType::leave: break;
+          }
+        } catch (const ys::WireError&) {
+        }
+      }
+    }
+  } catch (const ys::ProtocolError&) {
+  }
+  return 0;
+}
