@@ -36,8 +36,6 @@ void register_planned_commands(Registry& r) {
           "plugin management", false, "list|info NAME|verify PATH", 2);
   planned(r, "init-model", "Write a randomly initialised tiny model repository in Diffusers layout.",
           "model initialisation", false);
-  planned(r, "inspect", "Inspect a model repository or id: commit, components, tensors, validation.",
-          "model inspection", true, "PATH|ID", 1);
   planned(r, "check-parity", "Check this build against recorded reference outputs (fixture case dirs).",
           "parity checking", false, "CASE_DIR...", -1);
 }

@@ -6,6 +6,7 @@ Registry build_registry() {
   Registry r;
   register_builtin_commands(r);
   register_data_commands(r);
+  register_io_commands(r);
   register_planned_commands(r);
   return r;
 }
