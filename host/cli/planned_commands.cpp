@@ -36,8 +36,6 @@ void register_planned_commands(Registry& r) {
           "plugin management", false, "list|info NAME|verify PATH", 2);
   planned(r, "init-model", "Write a randomly initialised tiny model repository in Diffusers layout.",
           "model initialisation", false);
-  planned(r, "check-parity", "Check this build against recorded reference outputs (fixture case dirs).",
-          "parity checking", false, "CASE_DIR...", -1);
 }
 
 }  // namespace yeto::cli

@@ -7,6 +7,7 @@ Registry build_registry() {
   register_builtin_commands(r);
   register_data_commands(r);
   register_io_commands(r);
+  register_parity_commands(r);
   register_planned_commands(r);
   return r;
 }

@@ -1,0 +1,18 @@
+#include "parity/all_kinds.hpp"
+
+#include <mutex>
+
+#include "parity/pipeline_helpers.hpp"
+#include "schedulers/scheduler_parity.hpp"
+
+namespace yeto::parity {
+
+void register_all_parity_kinds() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_pipeline_helpers_kind();
+    schedulers::register_scheduler_parity_kinds();
+  });
+}
+
+}  // namespace yeto::parity

@@ -1,0 +1,98 @@
+// Multistep solvers used for sampling: DPMSolverMultistepScheduler (DPM-Solver++, as PixArt-Alpha
+// ships it) and UniPCMultistepScheduler (UniPC bh1/bh2, VP sigmas or flow sigmas as Wan ships
+// it), both as Diffusers v0.33.1 implements them.
+#pragma once
+
+#include <deque>
+
+#include "schedulers/scheduler.hpp"
+#include "schedulers/scheduler_config.hpp"
+
+namespace yeto::schedulers {
+
+// State and tables shared by the two: VP sigmas sqrt((1 - alphas_cumprod) / alphas_cumprod)
+// (alpha_t = 1 / sqrt(sigma^2 + 1), sigma_t = sigma * alpha_t) or, with use_flow_sigmas,
+// flow sigmas (alpha_t = 1 - sigma, sigma_t = sigma); integer timesteps.
+class MultistepBase : public Scheduler {
+ public:
+  at::Tensor timesteps() const override { return timesteps_; }
+  at::Tensor sigmas() const override { return sigmas_; }
+  at::Tensor add_noise(const at::Tensor& original, const at::Tensor& noise, const at::Tensor& timesteps) const override;
+  at::Tensor attribute(const std::string& name) const override;
+  Prediction prediction() const override { return prediction_; }
+  std::int64_t num_train_timesteps() const override { return num_train_; }
+  TrainingBatch training_batch(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& indices) const override;
+
+  // (alpha_t, sigma_t) of a sigma value.
+  std::pair<double, double> alpha_sigma(double sigma) const;
+  double lambda(double sigma) const;  // log(alpha_t) - log(sigma_t)
+
+ protected:
+  void init_common(const ConfigView& cfg, bool allow_flow);
+  // Integer timesteps for `n` steps per timestep_spacing (VP) or flow sigmas, and the sigma
+  // table with its final entry; resets the multistep state.
+  void make_schedule(std::int64_t n, std::int64_t last_timestep);
+  std::int64_t step_index_for(const at::Tensor& timestep) const;
+  at::Tensor to_x0(const at::Tensor& model_output, const at::Tensor& sample, std::int64_t index) const;
+
+  std::int64_t num_train_ = 1000;
+  Prediction prediction_ = Prediction::epsilon;
+  bool flow_sigmas_ = false;
+  double flow_shift_ = 1.0;
+  std::string timestep_spacing_ = "linspace";
+  std::int64_t steps_offset_ = 0;
+  std::string final_sigmas_type_ = "zero";
+  int solver_order_ = 2;
+  bool lower_order_final_ = true;
+  bool thresholding_ = false;
+  double dynamic_thresholding_ratio_ = 0.995;
+  double sample_max_value_ = 1.0;
+  at::Tensor betas_, alphas_cumprod_, train_sigmas_;  // training schedule (float32)
+  at::Tensor timesteps_, sigmas_;                     // current schedule: int64, float32
+  std::int64_t num_inference_steps_ = 0;
+  std::optional<std::int64_t> step_index_;
+  std::deque<at::Tensor> model_outputs_;  // converted outputs (x0 predictions), newest last
+  int lower_order_nums_ = 0;
+};
+
+class DPMSolverMultistepScheduler : public MultistepBase {
+ public:
+  DPMSolverMultistepScheduler(const nlohmann::json& config, const std::string& label = "scheduler_config.json");
+  std::string class_name() const override { return "DPMSolverMultistepScheduler"; }
+  void set_timesteps(const SetTimestepsArgs& args) override;
+  using Scheduler::set_timesteps;
+  at::Tensor step(const at::Tensor& model_output, const at::Tensor& timestep, const at::Tensor& sample) override;
+
+ private:
+  std::string algorithm_type_ = "dpmsolver++";
+  std::string solver_type_ = "midpoint";
+  bool euler_at_final_ = false;
+  double lambda_min_clipped_ = -INFINITY;
+  std::string variance_type_;
+};
+
+class UniPCMultistepScheduler : public MultistepBase {
+ public:
+  UniPCMultistepScheduler(const nlohmann::json& config, const std::string& label = "scheduler_config.json");
+  std::string class_name() const override { return "UniPCMultistepScheduler"; }
+  void set_timesteps(const SetTimestepsArgs& args) override;
+  using Scheduler::set_timesteps;
+  at::Tensor step(const at::Tensor& model_output, const at::Tensor& timestep, const at::Tensor& sample) override;
+  at::Tensor attribute(const std::string& name) const override;
+
+ private:
+  // UniP: advances `sample` from sigmas[i] to sigmas[i + 1]; UniC: corrects `this_sample`
+  // (reached from `last_sample`) with the model output at it.
+  at::Tensor predictor(const at::Tensor& sample, int order) const;
+  at::Tensor corrector(const at::Tensor& this_model_output, const at::Tensor& last_sample,
+                       const at::Tensor& this_sample, int order) const;
+
+  std::string solver_type_ = "bh2";
+  bool predict_x0_ = true;
+  std::vector<std::int64_t> disable_corrector_;
+  bool dynamic_shifting_ = false;
+  at::Tensor last_sample_;
+  int this_order_ = 0;
+};
+
+}  // namespace yeto::schedulers
