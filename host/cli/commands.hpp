@@ -14,5 +14,6 @@ void register_planned_commands(Registry& r);  // commands whose machinery lands 
 void register_parity_commands(Registry& r);   // check-parity (host/parity)
 void register_io_commands(Registry& r);       // inspect (host/io)
 void register_data_commands(Registry& r);     // data check (host/data)
+void register_plugin_commands(Registry& r);   // plugins (host/plugin)
 
 }  // namespace yeto::cli

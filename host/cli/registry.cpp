@@ -9,6 +9,8 @@ Registry build_registry() {
   register_io_commands(r);
   register_parity_commands(r);
   register_planned_commands(r);
+  register_sync_commands(r);
+  register_plugin_commands(r);
   return r;
 }
 

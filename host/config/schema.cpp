@@ -63,6 +63,7 @@ std::vector<KeyDef> build_schema() {
       L("plugins.trusted_keys", {}, "Public key files whose signatures are trusted, besides the build's own key."),
       L("plugins.revoked_keys", {}, "Key fingerprints that are refused even when listed as trusted."),
       L("plugins.accept_licenses", {}, "Plugins whose license notice you acknowledge (required for plugins that ask for it)."),
+      B("plugins.allow_unsigned", false, "Development only: also load plugins that are unsigned or signed by an unknown key (tampered and revoked ones stay refused); warns on every load.").flag("allow-unsigned-plugins"),
 
       // [data]
       S("data.path", "", "Training data: a JSON/JSONL manifest, a directory holding one, or an org/name dataset id from the hub cache.").flag("data"),

@@ -1,0 +1,122 @@
+// Finding, verifying and loading signed plugins.
+//
+// Order of trust, for the one plugin a run names (--diffusion-adapter or a model alias):
+//   1. discover manifests (<name>.yeto.json) in the configured directories: text only;
+//   2. read the library, manifest and signature bytes once and verify the Ed25519
+//      signature against the trusted keys (revocation first);
+//   3. check the manifest's ABI major, LibTorch version and license acknowledgement;
+//   4. only then open the library, from a sealed in-memory copy of exactly the bytes that
+//      were verified (so the file cannot be swapped between check and open);
+//   5. check the entry symbol, the hook table and descriptor sizes and versions, and that
+//      the descriptor agrees with the manifest.
+// Every refusal is a yeto::Error with its own plugin_* exit code and a message saying what
+// to do. Libraries are never closed (toolchain note, gotcha 13).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "config/config.hpp"
+#include "signing.hpp"
+#include "yeto/plugin.h"
+
+namespace yeto::plugin {
+
+struct LoaderOptions {
+  std::vector<std::filesystem::path> dirs;          // searched in order
+  std::vector<std::filesystem::path> trusted_keys;  // public key files
+  std::set<std::string> revoked;                    // fingerprints
+  std::set<std::string> accept_licenses;            // plugin names
+  bool allow_unsigned = false;                      // dev override: unsigned / unknown key
+  std::string host_torch_version;                   // "1.13.0"; empty: the build's
+
+  // From a resolved run configuration: relative dirs and key files resolve against the
+  // config file's directory, then against each install root; every root's keys/*.public
+  // is trusted (the build's own key lives in <build>/stage/keys).
+  static LoaderOptions from_config(const config::Config& cfg,
+                                   const std::vector<std::filesystem::path>& install_roots = default_install_roots());
+  // <exe>/../stage (a build tree) and <exe>/../lib/yeto (an installation).
+  static std::vector<std::filesystem::path> default_install_roots();
+};
+
+// A manifest found on disk, with the files that belong to it.
+struct PluginFile {
+  std::filesystem::path manifest_path;
+  std::filesystem::path library_path;
+  std::filesystem::path signature_path;
+  sign::Manifest manifest;
+};
+
+// Discovers manifests (never opens a library). Unreadable or malformed manifests are kept
+// as errors so `plugins list` can show them.
+struct Catalog {
+  std::vector<PluginFile> plugins;
+  std::vector<std::pair<std::filesystem::path, std::string>> broken;  // manifest, problem
+  static Catalog scan(const std::vector<std::filesystem::path>& dirs);
+  // By plugin name, then by alias; nullptr when nothing matches.
+  const PluginFile* find(const std::string& name_or_alias) const;
+};
+
+// Reads a manifest given as the manifest, the library, or a directory holding one.
+PluginFile read_plugin_file(const std::filesystem::path& path);
+
+// What provenance records about a plugin.
+struct Provenance {
+  std::string name;
+  std::string version;
+  std::string abi;
+  std::string torch_version;
+  std::string library_path;
+  std::string library_sha256;
+  std::string manifest_sha256;
+  std::string key_fingerprint;  // empty when unsigned
+  std::string key_source;
+  bool signature_verified = false;
+  bool dev_override = false;  // loaded through plugins.allow_unsigned
+  nlohmann::json to_json() const;
+};
+
+// The outcome of every pre-open check, with the bytes that were verified.
+struct Verified {
+  PluginFile file;
+  Provenance provenance;
+  std::string library_bytes;
+};
+
+// Steps 2 and 3. Throws yeto::Error with the refusal's exit code.
+Verified verify(const PluginFile& file, const LoaderOptions& options);
+
+// A loaded plugin: its tables as the host sees them (copied, fields beyond what the plugin's
+// struct_size covers zeroed).
+struct LoadedPlugin {
+  yeto_plugin_v1 table{};
+  yeto_plugin_descriptor descriptor{};
+  sign::Manifest manifest;
+  Provenance provenance;
+};
+
+// Steps 1-5 for `name` (a plugin name or alias). `host_api` is passed to the entry point and
+// must live for the process. Loading the same verified library twice returns the first load.
+const LoadedPlugin& load(const std::string& name, const LoaderOptions& options, const yeto_host_api* host_api);
+
+// Steps 2-5 for one already discovered plugin file.
+const LoadedPlugin& load_file(const PluginFile& file, const LoaderOptions& options, const yeto_host_api* host_api);
+
+// The plugin a run configuration names: model.adapter, else the plugin one of whose
+// aliases is model.id. Empty when the run names none.
+std::string adapter_name(const config::Config& cfg, const Catalog& catalog);
+
+// Every plugin loaded in this process, in load order (for the run's provenance).
+std::vector<Provenance> loaded_plugins();
+
+// Smallest sizes (through the last v1.0 field) the host accepts.
+std::size_t min_plugin_table_size();
+std::size_t min_descriptor_size();
+
+}  // namespace yeto::plugin

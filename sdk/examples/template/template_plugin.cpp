@@ -1,0 +1,166 @@
+// The Yeto template plugin: the smallest plugin that trains.
+//
+// It registers one component class, "YetoTinyDenoiser" (a per-pixel channel mixer with a
+// timestep embedding), and implements the hooks a loss needs: pipeline planning, trainable
+// parameter discovery under canonical names, denoiser keyword contributions and forward,
+// prediction/target alignment, a complete rows->loss step, and artifact save/load.
+// Copy this directory, rename the plugin in CMakeLists.txt and replace the model.
+#include <torch/torch.h>
+
+#include <yeto/plugin.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+using yeto::sdk::NamedTensors;
+
+// Reads an integer field from a flat JSON object ("channels": 4); the template keeps clear
+// of a JSON dependency, a real plugin would use nlohmann::json or similar.
+int json_int(const std::string& json, const std::string& key, int fallback) {
+  const auto k = json.find("\"" + key + "\"");
+  if (k == std::string::npos) return fallback;
+  const auto colon = json.find(':', k);
+  if (colon == std::string::npos) return fallback;
+  return std::stoi(json.substr(colon + 1));
+}
+
+// x: [B, C, H, W], t: [B] in [0, 1]  ->  [B, C, H, W]
+struct TinyDenoiserImpl : torch::nn::Module {
+  explicit TinyDenoiserImpl(int channels) {
+    proj = register_module("proj", torch::nn::Linear(channels, channels));
+    time_embed = register_parameter("time_embed", torch::zeros({channels}));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t) {
+    auto h = proj->forward(x.permute({0, 2, 3, 1}));                  // mix channels per pixel
+    h = h + t.view({-1, 1, 1, 1}) * time_embed;                       // timestep conditioning
+    return torch::tanh(h).permute({0, 3, 1, 2}).contiguous();
+  }
+  torch::nn::Linear proj{nullptr};
+  torch::Tensor time_embed;
+};
+TORCH_MODULE(TinyDenoiser);
+
+class TinyDenoiserComponent : public yeto::sdk::Component {
+ public:
+  TinyDenoiserComponent(const std::string& config_json, const std::string& /*dir*/)
+      : model_(json_int(config_json, "in_channels", 4)) {
+    torch::manual_seed(static_cast<std::uint64_t>(json_int(config_json, "seed", 0)));
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) p.normal_(0.0, 0.2);
+  }
+  NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
+    return {{"sample", model_->forward(yeto::sdk::get(in, "hidden_states"), yeto::sdk::get(in, "timestep"))}};
+  }
+  NamedTensors parameters() override {
+    NamedTensors out;
+    for (const auto& p : model_->named_parameters()) out.emplace_back(p.key(), p.value());
+    return out;
+  }
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    torch::NoGradGuard no_grad;
+    auto params = model_->named_parameters();
+    for (const auto& [name, t] : weights) {
+      auto* p = params.find(name);
+      if (!p) {
+        if (strict) yeto::sdk::fail(YETO_ERR_NOT_FOUND, "YetoTinyDenoiser has no parameter '" + name + "'");
+        continue;
+      }
+      p->copy_(t);
+    }
+  }
+  TinyDenoiser& model() { return model_; }
+
+ private:
+  TinyDenoiser model_;
+};
+
+class TemplatePlugin : public yeto::sdk::Plugin {
+ public:
+  std::string load_pipeline(const std::string& model_dir, const std::string& /*model_index_json*/) override {
+    return "{\"components\": {\"transformer\": {\"class\": \"YetoTinyDenoiser\", \"dir\": \"" + model_dir +
+           "/transformer\"}}}";
+  }
+
+  void prepare(const std::string& options_json) override {
+    denoiser_ = std::make_unique<TinyDenoiserComponent>(options_json, "");
+    yeto::sdk::Host::info("template: prepared a tiny denoiser");
+  }
+
+  void register_components(yeto::sdk::ComponentRegistry& registry) override {
+    registry.add<TinyDenoiserComponent>("YetoTinyDenoiser");
+  }
+
+  // Canonical names: "<component>.<Diffusers parameter name>", in module order.
+  NamedTensors trainable_parameters() override {
+    NamedTensors out;
+    for (auto& [name, t] : denoiser().parameters()) {
+      t.set_requires_grad(true);
+      out.emplace_back("transformer." + name, t);
+    }
+    return out;
+  }
+
+  NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& /*step*/) override {
+    // The family's contribution: timesteps in [0, 1000] become the model's [0, 1].
+    return {{"timestep", yeto::sdk::get(batch, "timesteps").to(torch::kFloat) / 1000.0}};
+  }
+
+  torch::Tensor denoise(const NamedTensors& inputs, const std::string& /*step*/) override {
+    return denoiser().model()->forward(yeto::sdk::get(inputs, "hidden_states"), yeto::sdk::get(inputs, "timestep"));
+  }
+
+  std::pair<torch::Tensor, torch::Tensor> align(const torch::Tensor& prediction, const torch::Tensor& target,
+                                                const std::string& /*step*/) override {
+    if (prediction.sizes() != target.sizes())
+      yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "prediction and target shapes differ");
+    return {prediction.flatten(1), target.flatten(1)};
+  }
+
+  torch::Tensor loss_step(const std::string& /*rows*/, const NamedTensors& batch, std::string& metrics) override {
+    const auto& latents = yeto::sdk::get(batch, "latents");
+    const auto& noise = yeto::sdk::get(batch, "noise");
+    const auto t = yeto::sdk::get(batch, "timesteps").to(torch::kFloat) / 1000.0;
+    const auto s = t.view({-1, 1, 1, 1});
+    const auto noisy = (1 - s) * latents + s * noise;              // flow matching
+    const auto pred = denoiser().model()->forward(noisy, t);
+    const auto loss = torch::mse_loss(pred, noise - latents);
+    metrics = "{\"loss\": " + std::to_string(loss.item<double>()) + "}";
+    return loss;
+  }
+
+  void save_artifact(const std::string& dir, const std::string& metadata_json) override {
+    torch::serialize::OutputArchive archive;
+    for (auto& [name, t] : denoiser().parameters()) archive.write(name, t.detach());
+    archive.save_to(dir + "/template_weights.pt");
+    std::ofstream(dir + "/template_meta.json") << metadata_json;
+  }
+
+  std::string load_artifact(const std::string& dir) override {
+    torch::serialize::InputArchive archive;
+    archive.load_from(dir + "/template_weights.pt");
+    NamedTensors weights;
+    for (auto& [name, t] : denoiser().parameters()) {
+      torch::Tensor v;
+      archive.read(name, v);
+      weights.emplace_back(name, v);
+    }
+    denoiser().load_weights(weights, true);
+    std::ifstream in(dir + "/template_meta.json");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+ private:
+  TinyDenoiserComponent& denoiser() {
+    if (!denoiser_) yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "call prepare() before using the denoiser");
+    return *denoiser_;
+  }
+  std::unique_ptr<TinyDenoiserComponent> denoiser_;
+};
+
+}  // namespace
+
+YETO_PLUGIN(TemplatePlugin)

@@ -1,0 +1,358 @@
+/* Yeto plugin C ABI, version 1.
+ *
+ * A model-family plugin is a shared library that exports exactly one symbol,
+ * yeto_plugin_entry (see the end of this file). Everything else crosses as plain C:
+ * fixed-width integers, NUL-terminated UTF-8 strings, JSON text for metadata, opaque
+ * tensor handles and tables of function pointers. No C++ type ever crosses this boundary,
+ * so the header compiles as C11 and as C++.
+ *
+ * Versioning
+ *   Every struct starts with `uint32_t struct_size; uint32_t abi_version;`. struct_size is
+ *   sizeof() of the struct as the writer compiled it; abi_version is YETO_ABI_VERSION of the
+ *   writer. A reader accepts a struct whose ABI major equals its own and reads only the
+ *   fields that struct_size covers (YETO_HAS_FIELD); fields beyond it count as absent
+ *   (NULL / 0). New fields are only ever appended, so both sides can grow within a major.
+ *
+ * Ownership (applies to every function below unless its comment says otherwise)
+ *   - `const char*` arguments are borrowed: valid for the duration of the call only.
+ *   - yeto_tensor arguments are borrowed: the callee must not release them; to keep one
+ *     beyond the call it takes its own reference with yeto_host_api.tensor_retain.
+ *   - yeto_tensor results written through `yeto_tensor*` or pushed into a
+ *     yeto_named_tensors_out are owned references that pass to the receiver, which
+ *     releases each exactly once (yeto_host_api.tensor_release).
+ *   - Text results go through a yeto_text_out that the caller owns; the callee copies
+ *     its bytes into it and keeps no pointer to it after returning.
+ *   - Descriptor and hook tables returned by a plugin stay valid and unchanged for the
+ *     life of the process (the host never unloads a plugin).
+ *
+ * Errors
+ *   Every fallible call returns a yeto_status and takes a yeto_error* (possibly NULL). On
+ *   failure the callee writes a NUL-terminated, human-readable message (truncated to fit)
+ *   into it; the host logs that message verbatim. Messages carry no stack traces.
+ *
+ * Threads
+ *   The yeto_host_api functions are thread-safe. The host never calls two hooks of the
+ *   same plugin instance, or two methods of the same component, concurrently; different
+ *   instances and components may be used from different threads. The descriptor may be
+ *   read from any thread.
+ *
+ * Tensors
+ *   A yeto_tensor is a handle to an at::TensorImpl of the process's single LibTorch
+ *   (one intrusive reference). A LibTorch plugin converts it with the helpers in
+ *   yeto/tensor.hpp at zero cost and with autograd intact; a plugin that does not link
+ *   LibTorch uses the host API (create, inspect, DLPack export/import) instead.
+ */
+#ifndef YETO_PLUGIN_H
+#define YETO_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- versions ------------------------------------------------------------------------- */
+
+#define YETO_ABI_VERSION_MAJOR 1u
+#define YETO_ABI_VERSION_MINOR 0u
+#define YETO_MAKE_ABI_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor) & 0xffffu))
+#define YETO_ABI_VERSION YETO_MAKE_ABI_VERSION(YETO_ABI_VERSION_MAJOR, YETO_ABI_VERSION_MINOR)
+#define YETO_ABI_MAJOR(v) (((uint32_t)(v)) >> 16)
+#define YETO_ABI_MINOR(v) (((uint32_t)(v)) & 0xffffu)
+
+/* True when a struct whose struct_size is `size` contains member `field` of `type`. */
+#define YETO_HAS_FIELD(type, ptr, field) \
+  ((ptr) != NULL && (size_t)(ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+
+/* The name of the one exported symbol (see yeto_plugin_entry_fn). */
+#define YETO_PLUGIN_ENTRY_SYMBOL "yeto_plugin_entry"
+
+#if defined(_WIN32)
+#define YETO_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define YETO_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ---- status and errors ---------------------------------------------------------------- */
+
+typedef int32_t yeto_status;
+enum {
+  YETO_OK = 0,
+  YETO_ERR_INVALID_ARGUMENT = 1, /* a bad argument or input (shape, dtype, JSON, name) */
+  YETO_ERR_UNSUPPORTED = 2,      /* the hook or feature is not implemented */
+  YETO_ERR_NOT_FOUND = 3,        /* a named class, key, tensor or file does not exist */
+  YETO_ERR_OUT_OF_MEMORY = 4,
+  YETO_ERR_IO = 5,               /* reading or writing a file failed */
+  YETO_ERR_INTERNAL = 6          /* anything else (a bug): the message says what */
+};
+
+/* A caller-provided message buffer. The callee writes at most capacity-1 bytes plus a NUL
+ * and sets length to the untruncated message length. */
+typedef struct yeto_error {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  char* message;   /* owned by the caller; may be NULL when capacity is 0 */
+  size_t capacity;
+  size_t length;
+} yeto_error;
+
+/* ---- tensors -------------------------------------------------------------------------- */
+
+typedef struct yeto_tensor_opaque* yeto_tensor; /* at::TensorImpl*, one reference */
+struct DLManagedTensor;                          /* DLPack v0.6 (<ATen/dlpack.h>) */
+
+typedef enum yeto_dtype {
+  YETO_DTYPE_UNKNOWN = 0,
+  YETO_DTYPE_F32 = 1,
+  YETO_DTYPE_F64 = 2,
+  YETO_DTYPE_F16 = 3,
+  YETO_DTYPE_BF16 = 4,
+  YETO_DTYPE_I64 = 5,
+  YETO_DTYPE_I32 = 6,
+  YETO_DTYPE_I16 = 7,
+  YETO_DTYPE_I8 = 8,
+  YETO_DTYPE_U8 = 9,
+  YETO_DTYPE_BOOL = 10
+} yeto_dtype;
+
+typedef enum yeto_device_type { YETO_DEVICE_CPU = 0, YETO_DEVICE_CUDA = 1 } yeto_device_type;
+
+#define YETO_MAX_DIMS 16
+
+typedef struct yeto_tensor_info {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  int32_t dtype;        /* yeto_dtype */
+  int32_t device_type;  /* yeto_device_type */
+  int32_t device_index; /* -1: the current device */
+  int32_t ndim;
+  int64_t shape[YETO_MAX_DIMS];
+  uint32_t requires_grad;
+  uint32_t is_contiguous;
+} yeto_tensor_info;
+
+/* Named tensors passed in (borrowed, for the duration of the call). */
+typedef struct yeto_named_tensors {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  size_t count;
+  const char* const* names;  /* count entries */
+  const yeto_tensor* tensors; /* count entries */
+} yeto_named_tensors;
+
+/* A sink for named tensors produced by the callee. push() takes ownership of `tensor` in
+ * every case (also when it fails) and copies `name`. */
+typedef struct yeto_named_tensors_out {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* context; /* the caller's */
+  yeto_status (*push)(void* context, const char* name, yeto_tensor tensor);
+} yeto_named_tensors_out;
+
+/* A sink for text (JSON) produced by the callee; write() may be called several times and
+ * appends. */
+typedef struct yeto_text_out {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* context; /* the caller's */
+  void (*write)(void* context, const char* data, size_t length);
+} yeto_text_out;
+
+/* ---- components (Diffusers `_class_name` -> constructor) -------------------------------- */
+
+/* One constructed component (a denoiser, a VAE, a text encoder). Owned by whoever
+ * constructed it through a constructor; destroy() ends it. Components built with LibTorch
+ * keep their parameters alive until destroy(). */
+typedef struct yeto_component_v1 {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* self;
+  const char* class_name; /* valid until destroy() */
+  /* forward: inputs and options (JSON object, may be "{}") -> named outputs. */
+  yeto_status (*forward)(void* self, const yeto_named_tensors* inputs, const char* options_json,
+                         const yeto_named_tensors_out* outputs, yeto_error* error);
+  /* Every parameter and buffer by its Diffusers name, in a deterministic order. */
+  yeto_status (*parameters)(void* self, const yeto_named_tensors_out* out, yeto_error* error);
+  /* Copies weights in by Diffusers name; JSON options: {"strict": bool}. */
+  yeto_status (*load_weights)(void* self, const yeto_named_tensors* weights, const char* options_json,
+                              yeto_error* error);
+  void (*destroy)(void* self);
+} yeto_component_v1;
+
+/* Builds a component of `class_name` from its config.json text. `component_dir` is the
+ * component's folder in the model repository (or NULL for a fresh, randomly initialised
+ * one). On success *out points at a component the caller owns. */
+typedef yeto_status (*yeto_component_ctor)(void* ctor_context, const char* class_name, const char* config_json,
+                                           const char* component_dir, const yeto_component_v1** out,
+                                           yeto_error* error);
+
+/* The host's component registry, handed to yeto_plugin_v1.register_components. add()
+ * copies class_name; ctor_context must live for the process (it usually is static). */
+typedef struct yeto_component_registry {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* context; /* the host's */
+  yeto_status (*add)(void* context, const char* class_name, yeto_component_ctor ctor, void* ctor_context,
+                     yeto_error* error);
+} yeto_component_registry;
+
+/* ---- the host API (what a plugin may call) --------------------------------------------- */
+
+typedef enum yeto_log_level {
+  YETO_LOG_TRACE = 0,
+  YETO_LOG_DEBUG = 1,
+  YETO_LOG_INFO = 2,
+  YETO_LOG_WARN = 3,
+  YETO_LOG_ERROR = 4
+} yeto_log_level;
+
+typedef struct yeto_rng_opaque* yeto_rng;
+
+typedef struct yeto_host_api {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* host;               /* pass back as the first argument of every function below */
+  const char* host_version; /* "0.1.0" */
+  const char* torch_version; /* the LibTorch the host runs, "1.13.0" */
+
+  /* Logging: the message is logged verbatim, tagged with the plugin's name. */
+  void (*log)(void* host, int32_t level, const char* message);
+
+  /* Tensor handles. create_* return an owned reference in *out. */
+  yeto_status (*tensor_zeros)(void* host, int32_t dtype, int32_t ndim, const int64_t* shape, int32_t device_type,
+                              int32_t device_index, yeto_tensor* out, yeto_error* error);
+  /* Copies `bytes` (row-major, exactly numel*element size) into a new CPU tensor. */
+  yeto_status (*tensor_from_data)(void* host, int32_t dtype, int32_t ndim, const int64_t* shape, const void* data,
+                                  size_t bytes, yeto_tensor* out, yeto_error* error);
+  yeto_status (*tensor_info)(void* host, yeto_tensor tensor, yeto_tensor_info* info, yeto_error* error);
+  /* Copies the tensor's elements (made contiguous, on CPU) into data. */
+  yeto_status (*tensor_copy_to)(void* host, yeto_tensor tensor, void* data, size_t bytes, yeto_error* error);
+  /* A new owned reference to the same tensor (not a copy). */
+  yeto_status (*tensor_retain)(void* host, yeto_tensor tensor, yeto_tensor* out, yeto_error* error);
+  /* Drops one reference; NULL is ignored. Never fails. */
+  void (*tensor_release)(void* host, yeto_tensor tensor);
+
+  /* DLPack v0.6. Export: *out is owned by the caller, who calls its deleter. Import takes
+   * ownership of `managed` (its deleter runs when the tensor dies) and returns an owned
+   * handle; it is zero-copy. DLPack tensors carry no autograd history. */
+  yeto_status (*tensor_to_dlpack)(void* host, yeto_tensor tensor, struct DLManagedTensor** out, yeto_error* error);
+  yeto_status (*tensor_from_dlpack)(void* host, struct DLManagedTensor* managed, yeto_tensor* out,
+                                    yeto_error* error);
+
+  /* The value of a run-configuration key as JSON text (`"cpu"`, `4`, `["a","b"]`). */
+  yeto_status (*config_get)(void* host, const char* key, const yeto_text_out* out, yeto_error* error);
+
+  /* Deterministic random streams keyed by name: the same run seed, logical rank and name
+   * always give the same stream. Owned by the caller; release with rng_release. */
+  yeto_status (*rng_create)(void* host, const char* name, yeto_rng* out, yeto_error* error);
+  uint64_t (*rng_next_u64)(void* host, yeto_rng rng);
+  /* The 64-bit seed of a stream, for seeding a LibTorch generator. */
+  uint64_t (*rng_seed)(void* host, yeto_rng rng);
+  void (*rng_release)(void* host, yeto_rng rng);
+
+  /* Constructs a component by Diffusers class name from the host's registry (host
+   * built-ins such as AutoencoderKL and classes registered by plugins). */
+  yeto_status (*component_create)(void* host, const char* class_name, const char* config_json,
+                                  const char* component_dir, const yeto_component_v1** out, yeto_error* error);
+} yeto_host_api;
+
+/* ---- the plugin descriptor ------------------------------------------------------------- */
+
+/* Capability bits: which hook groups a plugin implements. A declared capability's hooks
+ * must be non-NULL; an undeclared group is left to the host's generic path. */
+#define YETO_CAP_PIPELINE (1ull << 0)            /* load_pipeline, prepare */
+#define YETO_CAP_COMPONENTS (1ull << 1)          /* register_components */
+#define YETO_CAP_TRAINABLE (1ull << 2)           /* trainable_parameters */
+#define YETO_CAP_ENCODE_MEDIA (1ull << 3)        /* encode_media */
+#define YETO_CAP_ENCODE_CONDITIONING (1ull << 4) /* encode_conditioning */
+#define YETO_CAP_DENOISER (1ull << 5)            /* denoiser_kwargs, denoise */
+#define YETO_CAP_ALIGN (1ull << 6)               /* align */
+#define YETO_CAP_LOSS_STEP (1ull << 7)           /* loss_step (full-step adapters) */
+#define YETO_CAP_ARTIFACTS (1ull << 8)           /* save_artifact, load_artifact */
+#define YETO_CAP_GENERATE (1ull << 9)            /* generate */
+
+typedef struct yeto_plugin_descriptor {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const char* name;                /* unique plugin name: [a-z0-9][a-z0-9._-]* */
+  const char* version;             /* the plugin's own version, "1.2.0" */
+  const char* const* families;     /* NULL-terminated: model families served ("flux") */
+  const char* const* aliases;      /* NULL-terminated: model aliases ("flux-dev"), may be empty */
+  uint64_t capabilities;           /* YETO_CAP_* */
+  const char* torch_version;       /* LibTorch built against ("1.13.0"), "" when none is linked */
+  const char* license_notice;      /* shown to the user; "" when none */
+  uint32_t license_must_acknowledge; /* nonzero: refused until the user accepts the notice */
+} yeto_plugin_descriptor;
+
+/* ---- the plugin's hook table ------------------------------------------------------------ */
+
+/* Hooks operate on an instance made by create(). JSON arguments are objects unless noted;
+ * every hook may be NULL when its capability is not declared. */
+typedef struct yeto_plugin_v1 {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const yeto_plugin_descriptor* descriptor;
+
+  /* Instance lifecycle. config_json: the resolved run configuration ({key: value}). */
+  yeto_status (*create)(const char* config_json, void** instance, yeto_error* error);
+  void (*destroy)(void* instance);
+
+  /* Load/prepare. load_pipeline gets the model directory and its model_index.json text and
+   * writes a JSON plan {"components": {name: {"class": ..., "dir": ...}}, ...}; prepare
+   * gets {"lora": {...}, "precision": ..., "device": ...} once the components exist. */
+  yeto_status (*load_pipeline)(void* instance, const char* model_dir, const char* model_index_json,
+                               const yeto_text_out* plan_json, yeto_error* error);
+  yeto_status (*prepare)(void* instance, const char* options_json, yeto_error* error);
+
+  /* Registers the plugin's component classes (its denoiser, a family VAE, ...). */
+  yeto_status (*register_components)(void* instance, const yeto_component_registry* registry, yeto_error* error);
+
+  /* Trainable tensors under canonical, deterministic names, in canonical order. */
+  yeto_status (*trainable_parameters)(void* instance, const yeto_named_tensors_out* out, yeto_error* error);
+
+  /* Encoders: media (pixels, frames, audio) -> latents; text/audio -> conditioning. */
+  yeto_status (*encode_media)(void* instance, const yeto_named_tensors* media, const char* options_json,
+                              const yeto_named_tensors_out* latents, yeto_error* error);
+  yeto_status (*encode_conditioning)(void* instance, const char* prompts_json, const yeto_named_tensors* extra,
+                                     const yeto_named_tensors_out* conditioning, yeto_error* error);
+
+  /* Denoiser: family keyword contributions (position ids, guidance, packing), then the
+   * forward itself. step_json: {"timesteps": ..., "sigmas": ...} as the scheduler set them. */
+  yeto_status (*denoiser_kwargs)(void* instance, const yeto_named_tensors* batch, const char* step_json,
+                                 const yeto_named_tensors_out* kwargs, yeto_error* error);
+  yeto_status (*denoise)(void* instance, const yeto_named_tensors* inputs, const char* step_json,
+                         yeto_tensor* prediction, yeto_error* error);
+
+  /* Brings prediction and target to one layout (unpacking, learned-sigma split). */
+  yeto_status (*align)(void* instance, yeto_tensor prediction, yeto_tensor target, const char* step_json,
+                       yeto_tensor* aligned_prediction, yeto_tensor* aligned_target, yeto_error* error);
+
+  /* Optional complete step for full-step adapters: rows (JSON array) + batch -> a scalar
+   * loss tensor with its graph; metrics_json receives an object of scalar metrics. */
+  yeto_status (*loss_step)(void* instance, const char* rows_json, const yeto_named_tensors* batch,
+                           yeto_tensor* loss, const yeto_text_out* metrics_json, yeto_error* error);
+
+  /* Artifacts: write/read the plugin's own files in a directory the host chose. */
+  yeto_status (*save_artifact)(void* instance, const char* dir, const char* metadata_json, yeto_error* error);
+  yeto_status (*load_artifact)(void* instance, const char* dir, const yeto_text_out* metadata_json,
+                               yeto_error* error);
+
+  /* Generation/sampling: request JSON + inputs -> outputs ("images", "video", ...). */
+  yeto_status (*generate)(void* instance, const char* request_json, const yeto_named_tensors* inputs,
+                          const yeto_named_tensors_out* outputs, yeto_error* error);
+} yeto_plugin_v1;
+
+/* ---- the entry point -------------------------------------------------------------------- */
+
+/* Called once, right after the library is opened. `host` lives for the process. On success
+ * *plugin points at a table that lives for the process. The plugin keeps `host` to call
+ * back; it must not start threads, open sockets or talk to other processes. */
+typedef yeto_status (*yeto_plugin_entry_fn)(const yeto_host_api* host, const yeto_plugin_v1** plugin,
+                                            yeto_error* error);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* YETO_PLUGIN_H */

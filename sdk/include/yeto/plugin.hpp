@@ -1,0 +1,408 @@
+// Idiomatic C++/LibTorch on top of the C ABI: derive from yeto::sdk::Plugin, override the
+// hooks you declared as capabilities, and write YETO_PLUGIN(YourPlugin) once. The macro
+// generates the exported entry point, the descriptor (from the manifest values that
+// yeto_add_plugin generated into <yeto_plugin_info.h>) and the C glue; every exception a
+// hook throws becomes a status and a message (c10::Error without its backtrace).
+//
+// Include this header only in plugins: it pulls in <ATen/core/Tensor.h>.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+#include "yeto/plugin.h"
+#include "yeto/status.hpp"
+#include "yeto/tensor.hpp"
+
+namespace yeto::sdk {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Looks up a tensor by name; throws Failure(YETO_ERR_NOT_FOUND) naming the missing one.
+inline const at::Tensor& get(const NamedTensors& tensors, const std::string& name) {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  std::string have;
+  for (const auto& nt : tensors) have += (have.empty() ? "" : ", ") + nt.first;
+  fail(YETO_ERR_NOT_FOUND, "no tensor named '" + name + "' (have: " + (have.empty() ? "none" : have) + ")");
+}
+inline bool has(const NamedTensors& tensors, const std::string& name) {
+  for (const auto& nt : tensors)
+    if (nt.first == name) return true;
+  return false;
+}
+
+// Exception translation including LibTorch's c10::Error (message without the backtrace).
+template <class F>
+yeto_status guard(yeto_error* error, F&& f) noexcept {
+  try {
+    std::forward<F>(f)();
+    return YETO_OK;
+  } catch (const c10::Error& e) {
+    write_error(error, e.what_without_backtrace());
+    return YETO_ERR_INVALID_ARGUMENT;
+  } catch (...) {
+    return detail::translate_current_exception(error);
+  }
+}
+
+// ---- the host, as seen from a plugin ---------------------------------------------------
+
+class Host {
+ public:
+  static const yeto_host_api* api() { return api_ref(); }
+  static void log(yeto_log_level level, const std::string& message) {
+    if (api() && api()->log) api()->log(api()->host, level, message.c_str());
+  }
+  static void info(const std::string& m) { log(YETO_LOG_INFO, m); }
+  static void warn(const std::string& m) { log(YETO_LOG_WARN, m); }
+  // The value of a run-configuration key as JSON text.
+  static std::string config_json(const std::string& key) {
+    std::string out;
+    yeto_text_out sink = text_sink(out);
+    ErrorBuffer err;
+    check(api()->config_get(api()->host, key.c_str(), &sink, err.get()), err, "config_get(" + key + ")");
+    return out;
+  }
+  // The seed of the named deterministic stream (for a LibTorch generator).
+  static std::uint64_t rng_seed(const std::string& name) {
+    yeto_rng rng = nullptr;
+    ErrorBuffer err;
+    check(api()->rng_create(api()->host, name.c_str(), &rng, err.get()), err, "rng_create(" + name + ")");
+    const std::uint64_t seed = api()->rng_seed(api()->host, rng);
+    api()->rng_release(api()->host, rng);
+    return seed;
+  }
+
+  static yeto_text_out text_sink(std::string& out) {
+    yeto_text_out s{};
+    s.struct_size = sizeof s;
+    s.abi_version = YETO_ABI_VERSION;
+    s.context = &out;
+    s.write = [](void* ctx, const char* data, std::size_t n) { static_cast<std::string*>(ctx)->append(data, n); };
+    return s;
+  }
+  static void check(yeto_status s, ErrorBuffer& err, const std::string& what) {
+    if (s != YETO_OK) fail(s, "host " + what + " failed: " + err.message());
+  }
+
+  static const yeto_host_api*& api_ref() {
+    static const yeto_host_api* api = nullptr;
+    return api;
+  }
+};
+
+// ---- components -------------------------------------------------------------------------
+
+class Component {
+ public:
+  virtual ~Component() = default;
+  virtual NamedTensors forward(const NamedTensors& inputs, const std::string& options_json) = 0;
+  // Every parameter and buffer by Diffusers name, in a deterministic order.
+  virtual NamedTensors parameters() = 0;
+  virtual void load_weights(const NamedTensors& weights, bool strict) {
+    (void)weights;
+    (void)strict;
+    unsupported("load_weights");
+  }
+};
+
+namespace detail {
+
+inline NamedTensors from_c(const yeto_named_tensors* in) {
+  NamedTensors out;
+  if (!in) return out;
+  out.reserve(in->count);
+  for (std::size_t i = 0; i < in->count; ++i) out.emplace_back(in->names[i], borrow(in->tensors[i]));
+  return out;
+}
+
+// Hands every tensor over to the sink (which takes ownership of each, even on failure).
+inline void to_c(NamedTensors tensors, const yeto_named_tensors_out* out) {
+  if (!out || !out->push) fail(YETO_ERR_INVALID_ARGUMENT, "no output sink given");
+  for (auto& [name, t] : tensors) {
+    const yeto_status s = out->push(out->context, name.c_str(), to_handle(std::move(t)));
+    if (s != YETO_OK) fail(s, "the host refused output tensor '" + name + "'");
+  }
+}
+
+inline void write_text(const std::string& text, const yeto_text_out* out) {
+  if (out && out->write) out->write(out->context, text.data(), text.size());
+}
+
+struct ComponentBox {
+  yeto_component_v1 table{};
+  std::string class_name;
+  std::unique_ptr<Component> impl;
+};
+
+inline const yeto_component_v1* box_component(std::unique_ptr<Component> impl, const std::string& class_name) {
+  auto box = std::make_unique<ComponentBox>();
+  box->class_name = class_name;
+  box->impl = std::move(impl);
+  yeto_component_v1& t = box->table;
+  t.struct_size = sizeof(yeto_component_v1);
+  t.abi_version = YETO_ABI_VERSION;
+  t.self = box.get();
+  t.class_name = box->class_name.c_str();
+  t.forward = [](void* self, const yeto_named_tensors* in, const char* options, const yeto_named_tensors_out* out,
+                 yeto_error* err) {
+    return guard(err, [&] {
+      to_c(static_cast<ComponentBox*>(self)->impl->forward(from_c(in), options ? options : "{}"), out);
+    });
+  };
+  t.parameters = [](void* self, const yeto_named_tensors_out* out, yeto_error* err) {
+    return guard(err, [&] { to_c(static_cast<ComponentBox*>(self)->impl->parameters(), out); });
+  };
+  t.load_weights = [](void* self, const yeto_named_tensors* w, const char* options, yeto_error* err) {
+    return guard(err, [&] {
+      const std::string o = options ? options : "";
+      const bool strict = o.find("\"strict\": false") == std::string::npos && o.find("\"strict\":false") == std::string::npos;
+      static_cast<ComponentBox*>(self)->impl->load_weights(from_c(w), strict);
+    });
+  };
+  t.destroy = [](void* self) { delete static_cast<ComponentBox*>(self); };
+  return &box.release()->table;
+}
+
+}  // namespace detail
+
+// Registers component classes with the host. A class is any Component subclass
+// constructible from (config_json, component_dir) where component_dir may be empty.
+class ComponentRegistry {
+ public:
+  explicit ComponentRegistry(const yeto_component_registry* r) : r_(r) {}
+
+  using Factory = std::function<std::unique_ptr<Component>(const std::string& config_json, const std::string& dir)>;
+
+  void add(const std::string& class_name, Factory factory) {
+    auto* ctx = new Factory(std::move(factory));  // lives for the process, like the plugin
+    ErrorBuffer err;
+    const yeto_status s = r_->add(
+        r_->context, class_name.c_str(),
+        [](void* c, const char* cls, const char* config, const char* dir, const yeto_component_v1** out,
+           yeto_error* e) {
+          return guard(e, [&] {
+            auto impl = (*static_cast<Factory*>(c))(config ? config : "{}", dir ? dir : "");
+            *out = detail::box_component(std::move(impl), cls);
+          });
+        },
+        ctx, err.get());
+    if (s != YETO_OK) fail(s, "registering component class '" + class_name + "' failed: " + err.message());
+  }
+
+  template <class C>
+  void add(const std::string& class_name) {
+    add(class_name, [](const std::string& config, const std::string& dir) -> std::unique_ptr<Component> {
+      return std::make_unique<C>(config, dir);
+    });
+  }
+
+ private:
+  const yeto_component_registry* r_;
+};
+
+// ---- the plugin base class --------------------------------------------------------------
+
+// One instance per run. Override the hooks of the capabilities you declare in
+// yeto_add_plugin(... CAPABILITIES ...); the others are never called.
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+
+  virtual std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) {
+    (void)model_dir, (void)model_index_json;
+    unsupported("load_pipeline");
+  }
+  virtual void prepare(const std::string& options_json) { (void)options_json; }
+  virtual void register_components(ComponentRegistry& registry) { (void)registry; }
+  virtual NamedTensors trainable_parameters() { unsupported("trainable_parameters"); }
+  virtual NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) {
+    (void)media, (void)options_json;
+    unsupported("encode_media");
+  }
+  virtual NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& extra) {
+    (void)prompts_json, (void)extra;
+    unsupported("encode_conditioning");
+  }
+  virtual NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& step_json) {
+    (void)batch, (void)step_json;
+    return {};
+  }
+  virtual at::Tensor denoise(const NamedTensors& inputs, const std::string& step_json) {
+    (void)inputs, (void)step_json;
+    unsupported("denoise");
+  }
+  virtual std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
+                                                  const std::string& step_json) {
+    (void)step_json;
+    return {prediction, target};
+  }
+  // Returns the loss; may set metrics_json to a JSON object of scalars.
+  virtual at::Tensor loss_step(const std::string& rows_json, const NamedTensors& batch, std::string& metrics_json) {
+    (void)rows_json, (void)batch, (void)metrics_json;
+    unsupported("loss_step");
+  }
+  virtual void save_artifact(const std::string& dir, const std::string& metadata_json) {
+    (void)dir, (void)metadata_json;
+    unsupported("save_artifact");
+  }
+  virtual std::string load_artifact(const std::string& dir) {
+    (void)dir;
+    unsupported("load_artifact");
+  }
+  virtual NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) {
+    (void)request_json, (void)inputs;
+    unsupported("generate");
+  }
+};
+
+namespace detail {
+
+inline Plugin& self(void* instance) { return *static_cast<Plugin*>(instance); }
+inline std::string str(const char* s) { return s ? std::string(s) : std::string(); }
+
+// Fills the hook table; only the hooks of declared capabilities are set.
+template <class P>
+void fill_hooks(yeto_plugin_v1& t, std::uint64_t caps) {
+  t.create = [](const char* config_json, void** instance, yeto_error* err) {
+    (void)config_json;
+    return guard(err, [&] { *instance = static_cast<Plugin*>(new P()); });
+  };
+  t.destroy = [](void* instance) { delete static_cast<Plugin*>(instance); };
+  if (caps & YETO_CAP_PIPELINE) {
+    t.load_pipeline = [](void* i, const char* dir, const char* index, const yeto_text_out* plan, yeto_error* err) {
+      return guard(err, [&] { write_text(self(i).load_pipeline(str(dir), str(index)), plan); });
+    };
+    t.prepare = [](void* i, const char* options, yeto_error* err) {
+      return guard(err, [&] { self(i).prepare(options ? options : "{}"); });
+    };
+  }
+  if (caps & YETO_CAP_COMPONENTS) {
+    t.register_components = [](void* i, const yeto_component_registry* r, yeto_error* err) {
+      return guard(err, [&] {
+        ComponentRegistry reg(r);
+        self(i).register_components(reg);
+      });
+    };
+  }
+  if (caps & YETO_CAP_TRAINABLE) {
+    t.trainable_parameters = [](void* i, const yeto_named_tensors_out* out, yeto_error* err) {
+      return guard(err, [&] { to_c(self(i).trainable_parameters(), out); });
+    };
+  }
+  if (caps & YETO_CAP_ENCODE_MEDIA) {
+    t.encode_media = [](void* i, const yeto_named_tensors* media, const char* options, const yeto_named_tensors_out* out,
+                        yeto_error* err) {
+      return guard(err, [&] { to_c(self(i).encode_media(from_c(media), options ? options : "{}"), out); });
+    };
+  }
+  if (caps & YETO_CAP_ENCODE_CONDITIONING) {
+    t.encode_conditioning = [](void* i, const char* prompts, const yeto_named_tensors* extra,
+                               const yeto_named_tensors_out* out, yeto_error* err) {
+      return guard(err, [&] { to_c(self(i).encode_conditioning(str(prompts), from_c(extra)), out); });
+    };
+  }
+  if (caps & YETO_CAP_DENOISER) {
+    t.denoiser_kwargs = [](void* i, const yeto_named_tensors* batch, const char* step, const yeto_named_tensors_out* out,
+                           yeto_error* err) {
+      return guard(err, [&] { to_c(self(i).denoiser_kwargs(from_c(batch), step ? step : "{}"), out); });
+    };
+    t.denoise = [](void* i, const yeto_named_tensors* inputs, const char* step, yeto_tensor* prediction,
+                   yeto_error* err) {
+      return guard(err, [&] { *prediction = to_handle(self(i).denoise(from_c(inputs), step ? step : "{}")); });
+    };
+  }
+  if (caps & YETO_CAP_ALIGN) {
+    t.align = [](void* i, yeto_tensor pred, yeto_tensor target, const char* step, yeto_tensor* pred_out,
+                 yeto_tensor* target_out, yeto_error* err) {
+      return guard(err, [&] {
+        auto [p, q] = self(i).align(borrow(pred), borrow(target), step ? step : "{}");
+        *pred_out = to_handle(std::move(p));
+        *target_out = to_handle(std::move(q));
+      });
+    };
+  }
+  if (caps & YETO_CAP_LOSS_STEP) {
+    t.loss_step = [](void* i, const char* rows, const yeto_named_tensors* batch, yeto_tensor* loss,
+                     const yeto_text_out* metrics, yeto_error* err) {
+      return guard(err, [&] {
+        std::string m;
+        *loss = to_handle(self(i).loss_step(rows ? rows : "[]", from_c(batch), m));
+        write_text(m.empty() ? "{}" : m, metrics);
+      });
+    };
+  }
+  if (caps & YETO_CAP_ARTIFACTS) {
+    t.save_artifact = [](void* i, const char* dir, const char* meta, yeto_error* err) {
+      return guard(err, [&] { self(i).save_artifact(str(dir), meta ? meta : "{}"); });
+    };
+    t.load_artifact = [](void* i, const char* dir, const yeto_text_out* meta, yeto_error* err) {
+      return guard(err, [&] { write_text(self(i).load_artifact(str(dir)), meta); });
+    };
+  }
+  if (caps & YETO_CAP_GENERATE) {
+    t.generate = [](void* i, const char* request, const yeto_named_tensors* inputs, const yeto_named_tensors_out* out,
+                    yeto_error* err) {
+      return guard(err, [&] { to_c(self(i).generate(str(request), from_c(inputs)), out); });
+    };
+  }
+}
+
+// The entry point's body: checks the host, publishes the descriptor and the hook table.
+template <class P>
+yeto_status entry(const yeto_host_api* host, const yeto_plugin_v1** out, const yeto_plugin_descriptor* descriptor,
+                  yeto_error* err) {
+  return guard(err, [&] {
+    if (!host || YETO_ABI_MAJOR(host->abi_version) != YETO_ABI_VERSION_MAJOR)
+      fail(YETO_ERR_UNSUPPORTED, "host ABI major " + std::to_string(host ? YETO_ABI_MAJOR(host->abi_version) : 0) +
+                                     " does not match this plugin's " + std::to_string(YETO_ABI_VERSION_MAJOR));
+    if (!YETO_HAS_FIELD(yeto_host_api, host, component_create))
+      fail(YETO_ERR_UNSUPPORTED, "the host's API table is older than this plugin needs");
+    Host::api_ref() = host;
+    static yeto_plugin_v1 table = [&] {
+      yeto_plugin_v1 t{};
+      t.struct_size = sizeof t;
+      t.abi_version = YETO_ABI_VERSION;
+      t.descriptor = descriptor;
+      fill_hooks<P>(t, descriptor->capabilities);
+      return t;
+    }();
+    *out = &table;
+  });
+}
+
+}  // namespace detail
+}  // namespace yeto::sdk
+
+#if defined(__has_include)
+#if __has_include(<yeto_plugin_info.h>)
+#include <yeto_plugin_info.h>
+#endif
+#endif
+
+// Defines the plugin's exported entry point for the Plugin subclass `PluginClass`, with the
+// descriptor taken from the manifest values in <yeto_plugin_info.h>.
+#define YETO_PLUGIN(PluginClass)                                                                         \
+  extern "C" YETO_PLUGIN_EXPORT yeto_status yeto_plugin_entry(const yeto_host_api* host,                 \
+                                                              const yeto_plugin_v1** out, yeto_error* err) { \
+    static const char* const families[] = {YETO_PLUGIN_INFO_FAMILIES nullptr};                           \
+    static const char* const aliases[] = {YETO_PLUGIN_INFO_ALIASES nullptr};                             \
+    static const yeto_plugin_descriptor descriptor = {sizeof(yeto_plugin_descriptor),                    \
+                                                      YETO_ABI_VERSION,                                  \
+                                                      YETO_PLUGIN_INFO_NAME,                             \
+                                                      YETO_PLUGIN_INFO_VERSION,                          \
+                                                      families,                                          \
+                                                      aliases,                                           \
+                                                      YETO_PLUGIN_INFO_CAPABILITIES,                     \
+                                                      YETO_PLUGIN_INFO_TORCH_VERSION,                    \
+                                                      YETO_PLUGIN_INFO_LICENSE_NOTICE,                   \
+                                                      YETO_PLUGIN_INFO_LICENSE_MUST_ACKNOWLEDGE};        \
+    return ::yeto::sdk::detail::entry<PluginClass>(host, out, &descriptor, err);                         \
+  }

@@ -1,0 +1,291 @@
+// The plugin SDK end to end with LibTorch: install the SDK into a temporary prefix, build
+// the template plugin out of tree against it alone, sign it with a publisher key, load it
+// and run its hooks; a graph built inside the plugin backpropagates through a loss the host
+// computes. Also the host API table (tensor handles, DLPack, config, RNG streams).
+#include <gtest/gtest.h>
+
+#include <ATen/DLConvertor.h>
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "core/error.hpp"
+#include "plugin/components.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/instance.hpp"
+#include "plugin/loader.hpp"
+#include "plugin_fixture.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+#include "yeto/status.hpp"
+#include "yeto/tensor.hpp"
+
+using namespace yeto;
+using namespace yeto::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+
+const yeto_host_api* test_host_api(const std::string& plugin) {
+  plugin::HostApiOptions o;
+  o.plugin_name = plugin;
+  o.config_values = plugin::config_values(config::Config());
+  o.seed = 7;
+  return plugin::make_host_api(std::move(o));
+}
+
+void run_ok(const std::vector<std::string>& argv) {
+  const auto r = run_process(argv);
+  ASSERT_EQ(r.exit_code, 0) << argv[0] << " " << (argv.size() > 1 ? argv[1] : "") << ":\n" << r.all();
+}
+
+// Installs the SDK, builds the template out of tree with a fresh publisher key; returns the
+// directory holding the signed plugin and the publisher's public key file.
+struct OutOfTree {
+  fs::path plugins;
+  fs::path public_key;
+  fs::path prefix;
+};
+
+OutOfTree build_template_out_of_tree() {
+  OutOfTree o;
+  const fs::path root = YETO_OOT_DIR;  // fixed path: ccache hits on reruns
+  fs::remove_all(root);
+  fs::create_directories(root);
+  o.prefix = root / "sdk";
+  run_ok({YETO_CMAKE_COMMAND, "--install", YETO_BUILD_DIR, "--prefix", o.prefix.string(), "--component", "sdk"});
+  EXPECT_TRUE(fs::exists(o.prefix / "include/yeto/plugin.h"));
+  EXPECT_TRUE(fs::exists(o.prefix / "include/yeto/plugin.hpp"));
+  EXPECT_TRUE(fs::exists(o.prefix / "lib/cmake/YetoSDK/YetoSDKConfig.cmake"));
+  const fs::path sign_tool = o.prefix / "bin/yeto-sign";
+  EXPECT_TRUE(fs::exists(sign_tool));
+  // The installed tool makes the publisher key.
+  run_ok({sign_tool.string(), "keygen", "--out", (root / "publisher").string(), "--comment", "third-party"});
+  o.public_key = root / "publisher.public";
+  // The template as installed with the SDK: nothing of the Yeto source tree is used.
+  const fs::path src = o.prefix / "share/yeto/sdk/examples/template";
+  EXPECT_TRUE(fs::exists(src / "CMakeLists.txt"));
+  std::vector<std::string> configure = {YETO_CMAKE_COMMAND, "-S", src.string(), "-B", (root / "build").string(),
+                                        "-G", "Ninja", "-DCMAKE_MAKE_PROGRAM=" + std::string(YETO_MAKE_PROGRAM),
+                                        "-DCMAKE_CXX_COMPILER=" + std::string(YETO_CXX_COMPILER),
+                                        "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + o.prefix.string(),
+                                        "-DYETO_SIGNING_KEY=" + (root / "publisher.secret").string()};
+  if (std::string(YETO_CCACHE).size() && std::string(YETO_CCACHE).find("NOTFOUND") == std::string::npos)
+    configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(YETO_CCACHE));
+  run_ok(configure);
+  run_ok({YETO_CMAKE_COMMAND, "--build", (root / "build").string()});
+  o.plugins = root / "build/plugins";
+  return o;
+}
+
+plugin::NamedTensors only(const std::string& name, const at::Tensor& t) { return {{name, t}}; }
+
+const at::Tensor& find(const plugin::NamedTensors& v, const std::string& name) {
+  for (const auto& [n, t] : v)
+    if (n == name) return t;
+  throw std::runtime_error("missing " + name);
+}
+
+}  // namespace
+
+TEST(PluginTorch, TemplateBuiltOutOfTreeLoadsAndTrains) {
+  const OutOfTree oot = build_template_out_of_tree();
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(fs::exists(oot.plugins / "template.so"));
+  ASSERT_TRUE(fs::exists(oot.plugins / "template.yeto.json"));
+  ASSERT_TRUE(fs::exists(oot.plugins / "template.yeto.sig"));
+
+  // Not trusted until the publisher's key is.
+  try {
+    plugin::load("template", options_for(oot.plugins, {build_public_key()}), test_host_api("template"));
+    FAIL() << "a plugin signed by an untrusted key loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::plugin_unknown_key) << e.what();
+  }
+  const auto& p = plugin::load("tiny-template", options_for(oot.plugins, {oot.public_key}), test_host_api("template"));
+  EXPECT_EQ(p.manifest.name, "template");
+  EXPECT_EQ(p.provenance.key_fingerprint, sign::load_public_key(oot.public_key).fingerprint());
+  EXPECT_EQ(std::string(p.descriptor.torch_version), p.manifest.torch_version);
+  EXPECT_EQ(p.descriptor.license_must_acknowledge, 0u);
+
+  plugin::Instance inst(p, plugin::config_values(config::Config()).dump());
+
+  // Component class registration: Diffusers _class_name -> constructor.
+  plugin::ComponentRegistry registry;
+  inst.register_components(registry);
+  ASSERT_TRUE(registry.has("YetoTinyDenoiser"));
+  EXPECT_EQ(registry.origin("YetoTinyDenoiser"), "plugin template");
+  {
+    std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> c(
+        registry.create("YetoTinyDenoiser", R"({"in_channels": 3, "seed": 1})", ""));
+    const auto out = plugin::component_forward(*c, {{"hidden_states", torch::randn({2, 3, 4, 4})},
+                                                    {"timestep", torch::full({2}, 0.5)}});
+    EXPECT_EQ(find(out, "sample").sizes(), (std::vector<int64_t>{2, 3, 4, 4}));
+    std::vector<std::string> names;
+    for (const auto& [n, t] : plugin::component_parameters(*c)) names.push_back(n);
+    EXPECT_EQ(names, (std::vector<std::string>{"time_embed", "proj.weight", "proj.bias"}));
+    // A plugin error crosses as a message, not a crash.
+    try {
+      plugin::component_forward(*c, {{"hidden_states", torch::randn({2, 3, 4, 4})}});
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), "no tensor named 'timestep'")) << e.what();
+    }
+  }
+  try {
+    registry.create("YetoTinyDenoizer", "{}", "");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::not_found);
+    EXPECT_TRUE(contains(e.what(), "did you mean 'YetoTinyDenoiser'")) << e.what();
+  }
+
+  EXPECT_TRUE(contains(inst.load_pipeline("/models/tiny", "{}"), "YetoTinyDenoiser"));
+  inst.prepare(R"({"in_channels": 4, "seed": 3})");
+
+  // Trainable parameters: canonical names, deterministic order.
+  const auto params = inst.trainable_parameters();
+  std::vector<std::string> names;
+  for (const auto& [n, t] : params) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"transformer.time_embed", "transformer.proj.weight",
+                                             "transformer.proj.bias"}));
+  std::vector<std::string> again;
+  for (const auto& [n, t] : inst.trainable_parameters()) again.push_back(n);
+  EXPECT_EQ(again, names);
+
+  // One step the way the host's generic path runs it: the plugin contributes kwargs and
+  // the forward; the host builds the noisy input and computes the loss, then backward.
+  torch::manual_seed(11);
+  const auto latents = torch::randn({2, 4, 3, 3});
+  const auto noise = torch::randn({2, 4, 3, 3});
+  const auto timesteps = torch::tensor({100, 900}, torch::kLong);
+  const auto kwargs = inst.denoiser_kwargs(only("timesteps", timesteps), "{}");
+  const auto& t = find(kwargs, "timestep");
+  EXPECT_TRUE(torch::allclose(t, torch::tensor({0.1f, 0.9f})));
+  const auto s = t.view({-1, 1, 1, 1});
+  auto noisy = ((1 - s) * latents + s * noise).detach().requires_grad_(true);  // a host leaf
+  const auto pred = inst.denoise({{"hidden_states", noisy}, {"timestep", t}}, "{}");
+  ASSERT_TRUE(pred.defined());
+  EXPECT_NE(pred.grad_fn(), nullptr) << "the plugin's graph must reach the host";
+  const auto [ap, at_] = inst.align(pred, noise - latents, "{}");
+  EXPECT_EQ(ap.dim(), 2);
+  const auto loss = torch::mse_loss(ap, at_);  // computed in the host
+  loss.backward();
+  for (const auto& [n, w] : params) {
+    ASSERT_TRUE(w.grad().defined()) << n << " got no gradient through the ABI";
+    EXPECT_GT(w.grad().abs().sum().item<double>(), 0.0) << n;
+  }
+  ASSERT_TRUE(noisy.grad().defined());
+  EXPECT_GT(noisy.grad().abs().sum().item<double>(), 0.0);
+
+  // The full-step hook gives a loss with its graph too.
+  for (const auto& [n, w] : params) w.mutable_grad().reset();
+  std::string metrics;
+  const auto step_loss = inst.loss_step("[]", {{"latents", latents}, {"noise", noise}, {"timesteps", timesteps}},
+                                        metrics);
+  EXPECT_TRUE(step_loss.requires_grad());
+  EXPECT_TRUE(contains(metrics, "\"loss\"")) << metrics;
+  step_loss.backward();
+  EXPECT_TRUE(find(params, "transformer.proj.weight").grad().defined());
+
+  // Artifacts round-trip through the plugin's own files.
+  TempDir dir;
+  const auto before = find(params, "transformer.proj.weight").detach().clone();
+  inst.save_artifact(dir.path().string(), R"({"step": 5})");
+  {
+    torch::NoGradGuard ng;
+    for (const auto& [n, w] : params) w.zero_();
+  }
+  EXPECT_EQ(inst.load_artifact(dir.path().string()), R"({"step": 5})");
+  EXPECT_TRUE(torch::equal(find(params, "transformer.proj.weight"), before));
+
+  // Hooks the template does not declare are refused by the host, not called.
+  try {
+    inst.generate("{}", {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::not_available);
+  }
+}
+
+TEST(PluginTorch, InTreeTemplateIsSignedWithTheBuildKeyAndTrustedByDefault) {
+  // What yeto-host run from the build tree sees: stage/plugins and stage/keys.
+  const auto o = plugin::LoaderOptions::from_config(config::Config(), {fs::path(YETO_STAGE_DIR)});
+  const auto& p = plugin::load("template", o, test_host_api("template"));
+  EXPECT_EQ(p.provenance.key_fingerprint, sign::load_public_key(build_public_key()).fingerprint());
+  EXPECT_EQ(p.provenance.library_path, (fs::path(YETO_STAGE_DIR) / "plugins/template.so").lexically_normal().string());
+}
+
+TEST(PluginTorch, HostApiTensorsDlpackConfigAndRng) {
+  const yeto_host_api* api = test_host_api("api-test");
+  sdk::ErrorBuffer err;
+  // A plain-C plugin makes tensors through the host API.
+  TempDir tmp;
+  copy_variant("cbasic", tmp.path());
+  const auto& p = plugin::load("cbasic", options_for(tmp.path(), {build_public_key()}), api);
+  plugin::Instance inst(p, "{}");
+  const auto params = inst.trainable_parameters();
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].first, "c.weight");
+  EXPECT_TRUE(torch::equal(params[0].second, torch::tensor({1.0f, 2.0f, 3.0f})));
+
+  // Handles: info, copy out, retain/release keep one TensorImpl.
+  const auto x = torch::arange(6, torch::kFloat).reshape({2, 3}).requires_grad_(true);
+  const auto h = reinterpret_cast<yeto_tensor>(x.unsafeGetTensorImpl());
+  yeto_tensor_info info{};
+  info.struct_size = sizeof info;
+  ASSERT_EQ(api->tensor_info(api->host, h, &info, err.get()), YETO_OK) << err.message();
+  EXPECT_EQ(info.dtype, YETO_DTYPE_F32);
+  EXPECT_EQ(info.ndim, 2);
+  EXPECT_EQ(info.shape[1], 3);
+  EXPECT_EQ(info.requires_grad, 1u);
+  float out[6] = {};
+  ASSERT_EQ(api->tensor_copy_to(api->host, h, out, sizeof out, err.get()), YETO_OK);
+  EXPECT_EQ(out[5], 5.0f);
+  EXPECT_EQ(api->tensor_copy_to(api->host, h, out, 4, err.get()), YETO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(err.message(), "buffer is 4 bytes")) << err.message();
+  const auto before = x.use_count();
+  yeto_tensor r = nullptr;
+  ASSERT_EQ(api->tensor_retain(api->host, h, &r, err.get()), YETO_OK);
+  EXPECT_EQ(x.use_count(), before + 1);
+  api->tensor_release(api->host, r);
+  EXPECT_EQ(x.use_count(), before);
+
+  // DLPack: export is zero-copy, import takes ownership.
+  DLManagedTensor* dl = nullptr;
+  ASSERT_EQ(api->tensor_to_dlpack(api->host, h, &dl, err.get()), YETO_OK);
+  EXPECT_EQ(dl->dl_tensor.ndim, 2);
+  EXPECT_EQ(dl->dl_tensor.data, x.data_ptr());
+  yeto_tensor back = nullptr;
+  ASSERT_EQ(api->tensor_from_dlpack(api->host, dl, &back, err.get()), YETO_OK);
+  const at::Tensor y = sdk::adopt(back);
+  EXPECT_EQ(y.data_ptr(), x.data_ptr());
+  EXPECT_FALSE(y.requires_grad());
+
+  // Config values as JSON.
+  std::string text;
+  yeto_text_out sink{sizeof(yeto_text_out), YETO_ABI_VERSION, &text,
+                     [](void* c, const char* d, size_t n) { static_cast<std::string*>(c)->append(d, n); }};
+  ASSERT_EQ(api->config_get(api->host, "lora.r", &sink, err.get()), YETO_OK) << err.message();
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(api->config_get(api->host, "no.such_key", &sink, err.get()), YETO_ERR_NOT_FOUND);
+
+  // Named RNG streams: deterministic per name, different across names.
+  yeto_rng a = nullptr, b = nullptr, c = nullptr;
+  ASSERT_EQ(api->rng_create(api->host, "noise", &a, err.get()), YETO_OK);
+  ASSERT_EQ(api->rng_create(api->host, "noise", &b, err.get()), YETO_OK);
+  ASSERT_EQ(api->rng_create(api->host, "timesteps", &c, err.get()), YETO_OK);
+  EXPECT_EQ(api->rng_seed(api->host, a), api->rng_seed(api->host, b));
+  EXPECT_NE(api->rng_seed(api->host, a), api->rng_seed(api->host, c));
+  EXPECT_EQ(api->rng_next_u64(api->host, a), api->rng_next_u64(api->host, b));
+  EXPECT_NE(api->rng_next_u64(api->host, a), api->rng_next_u64(api->host, c));
+  for (auto g : {a, b, c}) api->rng_release(api->host, g);
+  EXPECT_NE(plugin::stream_seed(7, 0, "x"), plugin::stream_seed(7, 1, "x"));
+  EXPECT_NE(plugin::stream_seed(7, 0, "x"), plugin::stream_seed(8, 0, "x"));
+
+  // Undeclared hooks are NULL in the table (cbasic declares only "trainable").
+  EXPECT_EQ(p.table.denoise, nullptr);
+  EXPECT_THROW(inst.denoise({}, "{}"), Error);
+}

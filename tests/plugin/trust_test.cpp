@@ -1,0 +1,403 @@
+// Plugin trust: keys and signatures, every refusal of the loader (each with its own exit
+// code, and without the library ever being opened when the refusal comes before opening),
+// the forward-compatibility rule, and the `plugins` command, which never opens a library.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "core/error.hpp"
+#include "plugin/loader.hpp"
+#include "plugin_fixture.hpp"
+#include "signing.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace yeto;
+using namespace yeto::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+
+// Loads `name` and returns the refusal's exit code (0 when it loaded) and message.
+std::pair<int, std::string> try_load(const std::string& name, const plugin::LoaderOptions& o) {
+  try {
+    plugin::load(name, o, bare_host_api());
+    return {0, ""};
+  } catch (const Error& e) {
+    return {e.exit_code(), e.what()};
+  }
+}
+
+class Trust : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    marker_ = tmp_ / "marker.txt";
+    set_marker(marker_);
+  }
+  plugin::LoaderOptions trusting_build(const fs::path& dir) { return options_for(dir, {build_public_key()}); }
+  TempDir tmp_;
+  fs::path marker_;
+};
+
+}  // namespace
+
+// ---- keys and signatures ---------------------------------------------------------------------
+
+TEST(Signing, KeyFilesRoundTripWithFingerprint) {
+  const auto k = sign::generate_key("alice@example");
+  const std::string pub = k.public_key().to_text();
+  EXPECT_EQ(pub.rfind("yeto-ed25519-public ", 0), 0u) << pub;
+  EXPECT_EQ(k.to_text().rfind("yeto-ed25519-secret ", 0), 0u);
+  const auto parsed = sign::parse_public_key(pub, "pub");
+  EXPECT_EQ(parsed.bytes, k.public_key().bytes);
+  EXPECT_EQ(parsed.comment, "alice@example");
+  const auto fp = parsed.fingerprint();
+  EXPECT_EQ(fp.rfind("ed25519:", 0), 0u);
+  EXPECT_EQ(fp.size(), 8u + 32u);
+  EXPECT_EQ(sign::parse_secret_key(k.to_text(), "sec").public_key().fingerprint(), fp);
+  EXPECT_NE(sign::generate_key("").public_key().fingerprint(), fp);
+}
+
+TEST(Signing, MalformedKeysNameTheFile) {
+  try {
+    sign::parse_public_key("ssh-ed25519 AAAA", "keys/bob.public");
+    FAIL() << "accepted";
+  } catch (const sign::FormatError& e) {
+    EXPECT_TRUE(contains(e.what(), "keys/bob.public")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "yeto-ed25519-public")) << e.what();
+  }
+  const auto k = sign::generate_key("");
+  EXPECT_THROW(sign::parse_secret_key(k.public_key().to_text(), "x"), sign::FormatError);
+  EXPECT_THROW(sign::parse_public_key("yeto-ed25519-public AAAA", "x"), sign::FormatError);
+}
+
+TEST(Signing, VerdictsForTamperUnknownAndRevokedKeys) {
+  const auto k = sign::generate_key("");
+  const std::string manifest = sign::read_bytes(fs::path(YETO_TEST_VARIANTS) / "cbasic" / "cbasic.yeto.json");
+  std::string lib = "\x7f" "ELF pretend library bytes";
+  const auto sig = sign::sign_plugin(lib, manifest, k);
+  EXPECT_EQ(sig.name, "cbasic");
+  EXPECT_EQ(sig.version, "1.2.3");
+  EXPECT_EQ(sig.abi, "1.0");
+  const std::vector<sign::TrustedKey> trusted = {{k.public_key(), "k.public"}};
+  EXPECT_EQ(sign::verify_plugin(lib, manifest, sig, trusted, {}).verdict, sign::Verdict::ok);
+  // The signature file's text round-trips.
+  const auto again = sign::parse_signature(sig.to_text(), "sig");
+  EXPECT_EQ(sign::verify_plugin(lib, manifest, again, trusted, {}).verdict, sign::Verdict::ok);
+
+  std::string tampered = lib;
+  tampered[3] ^= 1;
+  const auto v = sign::verify_plugin(tampered, manifest, sig, trusted, {});
+  EXPECT_EQ(v.verdict, sign::Verdict::bad_signature);
+  EXPECT_TRUE(contains(v.detail, "library")) << v.detail;
+
+  EXPECT_EQ(sign::verify_plugin(lib, manifest + " ", sig, trusted, {}).verdict, sign::Verdict::bad_signature);
+  const auto other = sign::generate_key("");
+  EXPECT_EQ(sign::verify_plugin(lib, manifest, sig, {{other.public_key(), "o"}}, {}).verdict, sign::Verdict::unknown_key);
+  EXPECT_EQ(sign::verify_plugin(lib, manifest, sig, trusted, {k.public_key().fingerprint()}).verdict,
+            sign::Verdict::revoked_key);
+
+  // A forged signature line (right hashes, wrong bytes) fails the Ed25519 check itself.
+  auto forged = sig;
+  forged.signature[0] ^= 1;
+  EXPECT_EQ(sign::verify_plugin(lib, manifest, forged, trusted, {}).verdict, sign::Verdict::bad_signature);
+  // Renaming the plugin in the signature breaks it too.
+  auto renamed = sig;
+  renamed.name = "other";
+  EXPECT_EQ(sign::verify_plugin(lib, manifest, renamed, trusted, {}).verdict, sign::Verdict::bad_signature);
+}
+
+TEST(Signing, YetoSignToolKeygenSignVerify) {
+  TempDir tmp;
+  const auto p = copy_variant("cbasic", tmp.path());
+  const std::string bin = YETO_SIGN_BIN;
+  auto r = run_process({bin, "keygen", "--out", (tmp / "pub").string(), "--comment", "publisher"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.out, "ed25519:"));
+  EXPECT_EQ(fs::status(tmp / "pub.secret").permissions() & fs::perms::group_read, fs::perms::none);
+  r = run_process({bin, "keygen", "--out", (tmp / "pub").string()});
+  EXPECT_EQ(r.exit_code, 2) << "keygen must not overwrite a key without --force";
+  r = run_process({bin, "sign", "--key", (tmp / "pub.secret").string(), "--manifest", p.manifest.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", p.manifest.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  r = run_process({bin, "verify", "--key", build_public_key().string(), "--manifest", p.manifest.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_TRUE(contains(r.err, "not among")) << r.err;
+  std::string bytes = sign::read_bytes(p.library);
+  bytes[bytes.size() / 2] ^= 0x20;
+  sign::write_text(p.library, bytes);
+  r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", p.manifest.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_TRUE(contains(r.err, "modified or replaced")) << r.err;
+  r = run_process({bin, "fingerprint", (tmp / "pub.public").string()});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("ed25519:", 0), 0u);
+}
+
+// ---- the loader -------------------------------------------------------------------------------
+
+TEST_F(Trust, BuildSignedPluginLoadsAndIsRecorded) {
+  copy_variant("cbasic", tmp_ / "plugins");
+  const auto& p = plugin::load("cbasic", trusting_build(tmp_ / "plugins"), bare_host_api());
+  EXPECT_TRUE(marker_exists(marker_)) << "the constructor marker must appear once the library is really opened";
+  EXPECT_EQ(p.manifest.name, "cbasic");
+  EXPECT_STREQ(p.descriptor.name, "cbasic");
+  EXPECT_EQ(p.descriptor.capabilities, YETO_CAP_TRAINABLE);
+  EXPECT_NE(p.table.trainable_parameters, nullptr);
+  EXPECT_TRUE(p.provenance.signature_verified);
+  EXPECT_FALSE(p.provenance.dev_override);
+  EXPECT_EQ(p.provenance.key_fingerprint, sign::load_public_key(build_public_key()).fingerprint());
+  EXPECT_EQ(p.provenance.library_sha256, sign::sha256_hex(sign::read_bytes(tmp_ / "plugins/cbasic/cbasic.so")));
+  const auto loaded = plugin::loaded_plugins();
+  ASSERT_FALSE(loaded.empty());
+  EXPECT_EQ(loaded.back().to_json()["library_sha256"], p.provenance.library_sha256);
+  // Loading it again (also through its alias) returns the same plugin.
+  EXPECT_EQ(&plugin::load("cbasic-alias", trusting_build(tmp_ / "plugins"), bare_host_api()), &p);
+}
+
+TEST_F(Trust, UnsignedIsRefusedBeforeOpening) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  fs::remove(c.signature);
+  const auto [code, msg] = try_load("cbasic", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_unsigned)) << msg;
+  EXPECT_TRUE(contains(msg, "unsigned")) << msg;
+  EXPECT_TRUE(contains(msg, "yeto-sign sign")) << msg;
+  EXPECT_FALSE(marker_exists(marker_)) << "the library was opened although it was refused";
+}
+
+TEST_F(Trust, OneByteTamperIsRefusedBeforeOpening) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  std::string bytes = sign::read_bytes(c.library);
+  bytes[bytes.size() / 3] ^= 0x01;
+  sign::write_text(c.library, bytes);
+  const auto [code, msg] = try_load("cbasic", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_bad_signature)) << msg;
+  EXPECT_TRUE(contains(msg, "modified or replaced")) << msg;
+  EXPECT_FALSE(marker_exists(marker_));
+}
+
+TEST_F(Trust, TamperedManifestIsRefused) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  edit_manifest(c, [](nlohmann::json& j) { j["capabilities"] = {"trainable", "generate"}; });
+  const auto [code, msg] = try_load("cbasic", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_bad_signature)) << msg;
+  EXPECT_TRUE(contains(msg, "manifest was modified")) << msg;
+  EXPECT_FALSE(marker_exists(marker_));
+}
+
+TEST_F(Trust, UntrustedKeyIsRefusedBeforeOpening) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  resign(c, sign::generate_key("stranger"));
+  const auto [code, msg] = try_load("cbasic", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_unknown_key)) << msg;
+  EXPECT_TRUE(contains(msg, "plugins.trusted_keys")) << msg;
+  EXPECT_FALSE(marker_exists(marker_));
+}
+
+TEST_F(Trust, KeyTrustedThroughConfigLoads) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  const auto k = sign::generate_key("publisher");
+  resign(c, k);
+  const auto pub = write_public_key(k, tmp_ / "publisher.public");
+  const auto cfg = config::Config::resolve(std::nullopt, {{"plugins.dirs", (tmp_ / "plugins").string(), "--set"},
+                                                          {"plugins.trusted_keys", pub.string(), "--set"}});
+  const auto o = plugin::LoaderOptions::from_config(cfg, {});
+  const auto& p = plugin::load("cbasic", o, bare_host_api());
+  EXPECT_EQ(p.provenance.key_fingerprint, k.public_key().fingerprint());
+  EXPECT_EQ(p.provenance.key_source, pub.string());
+}
+
+TEST_F(Trust, RevokedKeyIsRefusedEvenWhenTrusted) {
+  copy_variant("cbasic", tmp_ / "plugins");
+  auto o = trusting_build(tmp_ / "plugins");
+  o.revoked = {sign::load_public_key(build_public_key()).fingerprint()};
+  const auto [code, msg] = try_load("cbasic", o);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_revoked_key)) << msg;
+  EXPECT_TRUE(contains(msg, "revoked")) << msg;
+  EXPECT_FALSE(marker_exists(marker_));
+  // Revocation by key file, through the configuration.
+  const auto cfg = config::Config::resolve(std::nullopt, {{"plugins.revoked_keys", build_public_key().string(), "--set"}});
+  EXPECT_EQ(plugin::LoaderOptions::from_config(cfg, {}).revoked, o.revoked);
+}
+
+TEST_F(Trust, OtherAbiMajorInManifestIsRefusedBeforeOpening) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  const auto k = sign::generate_key("");
+  edit_manifest(c, [](nlohmann::json& j) { j["abi"] = "2.0"; });
+  resign(c, k);
+  const auto [code, msg] = try_load("cbasic", options_for(tmp_ / "plugins", {write_public_key(k, tmp_ / "k.public")}));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_abi_mismatch)) << msg;
+  EXPECT_TRUE(contains(msg, "ABI 2.0")) << msg;
+  EXPECT_FALSE(marker_exists(marker_));
+}
+
+TEST_F(Trust, OtherAbiMajorInTablesIsRefused) {
+  copy_variant("cabi2", tmp_ / "plugins");
+  const auto [code, msg] = try_load("cabi2", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_abi_mismatch)) << msg;
+  EXPECT_TRUE(contains(msg, "ABI 2.0")) << msg;
+}
+
+TEST_F(Trust, LargerStructSizeFromNewerMinorIsAccepted) {
+  copy_variant("cfuture", tmp_ / "plugins");
+  const auto& p = plugin::load("cfuture", trusting_build(tmp_ / "plugins"), bare_host_api());
+  // The host copied only what it knows; the plugin's own tables are larger.
+  EXPECT_EQ(p.table.struct_size, sizeof(yeto_plugin_v1));
+  EXPECT_EQ(p.descriptor.struct_size, sizeof(yeto_plugin_descriptor));
+  EXPECT_EQ(YETO_ABI_MINOR(p.descriptor.abi_version), 7u);
+  EXPECT_STREQ(p.descriptor.name, "cfuture");
+  EXPECT_NE(p.table.trainable_parameters, nullptr);
+}
+
+TEST_F(Trust, OtherLibTorchIsRefusedBeforeOpening) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  const auto k = sign::generate_key("");
+  edit_manifest(c, [](nlohmann::json& j) { j["torch_version"] = "1.99.0"; });
+  resign(c, k);
+  auto o = options_for(tmp_ / "plugins", {write_public_key(k, tmp_ / "k.public")});
+  o.host_torch_version = "1.13.0";
+  const auto [code, msg] = try_load("cbasic", o);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_torch_mismatch)) << msg;
+  EXPECT_TRUE(contains(msg, "LibTorch 1.99.0")) << msg;
+  EXPECT_TRUE(contains(msg, "Rebuild")) << msg;
+  EXPECT_FALSE(marker_exists(marker_));
+}
+
+TEST_F(Trust, MissingEntrySymbolIsRefused) {
+  copy_variant("cnoentry", tmp_ / "plugins");
+  const auto [code, msg] = try_load("cnoentry", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_no_entry)) << msg;
+  EXPECT_TRUE(contains(msg, "yeto_plugin_entry")) << msg;
+}
+
+TEST_F(Trust, LicenseMustBeAcknowledged) {
+  copy_variant("clicense", tmp_ / "plugins");
+  auto o = trusting_build(tmp_ / "plugins");
+  const auto [code, msg] = try_load("clicense", o);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_license)) << msg;
+  EXPECT_TRUE(contains(msg, "Test-only license: you must accept it; really.")) << msg;
+  EXPECT_TRUE(contains(msg, "plugins.accept_licenses")) << msg;
+  EXPECT_FALSE(marker_exists(marker_));
+  o.accept_licenses = {"clicense"};
+  EXPECT_EQ(try_load("clicense", o).first, 0);
+  EXPECT_TRUE(marker_exists(marker_));
+}
+
+TEST_F(Trust, UnknownNameSuggestsAndListsWhatExists) {
+  copy_variant("cbasic", tmp_ / "plugins");
+  const auto [code, msg] = try_load("cbasci", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_not_found)) << msg;
+  EXPECT_TRUE(contains(msg, "did you mean 'cbasic'")) << msg;
+}
+
+TEST_F(Trust, DescriptorMustAgreeWithManifest) {
+  copy_variant("cmismatch", tmp_ / "plugins");
+  const auto [code, msg] = try_load("cmismatch", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_manifest)) << msg;
+  EXPECT_TRUE(contains(msg, "version: descriptor '9.9.9' vs manifest '1.2.3'")) << msg;
+}
+
+TEST_F(Trust, MalformedManifestIsReported) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  sign::write_text(c.manifest, "{\"format\": \"yeto-plugin-manifest\", \"name\": \"cbasic\"}");
+  const auto catalog = plugin::Catalog::scan({tmp_ / "plugins"});
+  ASSERT_EQ(catalog.broken.size(), 1u);
+  EXPECT_TRUE(contains(catalog.broken[0].second, "version")) << catalog.broken[0].second;
+  try {
+    plugin::read_plugin_file(c.manifest);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::plugin_manifest);
+  }
+}
+
+TEST_F(Trust, DevelopmentOverrideLoadsUnsignedAndUntrustedButNeverTampered) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  fs::remove(c.signature);
+  auto o = trusting_build(tmp_ / "plugins");
+  o.allow_unsigned = true;
+  const auto& p = plugin::load("cbasic", o, bare_host_api());
+  EXPECT_TRUE(p.provenance.dev_override);
+  EXPECT_FALSE(p.provenance.signature_verified);
+  // A tampered (signed) plugin stays refused under the override.
+  const auto t = copy_variant("cfuture", tmp_ / "plugins2");
+  std::string bytes = sign::read_bytes(t.library);
+  bytes[bytes.size() / 2] ^= 0x01;
+  sign::write_text(t.library, bytes);
+  auto o2 = trusting_build(tmp_ / "plugins2");
+  o2.allow_unsigned = true;
+  EXPECT_EQ(try_load("cfuture", o2).first, static_cast<int>(ExitCode::plugin_bad_signature));
+}
+
+// ---- yeto-host plugins: reads manifests, never opens libraries ---------------------------------
+
+TEST_F(Trust, PluginsCommandNeverOpensALibrary) {
+  const auto c = copy_variant("cbasic", tmp_ / "plugins");
+  copy_variant("clicense", tmp_ / "plugins");
+  const std::map<std::string, std::string> env = {{"YETO_TEST_MARKER", marker_.string()}};
+  const std::vector<std::string> cfg = {"--set", "plugins.dirs=" + (tmp_ / "plugins").string(), "--set",
+                                        "plugins.trusted_keys=" + build_public_key().string()};
+  auto args = [&](std::vector<std::string> a) {
+    a.insert(a.end(), cfg.begin(), cfg.end());
+    return a;
+  };
+  auto r = run_host(args({"plugins", "list"}), "", env);
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.out, "cbasic 1.2.3")) << r.out;
+  EXPECT_TRUE(contains(r.out, "trusted")) << r.out;
+  EXPECT_TRUE(contains(r.out, "REFUSED (exit 27)")) << r.out;  // clicense, not acknowledged
+
+  r = run_host(args({"plugins", "info", "cbasic-alias", "--json"}), "", env);
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["name"], "cbasic");
+  EXPECT_EQ(j["check"]["accepted"], true);
+  EXPECT_EQ(j["check"]["provenance"]["key_fingerprint"], sign::load_public_key(build_public_key()).fingerprint());
+
+  r = run_host(args({"plugins", "verify", c.library.string()}), "", env);
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.out, "ok: cbasic 1.2.3")) << r.out;
+  EXPECT_FALSE(marker_exists(marker_)) << "a plugins subcommand opened a plugin library";
+
+  // verify exits with the refusal's own code.
+  std::string bytes = sign::read_bytes(c.library);
+  bytes[100] ^= 0x01;
+  sign::write_text(c.library, bytes);
+  r = run_host(args({"plugins", "verify", c.dir.string()}), "", env);
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_bad_signature)) << r.all();
+  fs::remove(c.signature);
+  r = run_host(args({"plugins", "verify", c.manifest.string()}), "", env);
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_unsigned)) << r.all();
+  r = run_host(args({"plugins", "verify", c.manifest.string(), "--allow-unsigned-plugins"}), "", env);
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.all(), "DEVELOPMENT OVERRIDE")) << r.all();
+  r = run_host(args({"plugins", "info", "nope"}), "", env);
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_not_found)) << r.all();
+  r = run_host(args({"plugins", "frobnicate"}), "", env);
+  EXPECT_EQ(r.exit_code, 2) << r.all();
+  EXPECT_FALSE(marker_exists(marker_));
+}
+
+TEST(PluginsCommand, BuildTreeTrustsItsOwnKeyByDefault) {
+  // yeto-host in <build>/bin finds <build>/stage/plugins and trusts <build>/stage/keys.
+  const auto r = run_host({"plugins", "info", "template"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.out, "status:        ok")) << r.out;
+  EXPECT_TRUE(contains(r.out, sign::load_public_key(build_public_key()).fingerprint())) << r.out;
+}
+
+TEST_F(Trust, EachLoadOpensItsOwnLibrary) {
+  // Regression: libraries are opened through /proc/self/fd/N; a reused N must never hand
+  // back a previously loaded plugin in place of a new one.
+  copy_variant("cbasic", tmp_ / "plugins");
+  copy_variant("cfuture", tmp_ / "plugins");
+  copy_variant("clicense", tmp_ / "plugins");
+  auto o = trusting_build(tmp_ / "plugins");
+  o.accept_licenses = {"clicense"};
+  for (const char* name : {"cbasic", "cfuture", "clicense"})
+    EXPECT_STREQ(plugin::load(name, o, bare_host_api()).descriptor.name, name);
+}
