@@ -33,7 +33,11 @@ const std::array<std::string, 256>& byte_table() {
 // The CLIP pre-tokenizer:
 //   <\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+
 // (IGNORECASE; the text is lower-cased already, so only 'ſ' folding to 's' matters).
-std::vector<std::u32string> pre_tokenize(const std::u32string& s) {
+// `fast`: the regex of CLIPTokenizerFast's pre-tokenizer (no special-token alternatives;
+// \s is Unicode White_Space, which leaves out U+001C..U+001F that str.isspace() counts).
+bool white_space(char32_t c, bool fast) { return is_space(c) && !(fast && c >= 0x1C && c <= 0x1F); }
+
+std::vector<std::u32string> pre_tokenize(const std::u32string& s, bool fast) {
   static const std::u32string kSpecials[] = {U"<|startoftext|>", U"<|endoftext|>"};
   static const std::u32string kContractions[] = {U"s", U"t", U"re", U"ve", U"m", U"ll", U"d"};
   std::vector<std::u32string> out;
@@ -43,6 +47,7 @@ std::vector<std::u32string> pre_tokenize(const std::u32string& s) {
   while (i < n) {
     bool done = false;
     for (const auto& sp : kSpecials) {
+      if (fast) break;
       if (s.compare(i, sp.size(), sp) == 0) {
         out.push_back(sp);
         i += sp.size();
@@ -79,11 +84,11 @@ std::vector<std::u32string> pre_tokenize(const std::u32string& s) {
     } else if (is_number(c)) {
       out.push_back(s.substr(i, 1));
       ++i;
-    } else if (is_space(c)) {
+    } else if (white_space(c, fast)) {
       ++i;
     } else {
       std::size_t j = i + 1;
-      while (j < n && !is_space(s[j]) && !is_letter(s[j]) && !is_number(s[j])) ++j;
+      while (j < n && !white_space(s[j], fast) && !is_letter(s[j]) && !is_number(s[j])) ++j;
       out.push_back(s.substr(i, j - i));
       i = j;
     }
@@ -91,12 +96,12 @@ std::vector<std::u32string> pre_tokenize(const std::u32string& s) {
   return out;
 }
 
-std::u32string whitespace_clean(std::u32string_view s) {
+std::u32string whitespace_clean(std::u32string_view s, bool fast = false) {
   std::u32string out;
   out.reserve(s.size());
   bool in_space = false;
   for (char32_t c : s) {
-    if (is_space(c)) {
+    if (white_space(c, fast)) {
       in_space = true;
       continue;
     }
@@ -201,6 +206,7 @@ std::unique_ptr<ClipTokenizer> ClipTokenizer::from_folder(const std::filesystem:
                                                           const std::string& class_name) {
   ClipTokenizerConfig config;
   config.class_name = class_name;
+  if (class_name == "CLIPTokenizerFast") config.cleanup = ClipTokenizerConfig::Cleanup::transformers_fast;
   const HfTokenizerFiles files = read_hf_tokenizer_files(dir);
   if (files.model_max_length) config.model_max_length = *files.model_max_length;
   if (files.bos_token) config.bos_token = *files.bos_token;
@@ -272,7 +278,8 @@ void ClipTokenizer::bpe_into(const std::string& word_bytes, std::vector<std::str
 }
 
 void ClipTokenizer::tokens_of_clean(const std::u32string& clean, std::vector<std::string>& out) const {
-  for (const auto& piece : pre_tokenize(clean)) {
+  const bool fast = config_.cleanup == ClipTokenizerConfig::Cleanup::transformers_fast;
+  for (const auto& piece : pre_tokenize(clean, fast)) {
     if (piece == U"<|startoftext|>" || piece == U"<|endoftext|>") {
       out.push_back(utf8_encode(piece));  // the BPE cache holds these two as themselves
       continue;
@@ -285,6 +292,9 @@ void ClipTokenizer::tokens_of_clean(const std::u32string& clean, std::vector<std
 }
 
 std::string ClipTokenizer::clean_text(std::string_view text) const {
+  if (config_.cleanup == ClipTokenizerConfig::Cleanup::transformers_fast) {
+    return utf8_encode(to_lower(whitespace_clean(nfc(utf8_decode(text)), true)));
+  }
   std::u32string t = fix_text(utf8_decode(text));
   if (config_.cleanup == ClipTokenizerConfig::Cleanup::openai) {
     t = html_unescape(html_unescape(t));

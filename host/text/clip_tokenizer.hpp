@@ -4,7 +4,8 @@
 // CLIP pre-tokenizer regex -> UTF-8 bytes as byte characters -> BPE merges -> vocabulary ids;
 // then [bos] + ids + [eos], truncation to max_length and padding with the configured pad id.
 // Cleanup::openai reproduces OpenAI's simple_tokenizer instead (it also applies
-// html.unescape twice and does not split added tokens first).
+// html.unescape twice and does not split added tokens first); Cleanup::transformers_fast is
+// CLIPTokenizerFast's normalizer (NFC, whitespace collapse, lower-case; no ftfy).
 #pragma once
 
 #include <filesystem>
@@ -19,7 +20,7 @@
 namespace yeto::text {
 
 struct ClipTokenizerConfig {
-  enum class Cleanup { transformers, openai };
+  enum class Cleanup { transformers, openai, transformers_fast };
   Cleanup cleanup = Cleanup::transformers;
   std::string class_name = "CLIPTokenizer";
   std::int64_t model_max_length = 77;
@@ -39,7 +40,8 @@ class ClipTokenizer final : public Tokenizer {
                                                    const std::filesystem::path& merges_txt,
                                                    ClipTokenizerConfig config = {});
   // A Diffusers tokenizer folder: vocab.json, merges.txt, and when present
-  // tokenizer_config.json / special_tokens_map.json.
+  // tokenizer_config.json / special_tokens_map.json. "CLIPTokenizerFast" selects
+  // Cleanup::transformers_fast.
   static std::unique_ptr<ClipTokenizer> from_folder(const std::filesystem::path& dir,
                                                     const std::string& class_name = "CLIPTokenizer");
 

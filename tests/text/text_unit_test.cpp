@@ -4,6 +4,8 @@
 
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.hpp"
 #include "io/component_registry.hpp"
 #include "support/temp_dir.hpp"
@@ -160,6 +162,35 @@ TEST(ClipTokenizer, RepositoryFoldersDecidePadAndAddedTokens) {
                                                        0, 0, 0, 0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(g->tokenize("wow!"), (std::vector<std::int64_t>{*g->token_to_id("wow</w>"), 0}));
   EXPECT_EQ(l->tokenize("wow!"), (std::vector<std::int64_t>{*l->token_to_id("wow</w>"), 256}));  // "!</w>"
+}
+
+// CLIPTokenizerFast normalizes with NFC + whitespace + lower-case only: it agrees with the
+// slow tokenizer wherever ftfy changes nothing, and differs where ftfy's fixes matter.
+TEST(ClipTokenizer, FastVariantSkipsFtfy) {
+  ClipTokenizerConfig config;
+  config.cleanup = ClipTokenizerConfig::Cleanup::transformers_fast;
+  config.class_name = "CLIPTokenizerFast";
+  const auto fast = ClipTokenizer::from_files(kVocab / "vocab.json", kVocab / "merges.txt", config);
+  std::ifstream in(kFixtures / "parity" / "clip-tokenizer" / "case.json");
+  const auto cs = nlohmann::json::parse(in);
+  int same = 0, differ = 0;
+  for (const auto& s : cs["strings"]) {
+    const std::string text = s["text"].get<std::string>();
+    const auto hf = s.contains("ids_without_html_unescape") ? s["ids_without_html_unescape"] : s["ids"];
+    const bool nfc_only = s["name"] == "accents_decomposed";
+    if (!s["ftfy_changes_text"].get<bool>() || nfc_only) {
+      EXPECT_EQ(fast->tokenize(text), hf.get<std::vector<std::int64_t>>()) << s["name"];
+      ++same;
+    } else if (s["name"] == "ligatures" || s["name"] == "fullwidth" || s["name"] == "mojibake" || s["name"] == "html_entities") {
+      EXPECT_NE(fast->tokenize(text), hf.get<std::vector<std::int64_t>>()) << s["name"];
+      ++differ;
+    }
+  }
+  EXPECT_EQ(same, 20);
+  EXPECT_EQ(differ, 4);
+  const auto folder = ClipTokenizer::from_folder(kFixtures / "repos" / "flux-tiny" / "tokenizer", "CLIPTokenizerFast");
+  EXPECT_EQ(folder->config().cleanup, ClipTokenizerConfig::Cleanup::transformers_fast);
+  EXPECT_EQ(folder->class_name(), "CLIPTokenizerFast");
 }
 
 TEST(SentencePiece, NormalizerAndSegmentation) {
