@@ -1,0 +1,126 @@
+// A Linear layer that can carry LoRA adapters, laid out the way PEFT lays them out.
+//
+// Parameter names: the base layer registers `weight` and `bias` directly (so a module built from
+// these layers has exactly the Diffusers/transformers state-dict names, e.g.
+// `transformer_blocks.0.attn.to_q.weight`), and each adapter adds `lora_A.<adapter>.weight`
+// [r, in] and `lora_B.<adapter>.weight` [out, r], PEFT's in-memory names. PEFT files drop the
+// adapter name (`...to_q.lora_A.weight`); lora_state_dict()/load_lora_state_dict() convert.
+//
+// forward(x) = x W^T + b + sum over active, unmerged adapters of scale * B(A(dropout(x))),
+// scale = alpha / r (alpha / sqrt(r) with use_rslora), as PEFT computes it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace yeto::nn {
+
+struct LoraConfig {
+  std::int64_t r = 4;
+  double alpha = 4.0;
+  double dropout = 0.0;
+  bool use_rslora = false;
+  // "kaiming" (PEFT's default: A ~ U(-1/sqrt(in), 1/sqrt(in)), B = 0), "gaussian"
+  // (A ~ N(0, 1/r), B = 0) or "zeros" (both zero, for loading).
+  std::string init = "kaiming";
+  double scale() const;  // alpha / r, or alpha / sqrt(r) with use_rslora
+};
+
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(std::int64_t in_features, std::int64_t out_features, bool bias = true);
+
+  at::Tensor forward(const at::Tensor& x);
+
+  std::int64_t in_features() const { return in_; }
+  std::int64_t out_features() const { return out_; }
+
+  // Adds an adapter. Adding the first adapter freezes the base weight and bias
+  // (requires_grad = false), as PEFT does; the adapter's tensors require grad. `generator`
+  // seeds the A initialisation (a CPU generator; the default generator when absent). Throws
+  // std::invalid_argument for r <= 0, a name containing '.', or an existing name.
+  void add_adapter(const std::string& name, const LoraConfig& config,
+                   std::optional<at::Generator> generator = std::nullopt);
+  void remove_adapter(const std::string& name);
+  bool has_adapter(const std::string& name) const;
+  std::vector<std::string> adapters() const;  // in the order they were added
+  const LoraConfig& adapter_config(const std::string& name) const;
+
+  // Adapters that forward() applies (all, by default). Unknown names throw.
+  void set_active_adapters(const std::vector<std::string>& names);
+  std::vector<std::string> active_adapters() const;
+  // Multiplies an adapter's alpha/r scale (PEFT's set_scale / the `scale` of load_lora_weights).
+  void set_scale_multiplier(const std::string& name, double multiplier);
+  double scale(const std::string& name) const;  // alpha/r x multiplier
+
+  at::Tensor lora_A(const std::string& name) const;
+  at::Tensor lora_B(const std::string& name) const;
+  // scale * B @ A, [out, in], computed in float32 and returned in the weight's dtype.
+  at::Tensor delta_weight(const std::string& name) const;
+
+  // Folds the active adapters into the base weight (W += scale B A); forward then skips them.
+  // unmerge() subtracts them again. Both are no-ops for adapters already in that state.
+  void merge();
+  void unmerge();
+  bool merged(const std::string& name) const;
+
+  // Base parameters trainable or frozen (adapters are unaffected).
+  void set_base_trainable(bool trainable);
+
+  at::Tensor weight;
+  at::Tensor bias;  // undefined when the layer has no bias
+
+ private:
+  struct Adapter {
+    LoraConfig config;
+    double multiplier = 1.0;
+    bool active = true;
+    bool merged = false;
+  };
+  const Adapter& adapter(const std::string& name) const;
+  Adapter& adapter(const std::string& name);
+
+  std::int64_t in_;
+  std::int64_t out_;
+  std::vector<std::string> order_;
+  std::map<std::string, Adapter> adapters_;
+  std::shared_ptr<torch::nn::Module> lora_A_;  // children named by adapter, each holding `weight`
+  std::shared_ptr<torch::nn::Module> lora_B_;
+};
+TORCH_MODULE(Linear);
+
+// Every LoRA-capable Linear under `root`, with its dotted path from root.
+std::vector<std::pair<std::string, Linear>> lora_capable_layers(torch::nn::Module& root);
+
+// PEFT's target matching: a layer at path P is targeted by key K when P == K or P ends with
+// "." + K. An empty target list means every LoRA-capable layer.
+bool matches_target(const std::string& path, const std::vector<std::string>& targets);
+
+// Adds adapter `name` to every targeted layer and returns the paths adapted (sorted). Throws
+// std::invalid_argument when no layer matches, listing a few layer paths that exist.
+std::vector<std::string> add_lora(torch::nn::Module& root, const std::vector<std::string>& targets,
+                                  const LoraConfig& config, const std::string& name = "default",
+                                  std::optional<at::Generator> generator = std::nullopt);
+
+// The adapter's tensors under PEFT file names: "<path>.lora_A.weight" / "<path>.lora_B.weight"
+// (no adapter name), optionally with a prefix such as "transformer." or "base_model.model.".
+std::map<std::string, at::Tensor> lora_state_dict(torch::nn::Module& root, const std::string& name = "default",
+                                                  const std::string& prefix = "");
+
+// Loads PEFT/Diffusers-format LoRA tensors ("<path>.lora_A.weight", "<path>.lora_A.<adapter>.weight"
+// or with the `prefix` stripped first) into adapter `name`, creating it on each layer found with
+// `config` (its r is taken from the tensors). Returns the layer paths loaded. Throws
+// std::invalid_argument for a key whose layer does not exist or has the wrong shape.
+std::vector<std::string> load_lora_state_dict(torch::nn::Module& root,
+                                              const std::map<std::string, at::Tensor>& tensors,
+                                              const LoraConfig& config, const std::string& name = "default",
+                                              const std::string& prefix = "");
+
+}  // namespace yeto::nn

@@ -1,0 +1,115 @@
+#include "yeto/nn/checkpoint.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+namespace yeto::nn {
+
+namespace {
+
+// The autograd node that stands for the whole checkpointed block.
+class CheckpointNode : public torch::autograd::Node {
+ public:
+  CheckpointNode(CheckpointFn fn, std::vector<at::Tensor> saved, std::vector<bool> needs_grad, at::Tensor rng)
+      : fn_(std::move(fn)), saved_(std::move(saved)), needs_grad_(std::move(needs_grad)), rng_(std::move(rng)) {}
+
+  std::string name() const override { return "yeto::nn::CheckpointBackward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(saved_.size());
+    for (std::size_t i = 0; i < saved_.size(); ++i) {
+      auto t = saved_[i].defined() ? saved_[i].detach() : saved_[i];
+      if (t.defined() && needs_grad_[i]) t.requires_grad_(true);
+      inputs.push_back(t);
+    }
+    std::vector<at::Tensor> outputs;
+    {
+      // Recompute with the RNG as it was for the original forward, then put the RNG back.
+      auto gen = at::detail::getDefaultCPUGenerator();
+      at::Tensor now;
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        now = gen.get_state();
+        gen.set_state(rng_);
+      }
+      at::AutoGradMode enable(true);
+      outputs = fn_(inputs);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(now);
+    }
+    std::vector<at::Tensor> roots, root_grads;
+    for (std::size_t j = 0; j < outputs.size() && j < grads.size(); ++j) {
+      if (outputs[j].defined() && outputs[j].requires_grad() && grads[j].defined()) {
+        roots.push_back(outputs[j]);
+        root_grads.push_back(grads[j]);
+      }
+    }
+    if (!roots.empty()) {
+      // Accumulates into the parameters fn captured and into the detached input copies.
+      torch::autograd::backward(roots, root_grads);
+    }
+    torch::autograd::variable_list result;
+    result.reserve(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      result.push_back(needs_grad_[i] && inputs[i].defined() ? inputs[i].grad() : at::Tensor());
+    }
+    saved_.clear();
+    return result;
+  }
+
+ private:
+  CheckpointFn fn_;
+  std::vector<at::Tensor> saved_;
+  std::vector<bool> needs_grad_;
+  at::Tensor rng_;
+};
+
+}  // namespace
+
+std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs) {
+  if (!at::GradMode::is_enabled()) {
+    return fn(inputs);
+  }
+  at::Tensor rng;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng = gen.get_state();
+  }
+  std::vector<at::Tensor> outputs;
+  {
+    at::NoGradGuard no_grad;
+    outputs = fn(inputs);
+  }
+  std::vector<at::Tensor> saved;
+  std::vector<bool> needs;
+  for (const auto& t : inputs) {
+    saved.push_back(t.defined() ? t.detach() : t);
+    needs.push_back(t.defined() && t.requires_grad());
+  }
+  auto node = std::shared_ptr<CheckpointNode>(new CheckpointNode(fn, std::move(saved), std::move(needs), rng),
+                                              torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  for (auto& out : outputs) {
+    if (!out.defined() || !at::isFloatingType(out.scalar_type())) continue;
+    // A fresh tensor: views or aliases of the inputs cannot take a new grad_fn.
+    if (out.is_view() || !out.is_leaf()) out = out.clone();
+    for (const auto& in : inputs) {
+      if (in.defined() && out.is_same(in)) out = out.clone();
+    }
+    torch::autograd::set_history(out, node);
+  }
+  return outputs;
+}
+
+at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input) {
+  auto outs = checkpoint([fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; },
+                         std::vector<at::Tensor>{input});
+  return outs[0];
+}
+
+}  // namespace yeto::nn

@@ -1,0 +1,353 @@
+#include "yeto/nn/linear.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional.h>
+
+namespace yeto::nn {
+
+namespace {
+
+// A holder for one adapter matrix, so the parameter is named `<adapter>.weight`.
+class LoraMatrixImpl : public torch::nn::Module {
+ public:
+  explicit LoraMatrixImpl(at::Tensor w) { weight = register_parameter("weight", std::move(w)); }
+  at::Tensor weight;
+};
+
+at::Tensor matrix_of(const std::shared_ptr<torch::nn::Module>& dict, const std::string& name) {
+  for (const auto& child : dict->named_children()) {
+    if (child.key() == name) {
+      return child.value()->as<LoraMatrixImpl>()->weight;
+    }
+  }
+  throw std::invalid_argument("LoRA adapter '" + name + "' has no matrix");
+}
+
+}  // namespace
+
+double LoraConfig::scale() const {
+  if (r <= 0) return 0.0;
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features, bool with_bias)
+    : in_(in_features), out_(out_features) {
+  if (in_features <= 0 || out_features <= 0) {
+    throw std::invalid_argument("Linear: features must be positive (got in=" + std::to_string(in_features) +
+                                ", out=" + std::to_string(out_features) + ")");
+  }
+  // torch.nn.Linear's default initialisation; real weights are loaded over it.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight = register_parameter("weight", at::empty({out_features, in_features}).uniform_(-bound, bound));
+  if (with_bias) {
+    bias = register_parameter("bias", at::empty({out_features}).uniform_(-bound, bound));
+  }
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  auto y = at::linear(x, weight, bias);
+  for (const auto& name : order_) {
+    const auto& a = adapters_.at(name);
+    if (!a.active || a.merged) continue;
+    auto A = matrix_of(lora_A_, name);
+    auto B = matrix_of(lora_B_, name);
+    auto h = x.to(A.scalar_type());
+    if (a.config.dropout > 0.0) {
+      h = at::dropout(h, a.config.dropout, is_training());
+    }
+    auto delta = at::linear(at::linear(h, A), B) * (a.config.scale() * a.multiplier);
+    y = y + delta.to(y.scalar_type());
+  }
+  return y;
+}
+
+void LinearImpl::add_adapter(const std::string& name, const LoraConfig& config,
+                             std::optional<at::Generator> generator) {
+  if (name.empty() || name.find('.') != std::string::npos) {
+    throw std::invalid_argument("LoRA adapter name '" + name + "' must be non-empty and contain no '.'");
+  }
+  if (config.r <= 0) {
+    throw std::invalid_argument("LoRA adapter '" + name + "': rank r must be positive (got " +
+                                std::to_string(config.r) + ")");
+  }
+  if (adapters_.count(name)) {
+    throw std::invalid_argument("LoRA adapter '" + name + "' already exists on this layer");
+  }
+  if (!lora_A_) {
+    lora_A_ = register_module("lora_A", std::make_shared<torch::nn::Module>("lora_A"));
+    lora_B_ = register_module("lora_B", std::make_shared<torch::nn::Module>("lora_B"));
+  }
+  const auto opts = weight.options().dtype(at::kFloat);
+  auto A = at::zeros({config.r, in_}, opts);
+  auto B = at::zeros({out_, config.r}, opts);
+  {
+    at::NoGradGuard no_grad;
+    c10::optional<at::Generator> gen;
+    if (generator) gen = *generator;
+    if (config.init == "kaiming") {
+      // kaiming_uniform_(a = sqrt(5)) on [r, in]: bound = 1 / sqrt(in).
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+      if (A.is_cpu() || !gen) {
+        A.uniform_(-bound, bound, gen);
+      } else {
+        A.copy_(at::empty(A.sizes()).uniform_(-bound, bound, gen));
+      }
+    } else if (config.init == "gaussian") {
+      if (A.is_cpu() || !gen) {
+        A.normal_(0.0, 1.0 / static_cast<double>(config.r), gen);
+      } else {
+        A.copy_(at::empty(A.sizes()).normal_(0.0, 1.0 / static_cast<double>(config.r), gen));
+      }
+    } else if (config.init != "zeros") {
+      throw std::invalid_argument("LoRA adapter '" + name + "': unknown init '" + config.init +
+                                  "' (expected kaiming, gaussian or zeros)");
+    }
+  }
+  lora_A_->register_module(name, std::make_shared<LoraMatrixImpl>(A));
+  lora_B_->register_module(name, std::make_shared<LoraMatrixImpl>(B));
+  adapters_[name] = Adapter{config};
+  order_.push_back(name);
+  set_base_trainable(false);
+}
+
+void LinearImpl::remove_adapter(const std::string& name) {
+  auto& a = adapter(name);
+  if (a.merged) {
+    // Take it out of the base weight first so removal never leaves a merged remnant.
+    at::NoGradGuard no_grad;
+    weight.sub_(delta_weight(name));
+  }
+  adapters_.erase(name);
+  order_.erase(std::find(order_.begin(), order_.end(), name));
+  // LibTorch cannot unregister a child; rebuild the two holders without it.
+  auto rebuild = [&](std::shared_ptr<torch::nn::Module>& dict, const char* label) {
+    auto fresh = std::make_shared<torch::nn::Module>(label);
+    for (const auto& child : dict->named_children()) {
+      if (child.key() != name) fresh->register_module(child.key(), child.value());
+    }
+    dict = replace_module(label, fresh);
+  };
+  rebuild(lora_A_, "lora_A");
+  rebuild(lora_B_, "lora_B");
+}
+
+bool LinearImpl::has_adapter(const std::string& name) const { return adapters_.count(name) != 0; }
+
+std::vector<std::string> LinearImpl::adapters() const { return order_; }
+
+const LinearImpl::Adapter& LinearImpl::adapter(const std::string& name) const {
+  auto it = adapters_.find(name);
+  if (it == adapters_.end()) {
+    std::string known;
+    for (const auto& n : order_) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("no LoRA adapter '" + name + "' on this layer (adapters: " +
+                                (known.empty() ? std::string("none") : known) + ")");
+  }
+  return it->second;
+}
+
+LinearImpl::Adapter& LinearImpl::adapter(const std::string& name) {
+  return const_cast<Adapter&>(static_cast<const LinearImpl*>(this)->adapter(name));
+}
+
+const LoraConfig& LinearImpl::adapter_config(const std::string& name) const { return adapter(name).config; }
+
+void LinearImpl::set_active_adapters(const std::vector<std::string>& names) {
+  for (const auto& n : names) (void)adapter(n);
+  for (auto& [n, a] : adapters_) {
+    a.active = std::find(names.begin(), names.end(), n) != names.end();
+  }
+}
+
+std::vector<std::string> LinearImpl::active_adapters() const {
+  std::vector<std::string> out;
+  for (const auto& n : order_) {
+    if (adapters_.at(n).active) out.push_back(n);
+  }
+  return out;
+}
+
+void LinearImpl::set_scale_multiplier(const std::string& name, double multiplier) {
+  auto& a = adapter(name);
+  if (a.merged) {
+    throw std::invalid_argument("LoRA adapter '" + name + "' is merged; unmerge before changing its scale");
+  }
+  a.multiplier = multiplier;
+}
+
+double LinearImpl::scale(const std::string& name) const {
+  const auto& a = adapter(name);
+  return a.config.scale() * a.multiplier;
+}
+
+at::Tensor LinearImpl::lora_A(const std::string& name) const {
+  (void)adapter(name);
+  return matrix_of(lora_A_, name);
+}
+
+at::Tensor LinearImpl::lora_B(const std::string& name) const {
+  (void)adapter(name);
+  return matrix_of(lora_B_, name);
+}
+
+at::Tensor LinearImpl::delta_weight(const std::string& name) const {
+  const double s = scale(name);
+  auto A = matrix_of(lora_A_, name).to(at::kFloat);
+  auto B = matrix_of(lora_B_, name).to(at::kFloat);
+  return (at::matmul(B, A) * s).to(weight.scalar_type());
+}
+
+void LinearImpl::merge() {
+  at::NoGradGuard no_grad;
+  for (const auto& name : order_) {
+    auto& a = adapters_.at(name);
+    if (!a.active || a.merged) continue;
+    weight.add_(delta_weight(name));
+    a.merged = true;
+  }
+}
+
+void LinearImpl::unmerge() {
+  at::NoGradGuard no_grad;
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    auto& a = adapters_.at(*it);
+    if (!a.merged) continue;
+    weight.sub_(delta_weight(*it));
+    a.merged = false;
+  }
+}
+
+bool LinearImpl::merged(const std::string& name) const { return adapter(name).merged; }
+
+void LinearImpl::set_base_trainable(bool trainable) {
+  weight.set_requires_grad(trainable);
+  if (bias.defined()) bias.set_requires_grad(trainable);
+}
+
+std::vector<std::pair<std::string, Linear>> lora_capable_layers(torch::nn::Module& root) {
+  std::vector<std::pair<std::string, Linear>> out;
+  for (const auto& item : root.named_modules("", /*include_self=*/true)) {
+    if (auto lin = std::dynamic_pointer_cast<LinearImpl>(item.value())) {
+      out.emplace_back(item.key(), Linear(lin));
+    }
+  }
+  return out;
+}
+
+bool matches_target(const std::string& path, const std::vector<std::string>& targets) {
+  if (targets.empty()) return true;
+  for (const auto& t : targets) {
+    if (path == t) return true;
+    if (path.size() > t.size() && path.compare(path.size() - t.size(), t.size(), t) == 0 &&
+        path[path.size() - t.size() - 1] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> add_lora(torch::nn::Module& root, const std::vector<std::string>& targets,
+                                  const LoraConfig& config, const std::string& name,
+                                  std::optional<at::Generator> generator) {
+  std::vector<std::string> done;
+  auto layers = lora_capable_layers(root);
+  // Deterministic: initialise in sorted path order whatever the registration order.
+  std::sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [path, layer] : layers) {
+    if (!matches_target(path, targets)) continue;
+    layer->add_adapter(name, config, generator);
+    done.push_back(path);
+  }
+  if (done.empty()) {
+    std::ostringstream msg;
+    msg << "LoRA targets matched no layer:";
+    for (const auto& t : targets) msg << " '" << t << "'";
+    msg << ". Linear layers here include:";
+    std::size_t shown = 0;
+    for (const auto& [path, layer] : layers) {
+      if (shown++ == 8) {
+        msg << " ...";
+        break;
+      }
+      msg << " " << path;
+    }
+    throw std::invalid_argument(msg.str());
+  }
+  return done;
+}
+
+std::map<std::string, at::Tensor> lora_state_dict(torch::nn::Module& root, const std::string& name,
+                                                  const std::string& prefix) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [path, layer] : lora_capable_layers(root)) {
+    if (!layer->has_adapter(name)) continue;
+    const std::string base = prefix + path + (path.empty() ? "" : ".");
+    out[base + "lora_A.weight"] = layer->lora_A(name).detach();
+    out[base + "lora_B.weight"] = layer->lora_B(name).detach();
+  }
+  return out;
+}
+
+std::vector<std::string> load_lora_state_dict(torch::nn::Module& root,
+                                              const std::map<std::string, at::Tensor>& tensors,
+                                              const LoraConfig& config, const std::string& name,
+                                              const std::string& prefix) {
+  std::map<std::string, Linear> by_path;
+  for (auto& [path, layer] : lora_capable_layers(root)) by_path.emplace(path, layer);
+
+  struct Pair {
+    at::Tensor A, B;
+  };
+  std::map<std::string, Pair> pairs;
+  for (const auto& [key, t] : tensors) {
+    std::string k = key;
+    if (!prefix.empty()) {
+      if (k.rfind(prefix, 0) != 0) continue;
+      k = k.substr(prefix.size());
+    }
+    for (const char* which : {".lora_A.", ".lora_B."}) {
+      const auto pos = k.find(which);
+      if (pos == std::string::npos) continue;
+      const std::string rest = k.substr(pos + 8);
+      if (rest != "weight" && rest != name + ".weight") continue;
+      auto& p = pairs[k.substr(0, pos)];
+      (which[6] == 'A' ? p.A : p.B) = t;
+    }
+  }
+  std::vector<std::string> loaded;
+  for (auto& [path, p] : pairs) {
+    auto it = by_path.find(path);
+    if (it == by_path.end()) {
+      throw std::invalid_argument("LoRA tensor for '" + prefix + path + "' names no Linear layer of this model");
+    }
+    if (!p.A.defined() || !p.B.defined()) {
+      throw std::invalid_argument("LoRA layer '" + prefix + path + "' has only one of lora_A / lora_B");
+    }
+    auto& layer = it->second;
+    const auto r = p.A.size(0);
+    if (p.A.dim() != 2 || p.B.dim() != 2 || p.A.size(1) != layer->in_features() ||
+        p.B.size(0) != layer->out_features() || p.B.size(1) != r) {
+      throw std::invalid_argument("LoRA layer '" + prefix + path + "': lora_A " + std::to_string(p.A.size(0)) +
+                                  "x" + std::to_string(p.A.dim() > 1 ? p.A.size(1) : 0) + " / lora_B do not fit a " +
+                                  std::to_string(layer->in_features()) + " -> " +
+                                  std::to_string(layer->out_features()) + " layer");
+    }
+    LoraConfig cfg = config;
+    cfg.r = r;
+    cfg.init = "zeros";
+    if (layer->has_adapter(name)) layer->remove_adapter(name);
+    layer->add_adapter(name, cfg);
+    at::NoGradGuard no_grad;
+    layer->lora_A(name).copy_(p.A);
+    layer->lora_B(name).copy_(p.B);
+    loaded.push_back(path);
+  }
+  return loaded;
+}
+
+}  // namespace yeto::nn

@@ -1,0 +1,160 @@
+// Norms and activations (one translation unit: both are small).
+#include <cmath>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+#include "yeto/nn/activations.hpp"
+#include "yeto/nn/norms.hpp"
+
+namespace yeto::nn {
+
+// ---- activations -------------------------------------------------------------------------------
+
+Activation parse_activation(const std::string& name) {
+  if (name == "silu" || name == "swish") return Activation::silu;
+  if (name == "gelu") return Activation::gelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast" || name == "gelu-approximate" ||
+      name == "gelu_tanh") {
+    return Activation::gelu_tanh;
+  }
+  if (name == "quick_gelu") return Activation::quick_gelu;
+  if (name == "relu") return Activation::relu;
+  if (name == "mish") return Activation::mish;
+  if (name == "linear" || name == "identity" || name.empty()) return Activation::identity;
+  throw std::invalid_argument("unknown activation '" + name +
+                              "' (expected one of: silu, swish, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, "
+                              "quick_gelu, relu, mish, linear)");
+}
+
+std::string activation_name(Activation a) {
+  switch (a) {
+    case Activation::identity: return "linear";
+    case Activation::relu: return "relu";
+    case Activation::silu: return "silu";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_new";
+    case Activation::quick_gelu: return "quick_gelu";
+    case Activation::mish: return "mish";
+  }
+  return "?";
+}
+
+at::Tensor quick_gelu(const at::Tensor& x) { return x * at::sigmoid(x * 1.702); }
+
+at::Tensor gelu_tanh(const at::Tensor& x) {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), transformers' NewGELUActivation.
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + at::tanh(c * (x + 0.044715 * at::pow(x, 3.0))));
+}
+
+at::Tensor apply_activation(Activation a, const at::Tensor& x) {
+  switch (a) {
+    case Activation::identity: return x;
+    case Activation::relu: return at::relu(x);
+    case Activation::silu: return at::silu(x);
+    case Activation::gelu: return at::gelu(x);
+    case Activation::gelu_tanh: return gelu_tanh(x);
+    case Activation::quick_gelu: return quick_gelu(x);
+    case Activation::mish: return at::mish(x);
+  }
+  return x;
+}
+
+// ---- norms -------------------------------------------------------------------------------------
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const auto in_dtype = x.scalar_type();
+  auto xf = x.to(at::kFloat);
+  auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  auto y = xf * at::rsqrt(var + eps);
+  if (weight.defined()) {
+    const auto wd = weight.scalar_type();
+    if (wd == at::kHalf || wd == at::kBFloat16) y = y.to(wd);
+    return y * weight;
+  }
+  return y.to(in_dtype);
+}
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, bool elementwise_affine, bool with_bias) : eps(eps_) {
+  if (elementwise_affine) {
+    weight = register_parameter("weight", at::ones({dim}));
+    if (with_bias) bias = register_parameter("bias", at::zeros({dim}));
+  }
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  // As Diffusers: a float32 weight on a half input gives a float32 result.
+  auto y = rms_norm(x, weight, eps);
+  return bias.defined() ? y + bias : y;
+}
+
+LayerNormImpl::LayerNormImpl(std::int64_t dim_, double eps_, bool elementwise_affine, bool with_bias)
+    : dim(dim_), eps(eps_) {
+  if (elementwise_affine) {
+    weight = register_parameter("weight", at::ones({dim_}));
+    if (with_bias) bias = register_parameter("bias", at::zeros({dim_}));
+  }
+}
+
+at::Tensor LayerNormImpl::forward(const at::Tensor& x) { return at::layer_norm(x, {dim}, weight, bias, eps); }
+
+at::Tensor modulate(const at::Tensor& normed, const at::Tensor& shift, const at::Tensor& scale) {
+  return normed * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+AdaLayerNormZeroImpl::AdaLayerNormZeroImpl(std::int64_t embedding_dim, bool bias) {
+  linear = register_module("linear", Linear(embedding_dim, 6 * embedding_dim, bias));
+  norm = register_module("norm", LayerNorm(embedding_dim, 1e-6, false, false));
+}
+
+AdaZeroOut AdaLayerNormZeroImpl::forward(const at::Tensor& x, const at::Tensor& emb) {
+  auto e = linear(at::silu(emb));
+  auto parts = e.chunk(6, 1);
+  AdaZeroOut out;
+  out.x = modulate(norm(x), parts[0], parts[1]);
+  out.gate_msa = parts[2];
+  out.shift_mlp = parts[3];
+  out.scale_mlp = parts[4];
+  out.gate_mlp = parts[5];
+  return out;
+}
+
+AdaLayerNormZeroSingleImpl::AdaLayerNormZeroSingleImpl(std::int64_t embedding_dim, bool bias) {
+  linear = register_module("linear", Linear(embedding_dim, 3 * embedding_dim, bias));
+  norm = register_module("norm", LayerNorm(embedding_dim, 1e-6, false, false));
+}
+
+std::tuple<at::Tensor, at::Tensor> AdaLayerNormZeroSingleImpl::forward(const at::Tensor& x, const at::Tensor& emb) {
+  auto parts = linear(at::silu(emb)).chunk(3, 1);
+  return {modulate(norm(x), parts[0], parts[1]), parts[2]};
+}
+
+AdaLayerNormContinuousImpl::AdaLayerNormContinuousImpl(std::int64_t embedding_dim,
+                                                       std::int64_t conditioning_embedding_dim,
+                                                       bool elementwise_affine, double eps, bool bias,
+                                                       const std::string& norm_type) {
+  linear = register_module("linear", Linear(conditioning_embedding_dim, 2 * embedding_dim, bias));
+  if (norm_type == "layer_norm") {
+    norm = register_module("norm", std::make_shared<LayerNormImpl>(embedding_dim, eps, elementwise_affine, bias));
+  } else if (norm_type == "rms_norm") {
+    norm = register_module("norm", std::make_shared<RMSNormImpl>(embedding_dim, eps, elementwise_affine));
+  } else {
+    throw std::invalid_argument("AdaLayerNormContinuous: unknown norm_type '" + norm_type +
+                                "' (expected layer_norm or rms_norm)");
+  }
+}
+
+at::Tensor AdaLayerNormContinuousImpl::forward(const at::Tensor& x, const at::Tensor& conditioning) {
+  auto emb = linear(at::silu(conditioning).to(x.scalar_type()));
+  auto parts = emb.chunk(2, 1);  // scale first, then shift (Diffusers' order)
+  at::Tensor normed;
+  if (auto ln = std::dynamic_pointer_cast<LayerNormImpl>(norm)) {
+    normed = ln->forward(x);
+  } else {
+    normed = std::static_pointer_cast<RMSNormImpl>(norm)->forward(x);
+  }
+  return normed * (1 + parts[0]).unsqueeze(1) + parts[1].unsqueeze(1);
+}
+
+}  // namespace yeto::nn

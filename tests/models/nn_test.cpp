@@ -1,0 +1,396 @@
+// Unit tests of the sdk/nn building blocks: LoRA Linear, attention fallback, rotary and
+// timestep embeddings, norms, checkpointing, loading by name.
+#include <cmath>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "yeto/nn/activations.hpp"
+#include "yeto/nn/attention.hpp"
+#include "yeto/nn/checkpoint.hpp"
+#include "yeto/nn/embeddings.hpp"
+#include "yeto/nn/linear.hpp"
+#include "yeto/nn/norms.hpp"
+#include "yeto/nn/state_dict.hpp"
+#include "yeto/torch_compat.hpp"
+
+namespace {
+
+using yeto::nn::Linear;
+using yeto::nn::LoraConfig;
+
+// A two-layer block with Diffusers-like names, for the tree-level LoRA helpers.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl() {
+    attn = register_module("attn", torch::nn::ModuleList());
+    attn->push_back(Linear(8, 8, true));
+    to_q = register_module("to_q", Linear(8, 6, false));
+    ff = register_module("ff", Linear(6, 4, true));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return ff(to_q(attn->ptr<yeto::nn::LinearImpl>(0)->forward(x))); }
+  torch::nn::ModuleList attn{nullptr};
+  Linear to_q{nullptr}, ff{nullptr};
+};
+TORCH_MODULE(Block);
+
+TEST(LoraLinear, ZeroInitBGivesTheBaseOutput) {
+  torch::manual_seed(0);
+  Linear lin(16, 12, true);
+  auto x = torch::randn({3, 5, 16});
+  auto base = lin(x);
+  lin->add_adapter("default", LoraConfig{4, 8.0}, yeto::compat::make_cpu_generator(1));
+  EXPECT_TRUE(lin(x).equal(base));
+  EXPECT_TRUE(lin->lora_B("default").eq(0).all().item<bool>());
+  EXPECT_FALSE(lin->lora_A("default").eq(0).all().item<bool>());
+  // PEFT's kaiming-uniform bound 1/sqrt(in).
+  EXPECT_LE(lin->lora_A("default").abs().max().item<double>(), 1.0 / std::sqrt(16.0));
+}
+
+TEST(LoraLinear, PeftNamesAndFrozenBase) {
+  Linear lin(8, 4, true);
+  EXPECT_TRUE(lin->weight.requires_grad());
+  lin->add_adapter("default", LoraConfig{2, 2.0});
+  lin->add_adapter("style", LoraConfig{3, 3.0});
+  auto params = lin->named_parameters();
+  EXPECT_TRUE(params.contains("weight"));
+  EXPECT_TRUE(params.contains("bias"));
+  EXPECT_TRUE(params.contains("lora_A.default.weight"));
+  EXPECT_TRUE(params.contains("lora_B.default.weight"));
+  EXPECT_TRUE(params.contains("lora_A.style.weight"));
+  EXPECT_EQ(params["lora_A.style.weight"].sizes(), (std::vector<int64_t>{3, 8}));
+  EXPECT_EQ(params["lora_B.style.weight"].sizes(), (std::vector<int64_t>{4, 3}));
+  EXPECT_FALSE(lin->weight.requires_grad());
+  EXPECT_FALSE(lin->bias.requires_grad());
+  EXPECT_TRUE(params["lora_A.default.weight"].requires_grad());
+  EXPECT_THROW(lin->add_adapter("default", LoraConfig{}), std::invalid_argument);
+  EXPECT_THROW(lin->add_adapter("a.b", LoraConfig{}), std::invalid_argument);
+  EXPECT_THROW(lin->add_adapter("zero", LoraConfig{0, 1.0}), std::invalid_argument);
+}
+
+TEST(LoraLinear, ScaleIsAlphaOverRank) {
+  torch::manual_seed(0);
+  Linear lin(6, 5, false);
+  lin->add_adapter("default", LoraConfig{4, 8.0});
+  EXPECT_DOUBLE_EQ(lin->scale("default"), 2.0);
+  {
+    torch::NoGradGuard g;
+    lin->lora_B("default").normal_();
+  }
+  auto x = torch::randn({2, 6});
+  auto expected = torch::matmul(x, lin->weight.t()) +
+                  2.0 * torch::matmul(torch::matmul(x, lin->lora_A("default").t()), lin->lora_B("default").t());
+  EXPECT_TRUE(torch::allclose(lin(x), expected, 1e-5, 1e-6));
+  lin->set_scale_multiplier("default", 0.5);
+  EXPECT_DOUBLE_EQ(lin->scale("default"), 1.0);
+  LoraConfig rs{4, 8.0};
+  rs.use_rslora = true;
+  EXPECT_DOUBLE_EQ(rs.scale(), 4.0);
+  lin->set_active_adapters({});
+  EXPECT_TRUE(torch::allclose(lin(x), torch::matmul(x, lin->weight.t())));
+}
+
+TEST(LoraLinear, MergeEqualsUnmergedForwardAndUnmergeRestores) {
+  torch::manual_seed(3);
+  Linear lin(10, 7, true);
+  lin->add_adapter("default", LoraConfig{3, 6.0});
+  {
+    torch::NoGradGuard g;
+    lin->lora_B("default").normal_();
+  }
+  auto x = torch::randn({4, 10});
+  auto w0 = lin->weight.clone();
+  auto unmerged = lin(x);
+  lin->merge();
+  EXPECT_TRUE(lin->merged("default"));
+  EXPECT_FALSE(lin->weight.equal(w0));
+  EXPECT_TRUE(torch::allclose(lin(x), unmerged, 1e-5, 1e-5));
+  lin->merge();  // no-op when merged
+  EXPECT_TRUE(torch::allclose(lin(x), unmerged, 1e-5, 1e-5));
+  lin->unmerge();
+  EXPECT_FALSE(lin->merged("default"));
+  EXPECT_TRUE(torch::allclose(lin->weight, w0, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(lin(x), unmerged, 1e-5, 1e-5));
+}
+
+TEST(LoraLinear, GradientsReachOnlyTheAdapter) {
+  torch::manual_seed(5);
+  Linear lin(4, 3, true);
+  lin->add_adapter("default", LoraConfig{2, 2.0});
+  auto loss = lin(torch::randn({5, 4})).pow(2).mean();
+  loss.backward();
+  EXPECT_FALSE(lin->weight.grad().defined());
+  EXPECT_TRUE(lin->lora_B("default").grad().defined());  // B gets a gradient even at zero
+  lin->remove_adapter("default");
+  EXPECT_FALSE(lin->has_adapter("default"));
+  EXPECT_FALSE(lin->named_parameters().contains("lora_A.default.weight"));
+}
+
+TEST(LoraTree, TargetsStateDictAndReload) {
+  torch::manual_seed(7);
+  Block block;
+  auto done = yeto::nn::add_lora(*block, {"to_q", "attn.0"}, LoraConfig{2, 4.0}, "default",
+                                 yeto::compat::make_cpu_generator(11));
+  EXPECT_EQ(done, (std::vector<std::string>{"attn.0", "to_q"}));
+  EXPECT_TRUE(yeto::nn::matches_target("transformer_blocks.0.attn.to_q", {"to_q"}));
+  EXPECT_FALSE(yeto::nn::matches_target("transformer_blocks.0.attn.add_to_q", {"to_q"}));
+  EXPECT_THROW(yeto::nn::add_lora(*block, {"nothing"}, LoraConfig{}), std::invalid_argument);
+  {
+    torch::NoGradGuard g;
+    for (auto& [path, layer] : yeto::nn::lora_capable_layers(*block)) {
+      if (layer->has_adapter("default")) layer->lora_B("default").normal_();
+    }
+  }
+  auto sd = yeto::nn::lora_state_dict(*block, "default", "transformer.");
+  EXPECT_EQ(sd.size(), 4u);
+  EXPECT_TRUE(sd.count("transformer.to_q.lora_A.weight"));
+  EXPECT_TRUE(sd.count("transformer.attn.0.lora_B.weight"));
+  auto x = torch::randn({2, 8});
+  auto y = block(x);
+
+  Block fresh;
+  // Same base weights, then the adapter from the PEFT-named tensors.
+  auto base = yeto::nn::named_tensors(*block);
+  for (auto it = base.begin(); it != base.end();) {
+    it = it->first.find(".lora_") == std::string::npos ? std::next(it) : base.erase(it);
+  }
+  yeto::nn::load_named_tensors(*fresh, base);
+  auto loaded = yeto::nn::load_lora_state_dict(*fresh, sd, LoraConfig{0, 4.0}, "default", "transformer.");
+  EXPECT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(fresh->to_q->adapter_config("default").r, 2);
+  EXPECT_TRUE(torch::allclose(fresh(x), y, 1e-6, 1e-6));
+}
+
+TEST(Attention, FallbackEqualsTheReferenceFormula) {
+  torch::manual_seed(1);
+  auto q = torch::randn({2, 3, 5, 8});
+  auto k = torch::randn({2, 3, 7, 8});
+  auto v = torch::randn({2, 3, 7, 4});
+  auto mask = torch::randn({2, 1, 5, 7});
+  const double scale = 0.3;
+  auto ref = torch::matmul(torch::softmax(torch::matmul(q.to(torch::kDouble), k.to(torch::kDouble).transpose(-2, -1)) * scale +
+                                              mask.to(torch::kDouble),
+                                          -1),
+                           v.to(torch::kDouble));
+  auto math = yeto::compat::sdpa_math(q, k, v, mask, false, scale);
+  EXPECT_LT((math.to(torch::kDouble) - ref).abs().max().item<double>(), 1e-6);
+  auto dispatched = yeto::compat::scaled_dot_product_attention(q, k, v, mask, false, scale);
+  EXPECT_LT((dispatched.to(torch::kDouble) - ref).abs().max().item<double>(), 1e-5);
+  // Default scale is 1/sqrt(D).
+  auto d = yeto::compat::sdpa_math(q, k, v, {}, false, std::nullopt);
+  auto d_ref = torch::matmul(torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0), -1), v);
+  EXPECT_TRUE(torch::allclose(d, d_ref, 1e-5, 1e-6));
+}
+
+TEST(Attention, BoolMaskAndCausal) {
+  torch::manual_seed(2);
+  auto q = torch::randn({1, 2, 4, 8});
+  auto k = torch::randn({1, 2, 4, 8});
+  auto v = torch::randn({1, 2, 4, 8});
+  auto keep = torch::ones({4, 4}, torch::kBool).tril();
+  auto causal = yeto::compat::sdpa_math(q, k, v, {}, true, std::nullopt);
+  auto masked = yeto::compat::sdpa_math(q, k, v, keep, false, std::nullopt);
+  EXPECT_TRUE(torch::allclose(causal, masked, 1e-6, 1e-6));
+  // The first query sees only the first key.
+  EXPECT_TRUE(torch::allclose(causal.select(2, 0), v.select(2, 0), 1e-6, 1e-6));
+  // Half precision accumulates in float32 and returns half.
+  auto h = yeto::compat::sdpa_math(q.to(torch::kBFloat16), k.to(torch::kBFloat16), v.to(torch::kBFloat16), {}, true,
+                                   std::nullopt);
+  EXPECT_EQ(h.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::allclose(h.to(torch::kFloat), causal, 3e-2, 3e-2));
+}
+
+TEST(Attention, ModuleNamesAndSpatialResidual) {
+  yeto::nn::AttentionOptions o;
+  o.query_dim = 8;
+  o.heads = 1;
+  o.dim_head = 8;
+  o.bias = true;
+  o.norm_num_groups = 2;
+  o.residual_connection = true;
+  o.eps = 1e-6;
+  yeto::nn::Attention attn(o);
+  auto names = attn->named_parameters();
+  for (const char* n : {"group_norm.weight", "to_q.weight", "to_k.bias", "to_v.weight", "to_out.0.weight",
+                        "to_out.0.bias"}) {
+    EXPECT_TRUE(names.contains(n)) << n;
+  }
+  torch::manual_seed(4);
+  auto x = torch::randn({2, 8, 3, 3});
+  auto y = attn(x);
+  EXPECT_EQ(y.sizes(), x.sizes());
+  // Zero output projection: the block is the identity (residual only).
+  {
+    torch::NoGradGuard g;
+    attn->to_out->ptr<yeto::nn::LinearImpl>(0)->weight.zero_();
+    attn->to_out->ptr<yeto::nn::LinearImpl>(0)->bias.zero_();
+  }
+  EXPECT_TRUE(torch::allclose(attn(x), x));
+
+  yeto::nn::AttentionOptions j;
+  j.query_dim = 16;
+  j.heads = 2;
+  j.dim_head = 8;
+  j.qk_norm = "rms_norm";
+  j.eps = 1e-6;
+  j.added_kv_proj_dim = 16;
+  yeto::nn::Attention joint(j);
+  auto jn = joint->named_parameters();
+  for (const char* n : {"norm_q.weight", "norm_added_k.weight", "add_q_proj.weight", "to_add_out.weight"}) {
+    EXPECT_TRUE(jn.contains(n)) << n;
+  }
+  auto [xo, co] = joint->forward_joint(torch::randn({1, 5, 16}), torch::randn({1, 3, 16}));
+  EXPECT_EQ(xo.sizes(), (std::vector<int64_t>{1, 5, 16}));
+  EXPECT_EQ(co.sizes(), (std::vector<int64_t>{1, 3, 16}));
+}
+
+TEST(Rope, TablesAndRotation) {
+  auto pos = torch::arange(6, torch::kFloat);
+  auto t = yeto::nn::rope_1d(8, pos, 10000.0, true);
+  EXPECT_EQ(t.cos.sizes(), (std::vector<int64_t>{6, 8}));
+  // Position 0 is the identity rotation; frequency 0 of position p is angle p.
+  EXPECT_TRUE(torch::allclose(t.cos[0], torch::ones({8})));
+  EXPECT_NEAR(t.cos[3][0].item<double>(), std::cos(3.0), 1e-6);
+  EXPECT_NEAR(t.cos[3][1].item<double>(), std::cos(3.0), 1e-6);  // repeat-interleaved
+  EXPECT_NEAR(t.sin[2][2].item<double>(), std::sin(2.0 / std::pow(10000.0, 2.0 / 8.0)), 1e-6);
+  auto x = torch::randn({1, 2, 6, 8});
+  auto r = yeto::nn::apply_rotary_emb(x, t.cos, t.sin);
+  // Rotations keep the norm of every pair.
+  EXPECT_TRUE(torch::allclose(r.pow(2).sum(-1), x.pow(2).sum(-1), 1e-4, 1e-5));
+  EXPECT_TRUE(torch::allclose(r.select(2, 0), x.select(2, 0)));
+  // First pair at position 1 rotated by angle 1.
+  const double a = 1.0;
+  auto x0 = x[0][0][1][0].item<double>(), x1 = x[0][0][1][1].item<double>();
+  EXPECT_NEAR(r[0][0][1][0].item<double>(), x0 * std::cos(a) - x1 * std::sin(a), 1e-5);
+  EXPECT_NEAR(r[0][0][1][1].item<double>(), x1 * std::cos(a) + x0 * std::sin(a), 1e-5);
+  // N-D: axes concatenated.
+  auto ids = torch::stack({torch::zeros({6}), torch::arange(6, torch::kFloat), torch::arange(6, torch::kFloat) * 2}, 1);
+  auto nd = yeto::nn::rope_nd(ids, {2, 4, 2});
+  EXPECT_EQ(nd.cos.sizes(), (std::vector<int64_t>{6, 8}));
+  EXPECT_TRUE(torch::allclose(nd.cos.narrow(1, 2, 4), yeto::nn::rope_1d(4, torch::arange(6, torch::kFloat)).cos));
+}
+
+TEST(Embeddings, TimestepEmbeddingMatchesTheFormula) {
+  auto t = torch::tensor({0.0, 10.0, 999.0});
+  auto e = yeto::nn::timestep_embedding(t, 8, /*flip_sin_to_cos=*/true, /*downscale_freq_shift=*/0.0);
+  ASSERT_EQ(e.sizes(), (std::vector<int64_t>{3, 8}));
+  for (int i = 0; i < 4; ++i) {
+    const double f = std::exp(-std::log(10000.0) * i / 4.0);
+    EXPECT_NEAR(e[1][i].item<double>(), std::cos(10.0 * f), 1e-5);
+    EXPECT_NEAR(e[1][4 + i].item<double>(), std::sin(10.0 * f), 1e-5);
+  }
+  auto odd = yeto::nn::timestep_embedding(t, 7);
+  EXPECT_EQ(odd.size(1), 7);
+  EXPECT_EQ(odd[2][6].item<double>(), 0.0);
+  yeto::nn::CombinedTimestepEmbeddings emb(32, 12, /*with_guidance=*/true);
+  auto names = emb->named_parameters();
+  for (const char* n : {"timestep_embedder.linear_1.weight", "guidance_embedder.linear_2.bias",
+                        "text_embedder.linear_1.weight"}) {
+    EXPECT_TRUE(names.contains(n)) << n;
+  }
+  EXPECT_EQ(emb(torch::tensor({1.0, 2.0}), torch::randn({2, 12}), torch::tensor({3.5, 3.5})).sizes(),
+            (std::vector<int64_t>{2, 32}));
+  EXPECT_THROW(emb(torch::tensor({1.0}), torch::randn({1, 12})), std::invalid_argument);
+}
+
+TEST(Norms, RmsAndAdaLayerNorm) {
+  torch::manual_seed(6);
+  auto x = torch::randn({2, 3, 16});
+  yeto::nn::RMSNorm rms(16, 1e-6);
+  {
+    torch::NoGradGuard g;
+    rms->weight.normal_();
+  }
+  auto ref = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * rms->weight;
+  EXPECT_TRUE(torch::allclose(rms(x), ref, 1e-5, 1e-6));
+  yeto::nn::AdaLayerNormZero ada(16);
+  auto emb = torch::randn({2, 16});
+  auto out = ada(x, emb);
+  auto parts = ada->linear(torch::silu(emb)).chunk(6, 1);
+  auto normed = torch::layer_norm(x, {16}, {}, {}, 1e-6);
+  EXPECT_TRUE(torch::allclose(out.x, normed * (1 + parts[1].unsqueeze(1)) + parts[0].unsqueeze(1), 1e-5, 1e-5));
+  EXPECT_TRUE(out.gate_mlp.equal(parts[5]));
+  yeto::nn::AdaLayerNormContinuous cont(16, 8);
+  auto cond = torch::randn({2, 8});
+  auto cp = cont->linear(torch::silu(cond)).chunk(2, 1);
+  EXPECT_TRUE(torch::allclose(cont(x, cond), normed * (1 + cp[0].unsqueeze(1)) + cp[1].unsqueeze(1), 1e-5, 1e-5));
+}
+
+TEST(Activations, NamesAndValues) {
+  using yeto::nn::Activation;
+  EXPECT_EQ(yeto::nn::parse_activation("gelu_new"), Activation::gelu_tanh);
+  EXPECT_EQ(yeto::nn::parse_activation("gelu_pytorch_tanh"), Activation::gelu_tanh);
+  EXPECT_EQ(yeto::nn::parse_activation("swish"), Activation::silu);
+  EXPECT_THROW(yeto::nn::parse_activation("gleu"), std::invalid_argument);
+  auto x = torch::linspace(-4, 4, 33);
+  EXPECT_TRUE(torch::allclose(yeto::nn::quick_gelu(x), x * torch::sigmoid(1.702 * x)));
+  EXPECT_TRUE(torch::allclose(yeto::nn::gelu_tanh(x), torch::gelu(x, "tanh"), 1e-6, 1e-6));
+  EXPECT_FALSE(torch::allclose(yeto::nn::gelu_tanh(x), torch::gelu(x), 1e-6, 1e-6));
+}
+
+TEST(Checkpoint, SameGradientsAsThePlainForward) {
+  torch::manual_seed(8);
+  Linear a(6, 6, true), b(6, 3, true);
+  b->add_adapter("default", LoraConfig{2, 2.0});
+  {
+    torch::NoGradGuard g;
+    b->lora_B("default").normal_();
+  }
+  auto block = [&](const torch::Tensor& x) { return b(torch::gelu(a(x))); };
+  auto x = torch::randn({4, 6}, torch::requires_grad());
+  block(x).pow(2).sum().backward();
+  auto ga = a->weight.grad().clone();
+  auto gB = b->lora_B("default").grad().clone();
+  auto gx = x.grad().clone();
+  a->weight.mutable_grad().reset();
+  b->lora_B("default").mutable_grad().reset();
+  x.mutable_grad().reset();
+  auto y = yeto::nn::checkpoint(std::function<torch::Tensor(const torch::Tensor&)>(block), x);
+  y.pow(2).sum().backward();
+  EXPECT_TRUE(torch::allclose(a->weight.grad(), ga, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(b->lora_B("default").grad(), gB, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(x.grad(), gx, 1e-6, 1e-6));
+  // Inputs that need no gradient: parameters inside still get theirs.
+  b->lora_B("default").mutable_grad().reset();
+  auto x2 = x.detach();
+  yeto::nn::checkpoint(std::function<torch::Tensor(const torch::Tensor&)>(block), x2).pow(2).sum().backward();
+  EXPECT_TRUE(b->lora_B("default").grad().defined());
+  // Without grad mode it is a plain call.
+  torch::NoGradGuard g;
+  auto z = yeto::nn::checkpoint(std::function<torch::Tensor(const torch::Tensor&)>(block), x2);
+  EXPECT_FALSE(z.requires_grad());
+}
+
+TEST(StateDict, StrictLoadingNamesProblems) {
+  Linear lin(3, 2, true);
+  std::map<std::string, torch::Tensor> good{{"weight", torch::ones({2, 3})}, {"bias", torch::zeros({2})}};
+  auto report = yeto::nn::load_named_tensors(*lin, good);
+  EXPECT_EQ(report.loaded.size(), 2u);
+  EXPECT_TRUE(lin->weight.eq(1).all().item<bool>());
+  auto extra = good;
+  extra["position_ids"] = torch::zeros({3});
+  try {
+    yeto::nn::load_named_tensors(*lin, extra);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected position_ids"), std::string::npos) << e.what();
+  }
+  yeto::nn::LoadOptions opt;
+  opt.ignore_unexpected = {"position_*"};
+  EXPECT_NO_THROW(yeto::nn::load_named_tensors(*lin, extra, opt));
+  std::map<std::string, torch::Tensor> bad{{"weight", torch::ones({3, 2})}, {"bias", torch::zeros({2})}};
+  try {
+    yeto::nn::load_named_tensors(*lin, bad);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'weight' has shape [3, 2] but the model expects [2, 3]"), std::string::npos)
+        << e.what();
+  }
+  std::map<std::string, torch::Tensor> missing{{"weight", torch::ones({2, 3})}};
+  EXPECT_THROW(yeto::nn::load_named_tensors(*lin, missing), std::invalid_argument);
+  opt.strict = false;
+  EXPECT_EQ(yeto::nn::load_named_tensors(*lin, missing, opt).missing, (std::vector<std::string>{"bias"}));
+}
+
+}  // namespace

@@ -1,0 +1,287 @@
+// Parity of the shared components against the reference fixtures copied into
+// tests/fixtures/parity/: every compared output within the tolerance its case.json declares,
+// on CPU float32.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "io/tensors.hpp"
+#include "models/autoencoder_kl.hpp"
+#include "models/clip_text.hpp"
+#include "models/t5_encoder.hpp"
+#include "yeto/nn/state_dict.hpp"
+#include "yeto/torch_compat.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using yeto::models::AutoencoderKL;
+using yeto::models::AutoencoderKLConfig;
+
+struct Case {
+  std::string name;
+  fs::path dir;
+  nlohmann::json case_json;
+  nlohmann::json config;
+  std::map<std::string, at::Tensor> weights;
+  std::map<std::string, at::Tensor> inputs;
+  std::map<std::string, at::Tensor> expected;
+};
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  return nlohmann::json::parse(in);
+}
+
+Case load_case(const std::string& name) {
+  Case c;
+  c.name = name;
+  // YETO_SOURCE_DIR rather than YETO_TEST_FIXTURES: the latter is set per test directory.
+  c.dir = fs::path(YETO_SOURCE_DIR) / "tests" / "fixtures" / "parity" / name;
+  c.case_json = read_json(c.dir / "case.json");
+  c.config = read_json(c.dir / "config.json");
+  const auto weights = fs::exists(c.dir / "model.safetensors") ? c.dir / "model.safetensors"
+                                                               : c.dir / "diffusion_pytorch_model.safetensors";
+  c.weights = yeto::io::load_safetensors(weights);
+  c.inputs = yeto::io::load_safetensors(c.dir / "inputs.safetensors");
+  c.expected = yeto::io::load_safetensors(c.dir / "expected.safetensors");
+  return c;
+}
+
+// allclose under the case's tolerance for `key`; records and prints the measured errors.
+void expect_close(const Case& c, const std::string& key, const at::Tensor& actual) {
+  ASSERT_TRUE(c.expected.count(key)) << c.name << ": no expected tensor " << key;
+  ASSERT_TRUE(c.case_json["compare"].contains(key)) << c.name << ": no tolerance for " << key;
+  const auto& tol = c.case_json["compare"][key];
+  const double rtol = tol["rtol"].get<double>();
+  const double atol = tol["atol"].get<double>();
+  const auto expected = c.expected.at(key).to(at::kDouble);
+  ASSERT_TRUE(actual.defined()) << c.name << ": " << key << " not produced";
+  ASSERT_EQ(actual.sizes(), expected.sizes()) << c.name << ": " << key;
+  const auto a = actual.detach().to(at::kDouble);
+  const auto diff = (a - expected).abs();
+  const double max_abs = diff.max().item<double>();
+  const auto nz = expected.abs() > 0;
+  const double max_rel = nz.any().item<bool>() ? (diff.masked_select(nz) / expected.abs().masked_select(nz)).max().item<double>() : 0.0;
+  const bool ok = (diff <= atol + rtol * expected.abs()).all().item<bool>();
+  std::printf("[parity] %-22s %-28s max_abs %.3e  max_rel %.3e  (atol %.2e rtol %.0e) %s\n", c.name.c_str(),
+              key.c_str(), max_abs, max_rel, atol, rtol, ok ? "PASS" : "FAIL");
+  EXPECT_TRUE(ok) << c.name << ": " << key << " max_abs " << max_abs << " beyond atol " << atol;
+}
+
+// ---- AutoencoderKL -----------------------------------------------------------------------------
+
+AutoencoderKL make_vae(const Case& c) {
+  AutoencoderKL vae(AutoencoderKLConfig::from_json(c.config));
+  yeto::nn::LoadOptions opt;
+  opt.rename = yeto::models::autoencoder_kl_rename;
+  auto report = yeto::nn::load_named_tensors(*vae, c.weights, opt);
+  EXPECT_EQ(report.loaded.size(), c.weights.size());
+  vae->eval();
+  return vae;
+}
+
+TEST(AutoencoderKLParity, Vae16ChannelEncodeDecode) {
+  auto c = load_case("vae-kl-16ch");
+  auto vae = make_vae(c);
+  // named_parameters() is the Diffusers state-dict naming.
+  EXPECT_TRUE(vae->named_parameters().contains("encoder.down_blocks.0.resnets.0.conv1.weight"));
+  EXPECT_TRUE(vae->named_parameters().contains("decoder.mid_block.attentions.0.to_out.0.weight"));
+  EXPECT_FALSE(vae->quant_conv);
+  EXPECT_FALSE(vae->post_quant_conv);
+  at::NoGradGuard no_grad;
+  auto dist = vae->encode(c.inputs.at("x"));
+  expect_close(c, "encode.latent_dist.mean", dist.mean);
+  expect_close(c, "encode.latent_dist.std", dist.std);
+  expect_close(c, "encode.latent_dist.logvar", dist.logvar);
+  expect_close(c, "decode.sample", vae->decode(c.inputs.at("z")));
+}
+
+TEST(AutoencoderKL, SamplingUsesTheSeededStream) {
+  auto c = load_case("vae-kl-16ch");
+  auto vae = make_vae(c);
+  at::NoGradGuard no_grad;
+  auto dist = vae->encode(c.inputs.at("x"));
+  auto a = dist.sample(yeto::compat::make_cpu_generator(7));
+  auto b = dist.sample(yeto::compat::make_cpu_generator(7));
+  auto other = dist.sample(yeto::compat::make_cpu_generator(8));
+  EXPECT_TRUE(a.equal(b));
+  EXPECT_FALSE(a.equal(other));
+  auto eps = at::randn(dist.mean.sizes(), yeto::compat::make_cpu_generator(7), dist.mean.options());
+  EXPECT_TRUE(at::allclose(a, dist.mean + dist.std * eps));
+  // Latent scaling as the SD3 / Flux pipelines use it.
+  const auto& cfg = vae->config();
+  ASSERT_TRUE(cfg.shift_factor.has_value());
+  auto z = vae->scale_latents(a);
+  EXPECT_TRUE(at::allclose(z, (a - *cfg.shift_factor) * cfg.scaling_factor));
+  EXPECT_TRUE(at::allclose(vae->unscale_latents(z), a, 1e-5, 1e-6));
+}
+
+TEST(AutoencoderKL, TiledEncodeDecode) {
+  auto c = load_case("vae-kl-16ch");
+  auto vae = make_vae(c);
+  at::NoGradGuard no_grad;
+  auto x = c.inputs.at("x");
+  auto full = vae->encode(x).mean;
+  // One tile covering the whole image is the untiled computation.
+  vae->enable_tiling({true, 16, 0.25});
+  EXPECT_TRUE(vae->encode(x).mean.equal(full));
+  // 4x4 latent tiles with overlap on a 32x32 image: the blended result has the full size and
+  // agrees with the untiled encoder away from the seams' context loss.
+  auto big = at::cat({at::cat({x, x.flip(3)}, 3), at::cat({x.flip(2), x}, 3)}, 2);
+  vae->enable_tiling({true, 8, 0.25});
+  auto tiled = vae->encode(big);
+  vae->disable_tiling();
+  auto untiled = vae->encode(big);
+  ASSERT_EQ(tiled.mean.sizes(), untiled.mean.sizes());
+  EXPECT_TRUE(tiled.mean.isfinite().all().item<bool>());
+  EXPECT_FALSE(tiled.mean.equal(untiled.mean));
+  vae->enable_tiling({true, 8, 0.25});
+  auto dec = vae->decode(untiled.mean);
+  EXPECT_EQ(dec.sizes(), big.sizes());
+  EXPECT_TRUE(dec.isfinite().all().item<bool>());
+}
+
+TEST(AutoencoderKL, ConfigErrorsNameTheKey) {
+  auto cfg = load_case("vae-kl-16ch").config;
+  cfg["down_block_types"] = {"DownEncoderBlock2D", "CrossAttnDownBlock2D"};
+  try {
+    (void)AutoencoderKLConfig::from_json(cfg, "vae/config.json");
+    FAIL() << "expected an error";
+  } catch (const yeto::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vae/config.json: key 'down_block_types'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AutoencoderKL, LegacyAttentionNamesAreRenamed) {
+  EXPECT_EQ(yeto::models::autoencoder_kl_rename("encoder.mid_block.attentions.0.query.weight"),
+            "encoder.mid_block.attentions.0.to_q.weight");
+  EXPECT_EQ(yeto::models::autoencoder_kl_rename("decoder.mid_block.attentions.0.proj_attn.bias"),
+            "decoder.mid_block.attentions.0.to_out.0.bias");
+  EXPECT_EQ(yeto::models::autoencoder_kl_rename("encoder.conv_in.weight"), "encoder.conv_in.weight");
+}
+
+// ---- CLIP --------------------------------------------------------------------------------------
+
+TEST(CLIPTextParity, WithProjectionAllOutputs) {
+  auto c = load_case("clip-text");
+  auto cfg = yeto::models::CLIPTextConfig::from_json(c.config);
+  yeto::models::CLIPTextModel model(cfg, /*with_projection=*/true);
+  yeto::nn::LoadOptions opt;
+  opt.ignore_unexpected = model->ignored_checkpoint_names();
+  yeto::nn::load_named_tensors(*model, c.weights, opt);
+  model->eval();
+  at::NoGradGuard no_grad;
+  auto out = model->forward(c.inputs.at("input_ids"), {}, true);
+  ASSERT_EQ(out.hidden_states.size(), 4u);
+  expect_close(c, "last_hidden_state", out.last_hidden_state);
+  expect_close(c, "pooler_output", out.pooler_output);
+  expect_close(c, "text_embeds", out.text_embeds);
+  expect_close(c, "penultimate_hidden_state", out.penultimate());
+  for (int i = 0; i < 4; ++i) expect_close(c, "hidden_states." + std::to_string(i), out.hidden_states[i]);
+}
+
+TEST(CLIPTextParity, PlainModelReadsTheSameFile) {
+  auto c = load_case("clip-text");
+  auto cfg = yeto::models::CLIPTextConfig::from_json(c.config);
+  yeto::models::CLIPTextModel model(cfg, /*with_projection=*/false);
+  yeto::nn::LoadOptions opt;
+  opt.ignore_unexpected = model->ignored_checkpoint_names();
+  auto report = yeto::nn::load_named_tensors(*model, c.weights, opt);
+  EXPECT_EQ(report.loaded.size() + 1, c.weights.size());  // all but text_projection.weight
+  model->eval();
+  at::NoGradGuard no_grad;
+  auto out = model->forward(c.inputs.at("input_ids"));
+  expect_close(c, "last_hidden_state", out.last_hidden_state);
+  expect_close(c, "pooler_output", out.pooler_output);
+  EXPECT_FALSE(out.text_embeds.defined());
+}
+
+TEST(CLIPText, PoolingIndexRules) {
+  auto ids = torch::tensor({{998, 5, 999, 999}, {998, 7, 8, 999}}, torch::kLong);
+  EXPECT_TRUE(yeto::models::clip_pooling_index(ids, 999).to(at::kLong).equal(torch::tensor({2, 3}, torch::kLong)));
+  // eos_token_id == 2: transformers' legacy argmax rule.
+  auto legacy = torch::tensor({{49406, 5, 49407, 0}}, torch::kLong);
+  EXPECT_EQ(yeto::models::clip_pooling_index(legacy, 2).item<std::int64_t>(), 2);
+}
+
+// ---- T5 / UMT5 ---------------------------------------------------------------------------------
+
+void run_t5_case(const std::string& name, bool umt5) {
+  auto c = load_case(name);
+  auto cfg = yeto::models::T5Config::from_json(c.config, umt5);
+  yeto::models::T5EncoderModel model(cfg);
+  yeto::nn::LoadOptions opt;
+  opt.rename = yeto::models::T5EncoderModelImpl::rename;
+  opt.ignore_unexpected = model->ignored_checkpoint_names();
+  auto report = yeto::nn::load_named_tensors(*model, c.weights, opt);
+  EXPECT_EQ(report.loaded.size(), c.weights.size());
+  model->eval();
+  at::NoGradGuard no_grad;
+  const auto& ids = c.inputs.at("input_ids");
+  auto out = model->forward(ids, c.inputs.at("attention_mask"), true);
+  expect_close(c, "last_hidden_state", out.last_hidden_state);
+  ASSERT_EQ(out.hidden_states.size(), static_cast<std::size_t>(cfg.num_layers + 1));
+  for (std::size_t i = 0; i < out.hidden_states.size(); ++i) {
+    expect_close(c, "hidden_states." + std::to_string(i), out.hidden_states[i]);
+  }
+  if (umt5) {
+    ASSERT_EQ(out.position_bias.size(), static_cast<std::size_t>(cfg.num_layers));
+    for (std::size_t i = 0; i < out.position_bias.size(); ++i) {
+      expect_close(c, "position_bias." + std::to_string(i), out.position_bias[i]);
+    }
+  } else {
+    ASSERT_EQ(out.position_bias.size(), 1u);
+    expect_close(c, "position_bias", out.position_bias[0]);
+  }
+  auto unmasked = model->forward(ids);
+  expect_close(c, "last_hidden_state_unmasked", unmasked.last_hidden_state);
+}
+
+TEST(T5EncoderParity, Relu) { run_t5_case("t5-encoder-relu", false); }
+TEST(T5EncoderParity, GatedGelu) { run_t5_case("t5-encoder-gated-gelu", false); }
+TEST(UMT5EncoderParity, PerLayerPositionBias) { run_t5_case("umt5-encoder", true); }
+
+TEST(T5Encoder, TiedEmbeddingNameIsAccepted) {
+  auto c = load_case("t5-encoder-relu");
+  auto cfg = yeto::models::T5Config::from_json(c.config, false);
+  yeto::models::T5EncoderModel model(cfg);
+  auto weights = c.weights;
+  weights["encoder.embed_tokens.weight"] = weights.at("shared.weight");
+  weights.erase("shared.weight");
+  yeto::nn::LoadOptions opt;
+  opt.rename = yeto::models::T5EncoderModelImpl::rename;
+  yeto::nn::load_named_tensors(*model, weights, opt);
+  EXPECT_TRUE(model->shared->weight.equal(c.weights.at("shared.weight")));
+}
+
+TEST(T5Encoder, BucketsClampBeyondMaxDistance) {
+  auto b = yeto::models::t5_relative_position_bucket(140, 140, 32, 128, at::kCPU);
+  EXPECT_EQ(b.max().item<std::int64_t>(), 31);
+  EXPECT_EQ(b[0][0].item<std::int64_t>(), 0);
+  EXPECT_EQ(b[0][139].item<std::int64_t>(), 31);   // far right: last bucket of the positive half
+  EXPECT_EQ(b[139][0].item<std::int64_t>(), 15);   // far left: last bucket of the negative half
+  EXPECT_EQ(b[0][1].item<std::int64_t>(), 17);     // +1
+  EXPECT_EQ(b[1][0].item<std::int64_t>(), 1);      // -1
+}
+
+TEST(T5Encoder, FeedForwardFromConfig) {
+  nlohmann::json j = {{"feed_forward_proj", "gated-gelu"}, {"num_layers", 1}};
+  auto c = yeto::models::T5Config::from_json(j, false);
+  EXPECT_TRUE(c.is_gated_act);
+  EXPECT_EQ(c.dense_act_fn, "gelu_new");
+  j["feed_forward_proj"] = "gated-silu";
+  EXPECT_EQ(yeto::models::T5Config::from_json(j, false).dense_act_fn, "silu");
+  j["feed_forward_proj"] = "tanh-gelu";
+  EXPECT_THROW(yeto::models::T5Config::from_json(j, false), yeto::Error);
+}
+
+}  // namespace
