@@ -254,6 +254,46 @@ TEST(T5Tokenizer, LegacyFalseDropsThePrefixAfterAddedTokens) {
   EXPECT_EQ(b[1], 8);   // non-legacy: "." directly
 }
 
+// The rows the tiny-repository pipeline runs fed to their text encoders (recorded in the
+// fixtures' flux/sd35/pixart/ltx reference case.json "tokenization"), from the repository
+// folders: CLIP-L pads with <|endoftext|>, CLIP-G with "!" (0), T5 max_sequence_length 32.
+TEST(TokenizerComponents, PipelineRowsOfTheTinyRepositories) {
+  const auto clip_l = load_tokenizer(kFixtures / "repos" / "flux-tiny" / "tokenizer", "CLIPTokenizer");
+  const auto clip_g = load_tokenizer(kFixtures / "repos" / "sd35-tiny" / "tokenizer_2", "CLIPTokenizer");
+  const auto t5 = load_tokenizer(kFixtures / "repos" / "flux-tiny" / "tokenizer_2", "T5TokenizerFast");
+  const auto ltx = load_tokenizer(kFixtures / "repos" / "ltx-tiny" / "tokenizer", "T5Tokenizer");
+  const std::string prompt = "a red circle on a white background";
+  std::vector<std::int64_t> bpe = {49406, 320, 736, 7117, 525, 320, 1579, 5994, 49407};
+  std::vector<std::int64_t> l = bpe, g = bpe;
+  l.resize(77, 49407);
+  g.resize(77, 0);
+  EncodeOptions clip_opts;
+  clip_opts.max_length = 77;
+  EXPECT_EQ(clip_l->encode(prompt, clip_opts).input_ids, l);
+  EXPECT_EQ(clip_g->encode(prompt, clip_opts).input_ids, g);
+  std::vector<std::int64_t> empty_l = {49406, 49407}, empty_g = {49406, 49407};
+  empty_l.resize(77, 49407);
+  empty_g.resize(77, 0);
+  EXPECT_EQ(clip_l->encode("", clip_opts).input_ids, empty_l);
+  EXPECT_EQ(clip_g->encode("", clip_opts).input_ids, empty_g);
+
+  EncodeOptions t5_opts;
+  t5_opts.max_length = 32;
+  std::vector<std::int64_t> row = {5, 3, 127, 34, 74, 47, 39, 24, 5, 103, 36, 312, 70, 251, 1};
+  std::vector<std::int64_t> mask(row.size(), 1);
+  row.resize(32, 0);
+  mask.resize(32, 0);
+  const auto enc = t5->encode(prompt, t5_opts);
+  EXPECT_EQ(enc.input_ids, row);
+  EXPECT_EQ(enc.attention_mask, mask);
+  std::vector<std::int64_t> wave = {131, 44, 7, 3, 149, 15, 5, 343, 209, 381, 35, 25, 167, 1};
+  wave.resize(32, 0);
+  EXPECT_EQ(ltx->encode("waves crossing a dark shoreline", t5_opts).input_ids, wave);
+  std::vector<std::int64_t> neg(32, 0);
+  neg[0] = 1;
+  EXPECT_EQ(ltx->encode("", t5_opts).input_ids, neg);
+}
+
 TEST(TokenizerComponents, RegisteredUnderTransformersClassNames) {
   yeto::io::ComponentRegistry registry;
   register_tokenizer_components(registry);
