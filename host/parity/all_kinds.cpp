@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "models/model_parity.hpp"
 #include "parity/pipeline_helpers.hpp"
 #include "schedulers/scheduler_parity.hpp"
 
@@ -12,6 +13,7 @@ void register_all_parity_kinds() {
   std::call_once(once, [] {
     register_pipeline_helpers_kind();
     schedulers::register_scheduler_parity_kinds();
+    models::register_model_parity_kinds();
   });
 }
 

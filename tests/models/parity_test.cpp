@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -15,6 +17,9 @@
 #include "io/tensors.hpp"
 #include "models/autoencoder_kl.hpp"
 #include "models/clip_text.hpp"
+#include "models/model_components.hpp"
+#include "models/model_parity.hpp"
+#include "parity/parity.hpp"
 #include "models/t5_encoder.hpp"
 #include "yeto/nn/state_dict.hpp"
 #include "yeto/torch_compat.hpp"
@@ -282,6 +287,82 @@ TEST(T5Encoder, FeedForwardFromConfig) {
   EXPECT_EQ(yeto::models::T5Config::from_json(j, false).dense_act_fn, "silu");
   j["feed_forward_proj"] = "tanh-gelu";
   EXPECT_THROW(yeto::models::T5Config::from_json(j, false), yeto::Error);
+}
+
+// ---- the same cases through check-parity and the component registry ---------------------------
+
+class CheckParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CheckParity, EveryComparisonPasses) {
+  yeto::models::register_model_parity_kinds();
+  const auto dir = fs::path(YETO_SOURCE_DIR) / "tests" / "fixtures" / "parity" / GetParam();
+  auto result = yeto::parity::run_case(dir);
+  ASSERT_TRUE(result.supported) << result.error;
+  ASSERT_TRUE(result.error.empty()) << result.error;
+  const auto expected = load_case(GetParam()).case_json["compare"].size();
+  EXPECT_EQ(result.comparisons.size(), expected);
+  for (const auto& c : result.comparisons) {
+    EXPECT_TRUE(c.pass) << GetParam() << " " << c.name << " max_abs " << c.max_abs << " " << c.note;
+  }
+  EXPECT_TRUE(result.pass());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CheckParity,
+                         ::testing::Values("vae-kl-16ch", "clip-text", "t5-encoder-relu", "t5-encoder-gated-gelu",
+                                           "umt5-encoder"));
+
+TEST(CheckParityKinds, UnknownClassOfAKnownKindIsUnsupported) {
+  yeto::models::register_model_parity_kinds();
+  EXPECT_TRUE(yeto::parity::has_kind("autoencoder"));
+  EXPECT_TRUE(yeto::parity::has_kind("text_encoder"));
+  const auto dir = fs::temp_directory_path() / ("yeto-models-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "case.json") << R"({"case": "x", "kind": "autoencoder", "class_name": "AutoencoderKLFancy",
+                                         "calls": [], "compare": {}})";
+  auto result = yeto::parity::run_case(dir);
+  fs::remove_all(dir);
+  EXPECT_FALSE(result.supported);
+  EXPECT_NE(result.error.find("AutoencoderKLFancy"), std::string::npos) << result.error;
+  EXPECT_FALSE(result.pass());
+}
+
+TEST(ModelComponents, RegistryBuildsAndLoadsEachClass) {
+  yeto::io::ComponentRegistry registry;
+  yeto::models::register_model_components(registry);
+  EXPECT_EQ(registry.kind("AutoencoderKL"), "vae");
+  EXPECT_EQ(registry.kind("UMT5EncoderModel"), "text_encoder");
+  const std::pair<const char*, const char*> cases[] = {{"vae-kl-16ch", "AutoencoderKL"},
+                                                       {"clip-text", "CLIPTextModelWithProjection"},
+                                                       {"clip-text", "CLIPTextModel"},
+                                                       {"t5-encoder-relu", "T5EncoderModel"},
+                                                       {"umt5-encoder", "UMT5EncoderModel"}};
+  for (const auto& [name, cls] : cases) {
+    auto c = load_case(name);
+    yeto::io::ComponentSource src{cls, c.dir, c.config, ""};
+    auto comp = std::dynamic_pointer_cast<yeto::io::ModuleComponent>(registry.create(src));
+    ASSERT_TRUE(comp) << cls;
+    EXPECT_EQ(comp->class_name(), cls);
+    // Every stored tensor was loaded, bit for bit.
+    auto params = comp->module().named_parameters();
+    for (const auto& [key, t] : c.weights) {
+      if (std::string(cls) == "CLIPTextModel" && key == "text_projection.weight") continue;
+      ASSERT_TRUE(params.contains(key)) << cls << " " << key;
+      EXPECT_TRUE(params[key].equal(t)) << cls << " " << key;
+    }
+  }
+  // A config that does not fit the weights is refused, naming the tensor.
+  auto c = load_case("t5-encoder-relu");
+  auto cfg = c.config;
+  cfg["d_ff"] = 100;
+  yeto::io::ComponentSource bad{"T5EncoderModel", c.dir, cfg, ""};
+  try {
+    registry.create(bad);
+    FAIL() << "expected a shape error";
+  } catch (const yeto::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DenseReluDense.wi.weight (checkpoint [192, 64], module [100, 64])"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
