@@ -367,6 +367,7 @@ struct SafetensorsFile::State {
   std::uint64_t size = 0;
   std::uint64_t header = 0;
   void* map = nullptr;
+  int fd = -1;  // kept open for copy_to()
   std::unique_ptr<unsigned char[]> owned;  // from_bytes: exactly sized, so ASan sees overreads
   std::vector<TensorInfo> tensors;
   std::map<std::string, std::size_t, std::less<>> index;
@@ -374,6 +375,7 @@ struct SafetensorsFile::State {
 
   ~State() {
     if (map) ::munmap(map, size);
+    if (fd >= 0) ::close(fd);
   }
   void validate(const std::string& label, const SafetensorsLimits& limits) {
     if (size < 8) bad(label, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
@@ -418,7 +420,7 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
     s->map = m;
     s->base = static_cast<const unsigned char*>(m);
   }
-  ::close(fd);
+  s->fd = fd;
   s->validate(label, SafetensorsLimits{});
   SafetensorsFile f;
   f.s_ = std::move(s);
@@ -454,6 +456,27 @@ const std::byte* SafetensorsFile::data(const TensorInfo& t) const {
 
 std::span<const std::byte> SafetensorsFile::bytes(const TensorInfo& t) const {
   return {data(t), static_cast<std::size_t>(t.nbytes)};
+}
+
+void SafetensorsFile::copy_to(const TensorInfo& t, void* dst) const {
+  const std::byte* src = data(t);  // bounds check
+  if (s_->fd < 0) {
+    if (t.nbytes) std::memcpy(dst, src, t.nbytes);
+    return;
+  }
+  auto* out = static_cast<char*>(dst);
+  std::uint64_t done = 0;
+  const std::uint64_t start = 8 + s_->header + t.offset;
+  while (done < t.nbytes) {
+    const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(t.nbytes - done, 1u << 30));
+    const ssize_t n = ::pread(s_->fd, out + done, chunk, static_cast<off_t>(start + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(s_->path.string() + ": cannot read tensor '" + t.name + "': " +
+                      (n < 0 ? std::strerror(errno) : "file shrank while open"),
+                  ExitCode::bad_input);
+    done += static_cast<std::uint64_t>(n);
+  }
 }
 
 const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return s_->metadata; }

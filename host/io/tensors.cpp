@@ -70,16 +70,15 @@ DType dtype_for(c10::ScalarType t, const std::string& tensor_name) {
 }
 
 at::Tensor to_tensor(const SafetensorsFile& file, const TensorInfo& info) {
-  const std::byte* src = file.data(info);
   auto out = at::empty(info.shape, at::TensorOptions().dtype(scalar_type_for(info.dtype)).device(at::kCPU));
   if (info.dtype == DType::F8_E4M3 || info.dtype == DType::F8_E5M2) {
     float* dst = out.data_ptr<float>();
-    const auto* b = reinterpret_cast<const std::uint8_t*>(src);
+    const auto* b = reinterpret_cast<const std::uint8_t*>(file.data(info));
     const bool e4m3 = info.dtype == DType::F8_E4M3;
     for (std::uint64_t i = 0; i < info.nbytes; ++i) dst[i] = e4m3 ? decode_e4m3(b[i]) : decode_e5m2(b[i]);
     return out;
   }
-  if (info.nbytes) std::memcpy(out.data_ptr(), src, info.nbytes);
+  if (info.nbytes) file.copy_to(info, out.data_ptr());
   return out;
 }
 
