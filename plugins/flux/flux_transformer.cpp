@@ -1,0 +1,213 @@
+#include "flux_transformer.hpp"
+
+#include <numeric>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "yeto/nn/activations.hpp"
+
+namespace yeto::flux {
+namespace {
+
+std::int64_t get_int(const nlohmann::json& j, const char* key, std::int64_t fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number_integer())
+    throw std::invalid_argument(std::string("FluxTransformer2DModel config: '") + key + "' must be an integer");
+  return j[key].get<std::int64_t>();
+}
+
+}  // namespace
+
+FluxTransformerConfig FluxTransformerConfig::from_json(const nlohmann::json& j) {
+  FluxTransformerConfig c;
+  c.patch_size = get_int(j, "patch_size", c.patch_size);
+  c.in_channels = get_int(j, "in_channels", c.in_channels);
+  c.out_channels = get_int(j, "out_channels", 0);
+  c.num_layers = get_int(j, "num_layers", c.num_layers);
+  c.num_single_layers = get_int(j, "num_single_layers", c.num_single_layers);
+  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim);
+  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads);
+  c.joint_attention_dim = get_int(j, "joint_attention_dim", c.joint_attention_dim);
+  c.pooled_projection_dim = get_int(j, "pooled_projection_dim", c.pooled_projection_dim);
+  if (j.contains("guidance_embeds") && !j["guidance_embeds"].is_null()) {
+    if (!j["guidance_embeds"].is_boolean())
+      throw std::invalid_argument("FluxTransformer2DModel config: 'guidance_embeds' must be a boolean");
+    c.guidance_embeds = j["guidance_embeds"].get<bool>();
+  }
+  if (j.contains("axes_dims_rope") && !j["axes_dims_rope"].is_null()) {
+    if (!j["axes_dims_rope"].is_array())
+      throw std::invalid_argument("FluxTransformer2DModel config: 'axes_dims_rope' must be an array of integers");
+    c.axes_dims_rope.clear();
+    for (const auto& v : j["axes_dims_rope"]) {
+      if (!v.is_number_integer())
+        throw std::invalid_argument("FluxTransformer2DModel config: 'axes_dims_rope' must be an array of integers");
+      c.axes_dims_rope.push_back(v.get<std::int64_t>());
+    }
+  }
+  for (const auto* k : {"patch_size", "in_channels", "num_attention_heads", "attention_head_dim",
+                        "joint_attention_dim", "pooled_projection_dim"}) {
+    if (get_int(j, k, 1) <= 0)
+      throw std::invalid_argument(std::string("FluxTransformer2DModel config: '") + k + "' must be positive");
+  }
+  const auto rope_sum = std::accumulate(c.axes_dims_rope.begin(), c.axes_dims_rope.end(), std::int64_t{0});
+  if (rope_sum != c.attention_head_dim)
+    throw std::invalid_argument("FluxTransformer2DModel config: axes_dims_rope sums to " + std::to_string(rope_sum) +
+                                " but attention_head_dim is " + std::to_string(c.attention_head_dim));
+  return c;
+}
+
+nlohmann::json FluxTransformerConfig::to_json() const {
+  return {{"_class_name", "FluxTransformer2DModel"},
+          {"patch_size", patch_size},
+          {"in_channels", in_channels},
+          {"out_channels", out_channels > 0 ? nlohmann::json(out_channels) : nlohmann::json(nullptr)},
+          {"num_layers", num_layers},
+          {"num_single_layers", num_single_layers},
+          {"attention_head_dim", attention_head_dim},
+          {"num_attention_heads", num_attention_heads},
+          {"joint_attention_dim", joint_attention_dim},
+          {"pooled_projection_dim", pooled_projection_dim},
+          {"guidance_embeds", guidance_embeds},
+          {"axes_dims_rope", axes_dims_rope}};
+}
+
+FeedForwardImpl::FeedForwardImpl(std::int64_t dim, std::int64_t hidden_dim, std::int64_t dim_out) {
+  // Registered as net.0.proj and net.2, the Diffusers names.
+  auto net = register_module("net", torch::nn::ModuleList());
+  auto gelu = std::make_shared<torch::nn::Module>();
+  proj = gelu->register_module("proj", nn::Linear(dim, hidden_dim, true));
+  net->push_back(gelu);
+  net->push_back(std::make_shared<torch::nn::Module>());  // dropout slot (p = 0)
+  out = nn::Linear(hidden_dim, dim_out, true);
+  net->push_back(out.ptr());
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) { return out(nn::gelu_tanh(proj(x))); }
+
+FluxTransformerBlockImpl::FluxTransformerBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
+  norm1 = register_module("norm1", nn::AdaLayerNormZero(dim));
+  norm1_context = register_module("norm1_context", nn::AdaLayerNormZero(dim));
+  nn::AttentionOptions o;
+  o.query_dim = dim;
+  o.heads = heads;
+  o.dim_head = head_dim;
+  o.out_dim = dim;
+  o.bias = true;
+  o.qk_norm = "rms_norm";
+  o.eps = 1e-6;
+  o.added_kv_proj_dim = dim;
+  o.context_pre_only = false;
+  o.context_first = true;
+  attn = register_module("attn", nn::Attention(o));
+  norm2 = register_module("norm2", nn::LayerNorm(dim, 1e-6, false, false));
+  ff = register_module("ff", FeedForward(dim, 4 * dim, dim));
+  norm2_context = register_module("norm2_context", nn::LayerNorm(dim, 1e-6, false, false));
+  ff_context = register_module("ff_context", FeedForward(dim, 4 * dim, dim));
+}
+
+std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(const at::Tensor& hidden_states,
+                                                                    const at::Tensor& encoder_hidden_states,
+                                                                    const at::Tensor& temb,
+                                                                    const nn::RopeTables& rope) {
+  const auto x = norm1(hidden_states, temb);
+  const auto c = norm1_context(encoder_hidden_states, temb);
+  auto [attn_out, context_attn_out] = attn->forward_joint(x.x, c.x, at::Tensor(), rope.cos, rope.sin);
+
+  auto h = hidden_states + x.gate_msa.unsqueeze(1) * attn_out;
+  h = h + x.gate_mlp.unsqueeze(1) * ff(nn::modulate(norm2(h), x.shift_mlp, x.scale_mlp));
+
+  auto e = encoder_hidden_states + c.gate_msa.unsqueeze(1) * context_attn_out;
+  e = e + c.gate_mlp.unsqueeze(1) * ff_context(nn::modulate(norm2_context(e), c.shift_mlp, c.scale_mlp));
+  if (e.scalar_type() == at::kHalf) e = e.clamp(-65504, 65504);
+  return {e, h};
+}
+
+FluxSingleTransformerBlockImpl::FluxSingleTransformerBlockImpl(std::int64_t dim, std::int64_t heads,
+                                                               std::int64_t head_dim, double mlp_ratio) {
+  const auto mlp_hidden = static_cast<std::int64_t>(static_cast<double>(dim) * mlp_ratio);
+  norm = register_module("norm", nn::AdaLayerNormZeroSingle(dim));
+  proj_mlp = register_module("proj_mlp", nn::Linear(dim, mlp_hidden, true));
+  proj_out = register_module("proj_out", nn::Linear(dim + mlp_hidden, dim, true));
+  nn::AttentionOptions o;
+  o.query_dim = dim;
+  o.heads = heads;
+  o.dim_head = head_dim;
+  o.out_dim = dim;
+  o.bias = true;
+  o.qk_norm = "rms_norm";
+  o.eps = 1e-6;
+  o.pre_only = true;
+  attn = register_module("attn", nn::Attention(o));
+}
+
+at::Tensor FluxSingleTransformerBlockImpl::forward(const at::Tensor& hidden_states, const at::Tensor& temb,
+                                                   const nn::RopeTables& rope) {
+  auto [x, gate] = norm(hidden_states, temb);
+  const auto mlp = nn::gelu_tanh(proj_mlp(x));
+  const at::Tensor a = attn->forward(x, at::Tensor(), at::Tensor(), rope.cos, rope.sin);
+  auto h = hidden_states + gate.unsqueeze(1) * proj_out(at::cat({a, mlp}, 2));
+  if (h.scalar_type() == at::kHalf) h = h.clamp(-65504, 65504);
+  return h;
+}
+
+FluxTransformer2DModelImpl::FluxTransformer2DModelImpl(const FluxTransformerConfig& config) : config_(config) {
+  const auto dim = config.inner_dim();
+  x_embedder = register_module("x_embedder", nn::Linear(config.in_channels, dim, true));
+  time_text_embed = register_module(
+      "time_text_embed", nn::CombinedTimestepEmbeddings(dim, config.pooled_projection_dim, config.guidance_embeds));
+  context_embedder = register_module("context_embedder", nn::Linear(config.joint_attention_dim, dim, true));
+  transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < config.num_layers; ++i)
+    transformer_blocks->push_back(FluxTransformerBlock(dim, config.num_attention_heads, config.attention_head_dim));
+  single_transformer_blocks = register_module("single_transformer_blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < config.num_single_layers; ++i)
+    single_transformer_blocks->push_back(
+        FluxSingleTransformerBlock(dim, config.num_attention_heads, config.attention_head_dim));
+  norm_out = register_module("norm_out", nn::AdaLayerNormContinuous(dim, dim, false, 1e-6));
+  proj_out = register_module(
+      "proj_out", nn::Linear(dim, config.patch_size * config.patch_size * config.output_channels(), true));
+}
+
+at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden_states, const at::Tensor& encoder_hidden_states,
+                                               const at::Tensor& pooled_projections, const at::Tensor& timestep,
+                                               const at::Tensor& img_ids, const at::Tensor& txt_ids,
+                                               const at::Tensor& guidance) {
+  if (hidden_states.dim() != 3 || hidden_states.size(2) != config_.in_channels)
+    throw std::invalid_argument("FluxTransformer2DModel: hidden_states must be [B, N, " +
+                                std::to_string(config_.in_channels) + "], got " +
+                                c10::str(hidden_states.sizes()));
+  if (encoder_hidden_states.dim() != 3 || encoder_hidden_states.size(2) != config_.joint_attention_dim)
+    throw std::invalid_argument("FluxTransformer2DModel: encoder_hidden_states must be [B, T, " +
+                                std::to_string(config_.joint_attention_dim) + "], got " +
+                                c10::str(encoder_hidden_states.sizes()));
+  if (config_.guidance_embeds && !guidance.defined())
+    throw std::invalid_argument("FluxTransformer2DModel: this checkpoint is guidance-distilled (guidance_embeds); "
+                                "pass a guidance scale");
+
+  const auto dtype = hidden_states.scalar_type();
+  auto h = x_embedder(hidden_states);
+  const auto t = timestep.to(dtype) * 1000;
+  const auto g = config_.guidance_embeds ? guidance.to(dtype) * 1000 : at::Tensor();
+  const auto temb = time_text_embed(t, pooled_projections, g);
+  auto e = context_embedder(encoder_hidden_states);
+
+  // Older pipelines passed batched ids; the positions are the same for every sample.
+  const auto ti = txt_ids.dim() == 3 ? txt_ids[0] : txt_ids;
+  const auto ii = img_ids.dim() == 3 ? img_ids[0] : img_ids;
+  const auto rope = nn::rope_nd(at::cat({ti, ii}, 0), config_.axes_dims_rope, 10000.0, true);
+
+  for (const auto& m : *transformer_blocks) {
+    auto out = m->as<FluxTransformerBlock>()->forward(h, e, temb, rope);
+    e = out.first;
+    h = out.second;
+  }
+  const auto text_len = e.size(1);
+  h = at::cat({e, h}, 1);
+  for (const auto& m : *single_transformer_blocks) h = m->as<FluxSingleTransformerBlock>()->forward(h, temb, rope);
+  h = h.narrow(1, text_len, h.size(1) - text_len);
+  return proj_out(norm_out(h, temb));
+}
+
+}  // namespace yeto::flux
