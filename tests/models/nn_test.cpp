@@ -362,6 +362,21 @@ TEST(Checkpoint, SameGradientsAsThePlainForward) {
   EXPECT_FALSE(z.requires_grad());
 }
 
+TEST(Checkpoint, RecomputationDrawsTheSameDropoutMask) {
+  Linear a(8, 8, true);
+  auto block = [&](const torch::Tensor& x) { return torch::dropout(a(x), 0.5, /*train=*/true); };
+  auto x = torch::randn({16, 8});
+  torch::manual_seed(42);
+  block(x).sum().backward();
+  auto plain = a->weight.grad().clone();
+  a->weight.mutable_grad().reset();
+  torch::manual_seed(42);
+  auto y = yeto::nn::checkpoint(std::function<torch::Tensor(const torch::Tensor&)>(block), x);
+  torch::randn({100});  // the RNG moves on before backward; the recomputation must not see it
+  y.sum().backward();
+  EXPECT_TRUE(torch::allclose(a->weight.grad(), plain, 1e-6, 1e-6));
+}
+
 TEST(StateDict, StrictLoadingNamesProblems) {
   Linear lin(3, 2, true);
   std::map<std::string, torch::Tensor> good{{"weight", torch::ones({2, 3})}, {"bias", torch::zeros({2})}};

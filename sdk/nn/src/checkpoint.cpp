@@ -1,6 +1,10 @@
 #include "yeto/nn/checkpoint.hpp"
 
+#include <algorithm>
+#include <mutex>
+
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
@@ -10,10 +14,52 @@ namespace yeto::nn {
 
 namespace {
 
+// The default generators' states: the CPU one and one per accelerator device the inputs live
+// on (looked up through the context, so no CUDA header is needed and CPU-only builds compile).
+struct RngStates {
+  std::vector<std::pair<at::Generator, at::Tensor>> states;
+
+  static RngStates capture(const std::vector<at::Tensor>& inputs) {
+    RngStates r;
+    std::vector<at::Device> devices{at::Device(at::kCPU)};
+    for (const auto& t : inputs) {
+      if (t.defined() && !t.is_cpu() &&
+          std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+        devices.push_back(t.device());
+      }
+    }
+    for (const auto& d : devices) {
+      auto gen = d.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(d);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      r.states.emplace_back(gen, gen.get_state());
+    }
+    return r;
+  }
+
+  void restore() const {
+    for (const auto& [gen, state] : states) {
+      auto g = gen;
+      std::lock_guard<std::mutex> lock(g.mutex());
+      g.set_state(state);
+    }
+  }
+
+  // The current states of the same generators (to put back after a recomputation).
+  RngStates now() const {
+    RngStates r;
+    for (const auto& [gen, state] : states) {
+      auto g = gen;
+      std::lock_guard<std::mutex> lock(g.mutex());
+      r.states.emplace_back(g, g.get_state());
+    }
+    return r;
+  }
+};
+
 // The autograd node that stands for the whole checkpointed block.
 class CheckpointNode : public torch::autograd::Node {
  public:
-  CheckpointNode(CheckpointFn fn, std::vector<at::Tensor> saved, std::vector<bool> needs_grad, at::Tensor rng)
+  CheckpointNode(CheckpointFn fn, std::vector<at::Tensor> saved, std::vector<bool> needs_grad, RngStates rng)
       : fn_(std::move(fn)), saved_(std::move(saved)), needs_grad_(std::move(needs_grad)), rng_(std::move(rng)) {}
 
   std::string name() const override { return "yeto::nn::CheckpointBackward"; }
@@ -29,17 +75,11 @@ class CheckpointNode : public torch::autograd::Node {
     std::vector<at::Tensor> outputs;
     {
       // Recompute with the RNG as it was for the original forward, then put the RNG back.
-      auto gen = at::detail::getDefaultCPUGenerator();
-      at::Tensor now;
-      {
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        now = gen.get_state();
-        gen.set_state(rng_);
-      }
+      const auto now = rng_.now();
+      rng_.restore();
       at::AutoGradMode enable(true);
       outputs = fn_(inputs);
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(now);
+      now.restore();
     }
     std::vector<at::Tensor> roots, root_grads;
     for (std::size_t j = 0; j < outputs.size() && j < grads.size(); ++j) {
@@ -65,7 +105,7 @@ class CheckpointNode : public torch::autograd::Node {
   CheckpointFn fn_;
   std::vector<at::Tensor> saved_;
   std::vector<bool> needs_grad_;
-  at::Tensor rng_;
+  RngStates rng_;
 };
 
 }  // namespace
@@ -74,12 +114,7 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
   if (!at::GradMode::is_enabled()) {
     return fn(inputs);
   }
-  at::Tensor rng;
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    rng = gen.get_state();
-  }
+  auto rng = RngStates::capture(inputs);
   std::vector<at::Tensor> outputs;
   {
     at::NoGradGuard no_grad;

@@ -3,9 +3,9 @@
 //
 // LibTorch has no torch.utils.checkpoint in C++; this implements the non-reentrant semantics
 // that matter here: gradients reach the block's parameters even when no input requires grad
-// (e.g. the first block of a frozen model with LoRA adapters inside), and the CPU (and, on
-// CUDA builds, the current device's) RNG state is restored for the recomputation so dropout
-// draws the same mask.
+// (e.g. the first block of a frozen model with LoRA adapters inside), and the default RNG
+// states (CPU, and each accelerator device the inputs are on) are restored for the
+// recomputation so dropout draws the same mask.
 #pragma once
 
 #include <functional>
