@@ -210,6 +210,11 @@ Interpreter::Interpreter(const CaseContext& ctx) : ctx_(ctx) {
   define_function("numpy.linspace", np_linspace);
   define_function("float", [](const ValueList& a, const Kwargs& k) { return Value(arg(a, k, 0, "x").to_double()); });
   define_function("int", [](const ValueList& a, const Kwargs& k) { return Value(arg(a, k, 0, "x").to_int()); });
+  // dtype arguments (`torch.float32`) reach helpers as their names.
+  for (const char* dt : {"float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"}) {
+    define(std::string("torch.") + dt, Value(std::string(dt)));
+    define(std::string("np.") + dt, Value(std::string(dt)));
+  }
 }
 
 std::string Interpreter::substitute(const std::string& name) const {
@@ -280,27 +285,31 @@ Value Interpreter::eval(const ExprPtr& e) {
     case Expr::Kind::neg: return arith("*", Value(static_cast<std::int64_t>(-1)), eval(e->items[0]));
     case Expr::Kind::index: return index_value(eval(e->items[0]), eval(e->items[1]));
     case Expr::Kind::call: {
+      if (e->callee->kind != Expr::Kind::name)
+        throw Error("only calls of named functions or methods are supported: `" + e->str() + "`", ExitCode::bad_input);
+      const std::string name = substitute(e->callee->text);
+      // Resolve what is called before evaluating the arguments, so a function this build
+      // lacks is reported as such rather than as a failure inside its arguments.
+      auto fn = functions_.find(name);
+      std::optional<Value> owner;
+      std::string method;
+      if (fn == functions_.end()) {
+        const auto dot = name.rfind('.');
+        if (dot == std::string::npos || vars_.count(split(name.substr(0, dot), '.')[0]) == 0)
+          throw Unsupported("no implementation registered for `" + name + "`");
+        owner = lookup(name.substr(0, dot));
+        method = name.substr(dot + 1);
+        if (!owner->is_object())
+          throw Error("`" + name.substr(0, dot) + "` is " + owner->describe() + ", not an object with method `" + method +
+                          "`",
+                      ExitCode::bad_input);
+      }
       ValueList args;
       Kwargs kwargs;
       for (const auto& a : e->items) args.push_back(eval(a));
       for (const auto& [k, v] : e->kwargs) kwargs[k] = eval(v);
-      if (e->callee->kind != Expr::Kind::name)
-        throw Error("only calls of named functions or methods are supported: `" + e->str() + "`", ExitCode::bad_input);
-      const std::string name = substitute(e->callee->text);
-      if (auto it = functions_.find(name); it != functions_.end()) return it->second(args, kwargs);
-      const auto dot = name.rfind('.');
-      if (dot != std::string::npos) {
-        const std::string owner = name.substr(0, dot);
-        const std::string method = name.substr(dot + 1);
-        bool known = vars_.count(split(owner, '.')[0]) > 0;
-        if (known) {
-          Value o = lookup(owner);
-          if (o.is_object()) return o.object()->call(method, args, kwargs);
-          throw Error("`" + owner + "` is " + o.describe() + ", not an object with method `" + method + "`",
-                      ExitCode::bad_input);
-        }
-      }
-      throw Unsupported("no implementation registered for `" + name + "`");
+      if (fn != functions_.end()) return fn->second(args, kwargs);
+      return owner->object()->call(method, args, kwargs);
     }
   }
   throw Error("unhandled expression `" + e->str() + "`", ExitCode::bad_input);

@@ -60,7 +60,23 @@ void FlowMatchEulerDiscreteScheduler::set_timesteps(const SetTimestepsArgs& args
     const double T = static_cast<double>(num_train_);
     for (double t : detail::np_linspace(sigma_max_ * T, sigma_min_ * T, *args.num_inference_steps)) s.push_back(t / T);
   }
-  for (double& v : s) v = dynamic_ ? time_shift(*args.mu, 1.0, v) : shift_ * v / (1.0 + (shift_ - 1.0) * v);
+  if (args.sigmas) {
+    // Given sigmas are a float32 array upstream, and NumPy keeps float32 when combining it with
+    // Python floats: the shift runs in float32.
+    const float e_mu = args.mu ? static_cast<float>(std::exp(*args.mu)) : 0.0f;
+    const float mu_f = args.mu ? static_cast<float>(*args.mu) : 0.0f;
+    const float sh = static_cast<float>(shift_);
+    for (double& v : s) {
+      const float t = static_cast<float>(v);
+      float r;
+      if (!dynamic_) r = sh * t / (1.0f + (sh - 1.0f) * t);
+      else if (time_shift_type_ == "exponential") r = e_mu / (e_mu + (1.0f / t - 1.0f));
+      else r = mu_f / (mu_f + (1.0f / t - 1.0f));
+      v = r;
+    }
+  } else {
+    for (double& v : s) v = dynamic_ ? time_shift(*args.mu, 1.0, v) : shift_ * v / (1.0 + (shift_ - 1.0) * v);
+  }
   if (shift_terminal_ && !s.empty()) {
     // Stretch so the last sigma equals shift_terminal (LTX-Video).
     const double scale = (1.0 - s.back()) / (1.0 - *shift_terminal_);
