@@ -533,4 +533,12 @@ const LoadedPlugin& load(const std::string& name, const LoaderOptions& options, 
   return load_file(*f, options, host_api);
 }
 
+const LoadedPlugin* load_adapter(const config::Config& cfg, const yeto_host_api* host_api,
+                                 const std::vector<fs::path>& install_roots) {
+  const LoaderOptions options = LoaderOptions::from_config(cfg, install_roots);
+  const std::string name = adapter_name(cfg, Catalog::scan(options.dirs));
+  if (name.empty()) return nullptr;
+  return &load(name, options, host_api);
+}
+
 }  // namespace yeto::plugin

@@ -112,6 +112,12 @@ const LoadedPlugin& load_file(const PluginFile& file, const LoaderOptions& optio
 // aliases is model.id. Empty when the run names none.
 std::string adapter_name(const config::Config& cfg, const Catalog& catalog);
 
+// The one plugin a run names (adapter_name), loaded with the run's trust settings; nullptr
+// when the run names none. No other discovered plugin is opened.
+const LoadedPlugin* load_adapter(const config::Config& cfg, const yeto_host_api* host_api,
+                                 const std::vector<std::filesystem::path>& install_roots =
+                                     LoaderOptions::default_install_roots());
+
 // Every plugin loaded in this process, in load order (for the run's provenance).
 std::vector<Provenance> loaded_plugins();
 

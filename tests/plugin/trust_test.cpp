@@ -253,6 +253,13 @@ TEST_F(Trust, LargerStructSizeFromNewerMinorIsAccepted) {
   EXPECT_NE(p.table.trainable_parameters, nullptr);
 }
 
+TEST_F(Trust, TableSmallerThanAbi10IsRefused) {
+  copy_variant("csmall", tmp_ / "plugins");
+  const auto [code, msg] = try_load("csmall", trusting_build(tmp_ / "plugins"));
+  EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_abi_mismatch)) << msg;
+  EXPECT_TRUE(contains(msg, "smaller than ABI 1.0")) << msg;
+}
+
 TEST_F(Trust, OtherLibTorchIsRefusedBeforeOpening) {
   const auto c = copy_variant("cbasic", tmp_ / "plugins");
   const auto k = sign::generate_key("");
@@ -331,6 +338,33 @@ TEST_F(Trust, DevelopmentOverrideLoadsUnsignedAndUntrustedButNeverTampered) {
   auto o2 = trusting_build(tmp_ / "plugins2");
   o2.allow_unsigned = true;
   EXPECT_EQ(try_load("cfuture", o2).first, static_cast<int>(ExitCode::plugin_bad_signature));
+}
+
+TEST_F(Trust, OnlyThePluginTheRunNamesIsOpened) {
+  // A fresh key makes these loads distinct from any earlier load in this process.
+  const auto k = sign::generate_key("");
+  for (const char* v : {"cbasic", "cfuture", "clicense"}) resign(copy_variant(v, tmp_ / "plugins"), k);
+  const auto pub = write_public_key(k, tmp_ / "k.public");
+  auto cfg_with = [&](std::vector<config::Override> extra) {
+    std::vector<config::Override> o = {{"plugins.dirs", (tmp_ / "plugins").string(), "--set"},
+                                       {"plugins.trusted_keys", pub.string(), "--set"}};
+    o.insert(o.end(), extra.begin(), extra.end());
+    return config::Config::resolve(std::nullopt, o);
+  };
+  // Naming nothing opens nothing.
+  EXPECT_EQ(plugin::load_adapter(cfg_with({}), bare_host_api(), {}), nullptr);
+  EXPECT_FALSE(marker_exists(marker_));
+  // --diffusion-adapter NAME (an alias works too) opens exactly that plugin.
+  const auto* p = plugin::load_adapter(cfg_with({{"model.adapter", "cfuture-alias", "--diffusion-adapter"}}),
+                                       bare_host_api(), {});
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->manifest.name, "cfuture");
+  EXPECT_EQ(read_text(marker_), "cfuture constructor ran\n");
+  // A model alias from some plugin's manifest names that plugin.
+  const auto* q = plugin::load_adapter(cfg_with({{"model.id", "cbasic-alias", "--model"}}), bare_host_api(), {});
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->manifest.name, "cbasic");
+  EXPECT_EQ(read_text(marker_), "cfuture constructor ran\ncbasic constructor ran\n");
 }
 
 // ---- yeto-host plugins: reads manifests, never opens libraries ---------------------------------

@@ -4,6 +4,7 @@
  *   TEST_FUTURE          its tables are larger than ABI 1.0's (a newer minor version)
  *   TEST_NO_ENTRY        it exports no entry point
  *   TEST_VERSION="x"     its descriptor claims another version than its manifest
+ *   TEST_SMALL           its hook table is smaller than ABI 1.0's
  * Every variant's constructor appends a line to $YETO_TEST_MARKER when that is set, so a
  * test can tell whether the library was ever opened. */
 #include <stdio.h>
@@ -123,7 +124,11 @@ static yeto_status entry_impl(const yeto_host_api* host, const yeto_plugin_v1** 
   g_descriptor.future_flags = ~(uint64_t)0;
   g_plugin.future_hook = NULL;
 #endif
+#ifdef TEST_SMALL
+  PLUG.struct_size = (uint32_t)offsetof(yeto_plugin_v1, generate);
+#else
   PLUG.struct_size = (uint32_t)sizeof g_plugin;
+#endif
   PLUG.abi_version = TEST_ABI;
   PLUG.descriptor = &DESC;
   PLUG.create = c_create;
