@@ -9,6 +9,7 @@ extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/imgutils.h>
+#include <libavutil/log.h>
 #include <libswscale/swscale.h>
 }
 
@@ -31,7 +32,7 @@ std::string av_error(int code) {
 const std::string& allowed_demuxers() {
   static const std::string list = [] {
     static const char* refused[] = {"hls", "applehttp", "concat", "dash", "image2", "ffmetadata", "tee", "webm_dash_manifest",
-                                    "sdp", "rtsp", "rtp", "mpd", "imf", "avisynth"};
+                                    "sdp", "rtsp", "rtp", "mpd", "imf", "avisynth", "tty"};
     std::string out;
     void* it = nullptr;
     while (const AVInputFormat* f = av_demuxer_iterate(&it)) {
@@ -53,6 +54,10 @@ struct FormatCloser {
 using FormatPtr = std::unique_ptr<AVFormatContext, FormatCloser>;
 
 FormatPtr open_container(const fs::path& path, const MediaLimits& limits) {
+  // FFmpeg's own log lines would interleave with our reports; every failure it has is turned
+  // into an error naming the file instead.
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { av_log_set_level(AV_LOG_FATAL); });
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
   if (ec) bad(path.string() + ": cannot read (" + ec.message() + ")");
