@@ -365,4 +365,34 @@ TEST(ModelComponents, RegistryBuildsAndLoadsEachClass) {
   }
 }
 
+// ---- a whole repository: the tiny FLUX.1 layout and its recorded pipeline run ------------------
+
+TEST(FluxTinyRepository, SharedComponentsReproduceTheRecordedRun) {
+  const auto repos = fs::path(YETO_SOURCE_DIR) / "tests" / "fixtures" / "repos";
+  const auto repo = repos / "flux-tiny";
+  Case ref;
+  ref.name = "flux-tiny-reference";
+  ref.case_json = read_json(repos / "flux-tiny-reference" / "case.json");
+  ref.expected = yeto::io::load_safetensors(repos / "flux-tiny-reference" / "expected.safetensors");
+  ref.inputs = yeto::io::load_safetensors(repos / "flux-tiny-reference" / "inputs.safetensors");
+
+  yeto::io::ComponentRegistry registry;
+  yeto::models::register_model_components(registry);
+  auto make = [&](const std::string& folder, const std::string& cls) {
+    yeto::io::ComponentSource src{cls, repo / folder, read_json(repo / folder / "config.json"), ""};
+    return std::dynamic_pointer_cast<yeto::io::ModuleComponent>(registry.create(src));
+  };
+  // CLIPTextModel with eos_token_id 2 (legacy argmax pooling) from one file.
+  auto clip = std::dynamic_pointer_cast<yeto::models::CLIPTextComponent>(make("text_encoder", "CLIPTextModel"));
+  // T5 from two shards with only shared.weight stored.
+  auto t5 = std::dynamic_pointer_cast<yeto::models::T5EncoderComponent>(make("text_encoder_2", "T5EncoderModel"));
+  auto vae = std::dynamic_pointer_cast<yeto::models::AutoencoderKLComponent>(make("vae", "AutoencoderKL"));
+  ASSERT_TRUE(clip && t5 && vae);
+  at::NoGradGuard no_grad;
+  expect_close(ref, "pooled_prompt_embeds", clip->model->forward(ref.inputs.at("clip_input_ids")).pooler_output);
+  expect_close(ref, "prompt_embeds", t5->model->forward(ref.inputs.at("t5_input_ids")).last_hidden_state);
+  expect_close(ref, "vae_input", vae->vae->unscale_latents(ref.expected.at("final_latents_unpacked")));
+  expect_close(ref, "image", vae->vae->decode(ref.expected.at("vae_input")));
+}
+
 }  // namespace
