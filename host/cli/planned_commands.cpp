@@ -25,8 +25,6 @@ void planned(Registry& r, const std::string& name, const std::string& summary, c
 void register_planned_commands(Registry& r) {
   planned(r, "train", "Train the run the config describes (embedded syncer + N islands with --islands).",
           "the LoRA learner", true);
-  planned(r, "syncer", "Run the fragment syncer that merges the islands' pseudo-gradients.",
-          "the syncer", true);
   planned(r, "learner", "Run one learner island that syncs with a remote syncer.", "the learner client", true);
   planned(r, "export", "Export a trained adapter in Diffusers, PEFT and ComfyUI layouts.", "adapter export", true);
   planned(r, "merge", "Fold an adapter into its base model and write sharded safetensors.", "adapter merging", true);

@@ -10,6 +10,7 @@ Registry build_registry() {
   register_parity_commands(r);
   register_planned_commands(r);
   register_sync_commands(r);
+  register_sync_commands(r);
   register_plugin_commands(r);
   return r;
 }

@@ -76,6 +76,8 @@ class FrameDecoder {
   // The next complete frame, or nullopt when more bytes are needed. Throws ProtocolError.
   std::optional<Frame> next();
   std::size_t buffered() const { return buf_.size() - pos_; }
+  // Raised after authentication: unauthenticated peers are held to kControlCap.
+  void set_max_frame(std::size_t cap) { max_frame_ = cap; }
   // Bytes the decoder needs before it can make progress (at least 1).
   std::size_t wanted() const;
 

@@ -7,7 +7,9 @@
 #include "core/error.hpp"
 #include "sync/layout.hpp"
 #include "sync/merge.hpp"
+#include "sync/options.hpp"
 #include "sync/quant.hpp"
+#include "sync/state.hpp"
 
 namespace ys = yeto::sync;
 
@@ -321,4 +323,60 @@ TEST(SyncLayout, StaggeredSchedule) {
   }
   EXPECT_EQ(due0, (std::vector<int>{10, 20, 30}));
   EXPECT_EQ(due2, (std::vector<int>{5, 15, 25}));
+}
+
+// ---------------------------------------------------------------- checkpoint
+
+
+TEST(SyncCheckpoint, RoundTripIsExactAndCorruptionIsRefused) {
+  ys::SyncerState s;
+  s.initialised = true;
+  s.layout = ys::build_layout({{"a", 3}, {"b", 2}}, 2, ys::FragmentPattern::strided);
+  s.fragments.resize(2);
+  s.fragments[0] = {5, {0.1f, -2.5f, 3e-8f}, {1, 2, 3}, 0.25, R"({"event":"merge"})"};
+  s.fragments[1] = {7, {4, 5}, {-1, -2}, -1, ""};
+  s.outer_steps = 12;
+  s.samples_merged = 960;
+  s.wall_seconds = 3.5;
+  s.registry["x"] = {"x", true, 4, 3, 24, 2, 0};
+  const std::string bytes = ys::encode_checkpoint(s);
+  const auto r = ys::decode_checkpoint(bytes, "test");
+  ASSERT_TRUE(r.initialised);
+  EXPECT_EQ(r.layout.fingerprint(), s.layout.fingerprint());
+  EXPECT_EQ(r.fragments[0].params, s.fragments[0].params);
+  EXPECT_EQ(r.fragments[0].momentum, s.fragments[0].momentum);
+  EXPECT_EQ(r.fragments[1].version, 7u);
+  EXPECT_EQ(r.fragments[0].last_merge_event, s.fragments[0].last_merge_event);
+  EXPECT_EQ(r.outer_steps, 12u);
+  EXPECT_EQ(r.registry.at("x").merged, 3u);
+  EXPECT_DOUBLE_EQ(r.wall_seconds, 3.5);
+  for (std::size_t i : {0ul, 9ul, bytes.size() / 2, bytes.size() - 1}) {
+    std::string bad = bytes;
+    bad[i] ^= 0x20;
+    EXPECT_THROW(ys::decode_checkpoint(bad, "test"), yeto::Error) << i;
+  }
+  EXPECT_THROW(ys::decode_checkpoint(bytes.substr(0, bytes.size() - 5), "test"), yeto::Error);
+}
+
+TEST(SyncOptions, TimeoutHierarchyIsValidated) {
+  ys::Timeouts t;
+  EXPECT_NO_THROW(t.validate());
+  t.learner_timeout_s = t.heartbeat_s;
+  EXPECT_THROW(t.validate(), yeto::UsageError);
+  t = ys::Timeouts{};
+  t.grace_max_s = 40;  // beyond the round deadline (30)
+  try {
+    t.validate();
+    FAIL();
+  } catch (const yeto::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("sync.grace_max_s = 40 must be shorter than sync.round_deadline_s"),
+              std::string::npos)
+        << e.what();
+  }
+  t = ys::Timeouts{};
+  t.reconnect_budget_s = 10;
+  EXPECT_THROW(t.validate(), yeto::UsageError);
+  t = ys::Timeouts{};
+  t.grace_min_s = 20;
+  EXPECT_THROW(t.validate(), yeto::UsageError);
 }

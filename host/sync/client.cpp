@@ -1,0 +1,516 @@
+#include <utility>  // before Boost.Asio: its awaitable.hpp uses std::exchange (toolchain gotcha 3)
+
+#include "sync/client.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/asio/redirect_error.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/error.hpp"
+#include "core/metrics.hpp"
+#include "sync/merge.hpp"
+#include "sync/protocol.hpp"
+#include "sync/tape.hpp"
+
+namespace yeto::sync {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using tcp = asio::ip::tcp;
+using json = nlohmann::json;
+
+namespace {
+double steady_now() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+std::chrono::steady_clock::duration secs(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+struct RawPush {
+  std::uint32_t fragment = 0;
+  std::uint64_t base_version = 0;
+  std::uint64_t samples = 0;
+  std::uint32_t inner_steps = 0;
+  std::vector<float> delta;
+};
+
+struct Link {  // one TCP connection to the syncer
+  explicit Link(asio::io_context& io) : sock(io), wake(io), beat(io) {
+    wake.expires_at(asio::steady_timer::time_point::max());
+  }
+  tcp::socket sock;
+  asio::steady_timer wake, beat;
+  std::optional<Session> session;
+  bool closed = false;
+  void close() {
+    closed = true;
+    boost::system::error_code ec;
+    sock.shutdown(tcp::socket::shutdown_both, ec);
+    sock.close(ec);
+    wake.cancel();
+    beat.cancel();
+  }
+};
+
+class ClientError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
+
+struct SyncClient::Impl {
+  ClientOptions o;
+  Layout layout;
+  Key key;
+  std::uint64_t run_id;
+  std::unique_ptr<JsonlWriter> events;
+
+  // shared between the threads (mu)
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::optional<FragmentMsg>> latest;
+  std::optional<FinalCut> final_cut;
+  std::map<std::uint32_t, RawPush> push_queue;  // newest pseudo-gradient per fragment
+  std::deque<std::pair<MsgType, std::string>> control;
+  std::vector<float> initial;                   // all tensors, canonical order (for INIT)
+  ClientStats st;
+  bool failed = false, stopping = false, final_ack_sent = false, final_ack_queued = false;
+
+  // training thread only
+  std::vector<std::vector<float>> base;
+  std::vector<std::uint64_t> base_version;
+  std::vector<bool> have_base;
+  std::vector<std::uint64_t> samples_since, steps_since;
+  std::vector<double> pushed_at;
+  std::vector<std::uint64_t> pushed_base;
+  std::uint64_t step_no = 0;
+
+  // communication thread
+  asio::io_context io{1};
+  std::shared_ptr<Link> link;
+  std::thread thread;
+
+  Impl(ClientOptions opts, Layout l) : o(std::move(opts)), layout(std::move(l)) {
+    o.validate();
+    key = run_key_from_secret(o.run_secret);
+    run_id = run_id_from_name(o.run_name);
+    const std::size_t f = layout.fragments.size();
+    latest.resize(f);
+    base.resize(f);
+    base_version.assign(f, 0);
+    have_base.assign(f, false);
+    samples_since.assign(f, 0);
+    steps_since.assign(f, 0);
+    pushed_at.assign(f, -1);
+    pushed_base.assign(f, 0);
+    if (!o.events.empty()) events = std::make_unique<JsonlWriter>(o.events);
+  }
+
+  void event(const std::string& name, json extra = json::object()) {
+    if (!events) return;
+    json j = {{"event", name}, {"time", unix_now()}, {"learner", o.learner_id}};
+    for (auto& [k, v] : extra.items()) j[k] = v;
+    events->write(j);
+  }
+
+  void notify() {
+    asio::post(io, [this] {
+      if (link) link->wake.cancel();
+    });
+  }
+
+  // ---------------------------------------------------------------- comm thread
+
+  static awaitable<Frame> read_frame(Link& l, FrameDecoder& dec, std::vector<char>& buf, std::uint64_t& received) {
+    for (;;) {
+      if (auto f = dec.next()) co_return std::move(*f);
+      boost::system::error_code ec;
+      const std::size_t n = co_await l.sock.async_read_some(asio::buffer(buf), asio::redirect_error(use_awaitable, ec));
+      if (ec) throw ClientError("connection lost: " + ec.message());
+      received += n;
+      dec.feed(buf.data(), n);
+    }
+  }
+
+  awaitable<void> write_raw(Link& l, const std::string& bytes) {
+    boost::system::error_code ec;
+    co_await asio::async_write(l.sock, asio::buffer(bytes), asio::redirect_error(use_awaitable, ec));
+    if (ec) throw ClientError("send failed: " + ec.message());
+    std::lock_guard lk(mu);
+    st.bytes_sent += bytes.size();
+  }
+
+  awaitable<void> writer(std::shared_ptr<Link> l) {
+    try {
+      while (!l->closed) {
+        std::optional<std::pair<MsgType, std::string>> ctl;
+        std::optional<RawPush> push;
+        {
+          std::lock_guard lk(mu);
+          if (!control.empty()) {
+            ctl = std::move(control.front());
+            control.pop_front();
+          } else if (!push_queue.empty()) {
+            push = std::move(push_queue.begin()->second);
+            push_queue.erase(push_queue.begin());
+          }
+        }
+        if (ctl) {
+          co_await write_raw(*l, l->session->seal(ctl->first, run_id, ctl->second));
+          if (ctl->first == MsgType::final_ack) {
+            std::lock_guard lk(mu);
+            final_ack_sent = true;
+            cv.notify_all();
+          }
+          continue;
+        }
+        if (push) {
+          // Quantised here, off the training thread.
+          const Push m = Push::from_delta_q4(push->fragment, push->base_version, push->samples, push->inner_steps,
+                                             push->delta, o.quant_block);
+          const std::string frame = l->session->seal(MsgType::push, run_id, m.encode());
+          co_await write_raw(*l, frame);
+          {
+            std::lock_guard lk(mu);
+            ++st.pushes_sent;
+          }
+          event("push", {{"fragment", push->fragment}, {"base_version", push->base_version},
+                         {"samples", push->samples}, {"inner_steps", push->inner_steps}, {"bytes", frame.size()},
+                         {"f32_bytes", push->delta.size() * 4}});
+          continue;
+        }
+        boost::system::error_code ec;
+        co_await l->wake.async_wait(asio::redirect_error(use_awaitable, ec));
+      }
+    } catch (const std::exception& e) {
+      event("send_error", {{"reason", e.what()}});
+      l->close();
+    }
+  }
+
+  awaitable<void> heartbeat(std::shared_ptr<Link> l) {
+    while (!l->closed) {
+      l->beat.expires_after(secs(o.timeouts.heartbeat_s));
+      boost::system::error_code ec;
+      co_await l->beat.async_wait(asio::redirect_error(use_awaitable, ec));
+      if (l->closed) break;
+      {
+        std::lock_guard lk(mu);
+        control.emplace_back(MsgType::heartbeat, Heartbeat{st.steps, 0}.encode());
+      }
+      l->wake.cancel();
+    }
+  }
+
+  awaitable<void> session(bool& connected) {
+    auto l = std::make_shared<Link>(io);
+    link = l;
+    tcp::resolver resolver(io);
+    boost::system::error_code ec;
+    auto eps = co_await resolver.async_resolve(o.host, std::to_string(o.port), asio::redirect_error(use_awaitable, ec));
+    if (ec) throw ClientError("cannot resolve " + o.host + ": " + ec.message());
+    co_await asio::async_connect(l->sock, eps, asio::redirect_error(use_awaitable, ec));
+    if (ec) throw ClientError("cannot connect: " + ec.message());
+    l->sock.set_option(tcp::no_delay(true), ec);
+    FrameDecoder dec(run_id, kControlCap);
+    std::vector<char> buf(1 << 16);
+    std::uint64_t received = 0;
+    Frame f = co_await read_frame(*l, dec, buf, received);
+    if (f.type != MsgType::challenge) throw ClientError("expected a challenge, got " + std::string(msg_name(f.type)));
+    const Challenge ch = Challenge::decode(f.payload);
+    Hello h;
+    h.learner_id = o.learner_id;
+    h.client_nonce = random_nonce();
+    h.layout_fp = layout.fingerprint();
+    h.tag = mac(key, Hello::signed_text(run_id, ch.server_nonce, h.client_nonce, h.learner_id, h.layout_fp));
+    co_await write_raw(*l, encode_frame(MsgType::hello, run_id, h.encode()));
+    f = co_await read_frame(*l, dec, buf, received);
+    if (f.type == MsgType::error) throw ClientError("syncer refused: " + ErrorMsg::decode(f.payload).message);
+    if (f.type != MsgType::welcome) throw ClientError("expected welcome, got " + std::string(msg_name(f.type)));
+    const Welcome w = Welcome::decode(f.payload);
+    if (!mac_ok(key, Welcome::signed_text(run_id, ch.server_nonce, h.client_nonce), w.tag.data()))
+      throw ClientError("the syncer failed authentication (wrong run secret?)");
+    l->session.emplace(session_key(key, ch.server_nonce, h.client_nonce), 'L', 'S');
+    dec.set_max_frame(o.max_frame);
+    connected = true;
+    {
+      std::lock_guard lk(mu);
+      st.connected = true;
+      ++st.connects;
+      st.bytes_received += received;
+      // Heartbeats and pushes of a dead connection are meaningless now.
+      control.clear();
+      if (w.needs_init) {
+        Init in;
+        in.pattern = layout.pattern;
+        in.fragments = static_cast<std::uint32_t>(layout.fragments.size());
+        in.tensors = layout.tensors;
+        in.params = initial;
+        control.emplace_front(MsgType::init, in.encode());
+      }
+      if (final_ack_queued && !final_ack_sent && final_cut) control.emplace_back(MsgType::final_ack, FinalAck{final_cut->digest}.encode());
+    }
+    event("connected", {{"needs_init", w.needs_init}, {"versions", w.versions}});
+    asio::co_spawn(io, writer(l), asio::detached);
+    asio::co_spawn(io, heartbeat(l), asio::detached);
+    try {
+      for (;;) {
+        received = 0;
+        Frame m = co_await read_frame(*l, dec, buf, received);
+        const std::string p = l->session->open(m);
+        {
+          std::lock_guard lk(mu);
+          st.bytes_received += received;
+        }
+        switch (m.type) {
+          case MsgType::fragment: {
+            FragmentMsg fm = FragmentMsg::decode(p);
+            if (fm.fragment >= layout.fragments.size() || fm.data.size() != layout.fragments[fm.fragment].numel)
+              throw ClientError("syncer sent a fragment of the wrong shape");
+            std::lock_guard lk(mu);
+            ++st.fragments_received;
+            latest[fm.fragment] = std::move(fm);
+            cv.notify_all();
+            break;
+          }
+          case MsgType::push_ack: {
+            const PushAck a = PushAck::decode(p);
+            {
+              std::lock_guard lk(mu);
+              if (a.status == PushStatus::accepted) ++st.pushes_accepted;
+              else ++st.pushes_refused;
+            }
+            event("push_ack", {{"fragment", a.fragment}, {"status", push_status_name(a.status)}, {"version", a.version}});
+            break;
+          }
+          case MsgType::final_cut: {
+            FinalCut fc = FinalCut::decode(p);
+            if (fc.fragments.size() != layout.fragments.size()) throw ClientError("final cut has the wrong shape");
+            for (std::size_t i = 0; i < fc.fragments.size(); ++i)
+              if (fc.fragments[i].size() != layout.fragments[i].numel) throw ClientError("final cut has the wrong shape");
+            if (state_digest(fc.versions, fc.fragments) != fc.digest) throw ClientError("final cut digest mismatch");
+            event("final_cut", {{"digest", hex(fc.digest.data(), 32)}, {"versions", fc.versions}});
+            std::lock_guard lk(mu);
+            final_cut = std::move(fc);
+            cv.notify_all();
+            break;
+          }
+          case MsgType::error: throw ClientError("syncer error: " + ErrorMsg::decode(p).message);
+          default: throw ClientError(std::string("unexpected ") + msg_name(m.type) + " from the syncer");
+        }
+      }
+    } catch (...) {
+      l->close();
+      std::lock_guard lk(mu);
+      st.connected = false;
+      throw;
+    }
+  }
+
+  awaitable<void> main_loop() {
+    double backoff = o.backoff_initial_s;
+    double last_ok = steady_now();
+    for (;;) {
+      bool connected = false;
+      std::string why;
+      try {
+        co_await session(connected);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      {
+        std::lock_guard lk(mu);
+        st.connected = false;
+        if (stopping || (final_ack_sent && final_cut)) break;
+      }
+      event("disconnected", {{"reason", why}});
+      if (connected) {
+        last_ok = steady_now();
+        backoff = o.backoff_initial_s;
+      }
+      if (steady_now() - last_ok > o.timeouts.reconnect_budget_s) {
+        event("gave_up", {{"reconnect_budget_s", o.timeouts.reconnect_budget_s}});
+        spdlog::error("sync client {}: no syncer for {} s (sync.reconnect_budget_s): giving up", o.learner_id,
+                      o.timeouts.reconnect_budget_s);
+        std::lock_guard lk(mu);
+        failed = true;
+        cv.notify_all();
+        break;
+      }
+      asio::steady_timer t(io);
+      t.expires_after(secs(backoff));
+      boost::system::error_code ec;
+      co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+      backoff = std::min(backoff * 2, o.backoff_max_s);
+      std::lock_guard lk(mu);
+      if (stopping) break;
+    }
+  }
+
+  // ---------------------------------------------------------------- training thread
+
+  void overwrite_from(const FragmentMsg& m, std::span<const std::span<float>> tensors, float alpha, StepResult* r) {
+    const std::uint32_t p = m.fragment;
+    apply_fragment(layout, p, m.data, tensors, alpha);
+    const double now = steady_now();
+    json ev = {{"fragment", p}, {"version", m.version}, {"alpha", alpha}, {"previous", base_version[p]}};
+    if (pushed_at[p] >= 0 && m.version > pushed_base[p]) {
+      ev["round_latency_s"] = now - pushed_at[p];
+      pushed_at[p] = -1;
+    }
+    base[p] = m.data;
+    base_version[p] = m.version;
+    have_base[p] = true;
+    event("applied", ev);
+    if (r) r->applied.push_back(AppliedFragment{p, m.version, alpha, m.data});
+  }
+
+  StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples) {
+    StepResult r;
+    ++step_no;
+    std::vector<std::optional<FragmentMsg>> fresh(layout.fragments.size());
+    std::optional<FinalCut> fc;
+    {
+      std::lock_guard lk(mu);
+      st.steps = step_no;
+      r.failed = failed;
+      if (final_cut && !final_ack_queued) fc = *final_cut;
+      else if (final_ack_queued) r.finished = true;
+      for (std::size_t p = 0; p < latest.size(); ++p)
+        if (latest[p] && (!have_base[p] || latest[p]->version != base_version[p])) fresh[p] = std::move(latest[p]);
+    }
+    if (r.finished) return r;
+    if (fc) {
+      // The authoritative final cut: overwrite, then acknowledge the digest of what we now hold.
+      std::vector<std::vector<float>> mine;
+      for (std::uint32_t p = 0; p < fc->fragments.size(); ++p) {
+        overwrite_from(FragmentMsg{p, fc->versions[p], fc->fragments[p]}, tensors, 1.0f, &r);
+        std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
+        mine.push_back(pack_fragment(layout, p, cs));
+      }
+      const auto digest = state_digest(fc->versions, mine);
+      {
+        std::lock_guard lk(mu);
+        final_ack_queued = true;
+        control.emplace_back(MsgType::final_ack, FinalAck{digest}.encode());
+      }
+      event("final_applied", {{"digest", hex(digest.data(), 32)}, {"matches", digest == fc->digest}});
+      notify();
+      r.finished = true;
+      return r;
+    }
+    for (std::size_t p = 0; p < fresh.size(); ++p)
+      if (fresh[p]) overwrite_from(*fresh[p], tensors, have_base[p] ? o.alpha : 1.0f, &r);
+    bool queued = false;
+    for (std::uint32_t p = 0; p < layout.fragments.size(); ++p) {
+      samples_since[p] += samples;
+      ++steps_since[p];
+      if (!have_base[p] || !fragment_due(p, static_cast<std::uint32_t>(layout.fragments.size()), o.inner_steps, step_no))
+        continue;
+      std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
+      std::vector<float> local = pack_fragment(layout, p, cs);
+      for (std::size_t k = 0; k < local.size(); ++k) local[k] = base[p][k] - local[k];
+      if (!all_finite(local)) {
+        event("push_skipped", {{"fragment", p}, {"reason", "non-finite pseudo-gradient"}});
+        spdlog::error("sync client {}: fragment {} has non-finite weights; not pushing", o.learner_id, p);
+        continue;
+      }
+      RawPush rp{p, base_version[p], samples_since[p], static_cast<std::uint32_t>(steps_since[p]), std::move(local)};
+      samples_since[p] = 0;
+      steps_since[p] = 0;
+      pushed_at[p] = steady_now();
+      pushed_base[p] = rp.base_version;
+      {
+        std::lock_guard lk(mu);
+        push_queue[p] = std::move(rp);
+      }
+      r.pushed.push_back(p);
+      queued = true;
+    }
+    if (queued) notify();
+    return r;
+  }
+
+  bool wait_for_global(std::span<const std::span<float>> tensors, double timeout_s) {
+    std::vector<FragmentMsg> got;
+    {
+      std::unique_lock lk(mu);
+      const bool ok = cv.wait_for(lk, secs(timeout_s), [&] {
+        if (failed) return true;
+        for (const auto& l : latest)
+          if (!l) return false;
+        return true;
+      });
+      if (!ok || failed) return false;
+      for (auto& l : latest) got.push_back(std::move(*l));
+      for (auto& l : latest) l.reset();
+    }
+    for (const auto& m : got) overwrite_from(m, tensors, 1.0f, nullptr);
+    return true;
+  }
+};
+
+SyncClient::SyncClient(ClientOptions options, Layout layout)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(layout))) {}
+
+SyncClient::~SyncClient() { close(0.0); }
+
+void SyncClient::start(std::span<const std::span<const float>> initial) {
+  if (impl_->thread.joinable()) throw Error("sync client already started");
+  if (initial.size() != impl_->layout.tensors.size()) throw Error("sync client: wrong number of initial tensors");
+  for (std::size_t i = 0; i < initial.size(); ++i) {
+    if (initial[i].size() != impl_->layout.tensors[i].numel)
+      throw Error("sync client: tensor " + impl_->layout.tensors[i].name + " has the wrong length");
+    impl_->initial.insert(impl_->initial.end(), initial[i].begin(), initial[i].end());
+  }
+  impl_->event("start", {{"fragments", impl_->layout.fragments.size()}, {"numel", impl_->layout.total_numel()},
+                         {"syncer", impl_->o.host + ":" + std::to_string(impl_->o.port)}});
+  asio::co_spawn(impl_->io, impl_->main_loop(), asio::detached);
+  impl_->thread = std::thread([this] { impl_->io.run(); });
+}
+
+bool SyncClient::wait_for_global(std::span<const std::span<float>> tensors, double timeout_s) {
+  return impl_->wait_for_global(tensors, timeout_s);
+}
+
+StepResult SyncClient::step(std::span<const std::span<float>> tensors, std::uint64_t samples) {
+  return impl_->step(tensors, samples);
+}
+
+void SyncClient::close(double timeout_s) {
+  if (!impl_->thread.joinable()) return;
+  {
+    std::unique_lock lk(impl_->mu);
+    if (impl_->final_ack_queued)
+      impl_->cv.wait_for(lk, secs(timeout_s), [&] { return impl_->final_ack_sent || impl_->failed; });
+    impl_->stopping = true;
+  }
+  asio::post(impl_->io, [this] {
+    if (impl_->link) impl_->link->close();
+    impl_->io.stop();
+  });
+  impl_->thread.join();
+  impl_->event("closed", {{"steps", impl_->step_no}});
+}
+
+ClientStats SyncClient::stats() const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->st;
+}
+
+const Layout& SyncClient::layout() const { return impl_->layout; }
+
+}  // namespace yeto::sync

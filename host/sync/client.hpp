@@ -1,0 +1,76 @@
+// The learner island's side of synchronisation (used by island rank 0). The training
+// thread calls step() after every inner step; it never waits on the network: pushes are
+// handed to a communication thread (which quantises and sends them) and new global
+// fragments that thread received are applied at the next step boundary. The client
+// reconnects with exponential backoff for up to sync.reconnect_budget_s, catches up from
+// the syncer's current global state on every (re)connection, and writes JSON-lines
+// progress events. Torch-free: tensors are the trainable tensors, in canonical order, as
+// float32 spans.
+//
+// Other ranks of the island: rank 0 broadcasts StepResult::applied (fragment, alpha, data)
+// and every rank calls apply_fragment() with the same values, so all ranks hold the same
+// weights after the blend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "sync/layout.hpp"
+#include "sync/options.hpp"
+
+namespace yeto::sync {
+
+struct AppliedFragment {
+  std::uint32_t fragment = 0;
+  std::uint64_t version = 0;
+  float alpha = 1.0f;         // 1: overwrite (first state, catch-up, final cut)
+  std::vector<float> data;    // the global fragment that was blended in
+};
+
+struct StepResult {
+  std::vector<AppliedFragment> applied;
+  std::vector<std::uint32_t> pushed;  // fragments whose pseudo-gradient was queued at this step
+  bool finished = false;  // the final cut was applied: the tensors now equal it; save and stop
+  bool failed = false;    // the reconnect budget is spent: the syncer is gone
+};
+
+struct ClientStats {
+  bool connected = false;
+  std::uint64_t connects = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t pushes_sent = 0;
+  std::uint64_t pushes_accepted = 0;
+  std::uint64_t pushes_refused = 0;
+  std::uint64_t fragments_received = 0;
+  std::uint64_t steps = 0;
+};
+
+class SyncClient {
+ public:
+  SyncClient(ClientOptions options, Layout layout);
+  ~SyncClient();
+  SyncClient(const SyncClient&) = delete;
+  SyncClient& operator=(const SyncClient&) = delete;
+
+  // Starts the communication thread. `initial` (every trainable tensor) initialises the run
+  // when the syncer has no state yet; otherwise the syncer's state wins.
+  void start(std::span<const std::span<const float>> initial);
+  // Start-up only: waits until every fragment's global state has arrived and overwrites the
+  // tensors with it. False when it did not arrive in time or the client gave up.
+  bool wait_for_global(std::span<const std::span<float>> tensors, double timeout_s);
+  // After each inner step (samples: samples of that step). See the file comment.
+  StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples);
+  // Sends what is queued (the final acknowledgement, bounded by timeout_s), then stops.
+  void close(double timeout_s = 5.0);
+  ClientStats stats() const;
+  const Layout& layout() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace yeto::sync

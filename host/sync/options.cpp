@@ -1,0 +1,119 @@
+#include "sync/options.hpp"
+
+#include <sstream>
+
+#include "config/config.hpp"
+#include "core/error.hpp"
+
+namespace yeto::sync {
+
+void Timeouts::validate() const {
+  struct Level {
+    const char* key;
+    double v;
+  };
+  const Level levels[] = {{"sync.heartbeat_s", heartbeat_s},
+                          {"sync.learner_timeout_s", learner_timeout_s},
+                          {"sync.grace_max_s", grace_max_s},
+                          {"sync.round_deadline_s", round_deadline_s},
+                          {"sync.reconnect_budget_s", reconnect_budget_s}};
+  std::ostringstream problems;
+  for (const auto& l : levels)
+    if (!(l.v > 0)) problems << "\n  " << l.key << " = " << l.v << " must be positive";
+  for (std::size_t i = 0; i + 1 < std::size(levels); ++i)
+    if (!(levels[i].v < levels[i + 1].v))
+      problems << "\n  " << levels[i].key << " = " << levels[i].v << " must be shorter than " << levels[i + 1].key
+               << " = " << levels[i + 1].v;
+  if (grace_min_s < 0 || grace_min_s > grace_max_s)
+    problems << "\n  sync.grace_min_s = " << grace_min_s << " must lie in [0, sync.grace_max_s = " << grace_max_s << "]";
+  if (grace_factor < 0) problems << "\n  sync.grace_factor must not be negative";
+  if (!(final_timeout_s > heartbeat_s))
+    problems << "\n  sync.final_timeout_s = " << final_timeout_s << " must be longer than sync.heartbeat_s";
+  const std::string p = problems.str();
+  if (!p.empty())
+    throw UsageError("inconsistent sync timeouts (heartbeat_s < learner_timeout_s < grace_max_s < round_deadline_s < "
+                     "reconnect_budget_s):" + p);
+}
+
+void SyncerOptions::validate() const {
+  timeouts.validate();
+  if (state_dir.empty()) throw UsageError("the syncer needs --state-dir DIR");
+  if (quorum < 1) throw UsageError("sync.quorum must be at least 1");
+  if (!(outer_lr > 0)) throw UsageError("sync.outer_lr must be positive");
+  if (outer_momentum < 0 || outer_momentum >= 1) throw UsageError("sync.outer_momentum must lie in [0, 1)");
+  if (checkpoint_every < 1) throw UsageError("sync.checkpoint_every must be at least 1");
+  if (heloco_params.block < 1) throw UsageError("sync.heloco_block must be at least 1");
+}
+
+void ClientOptions::validate() const {
+  timeouts.validate();
+  if (learner_id.empty() || learner_id.size() > 128) throw UsageError("the learner id must have 1 to 128 characters");
+  if (inner_steps < 1) throw UsageError("sync.inner_steps must be at least 1");
+  if (!(alpha > 0.0f) || alpha > 1.0f) throw UsageError("sync.alpha must lie in (0, 1]");
+  if (quant_block < 8) throw UsageError("sync.quant_block must be at least 8");
+  if (port == 0) throw UsageError("the syncer address needs a port (HOST:PORT)");
+}
+
+void parse_host_port(const std::string& s, std::string& host, std::uint16_t& port) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw UsageError("expected HOST:PORT, got '" + s + "'");
+  host = s.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string p = s.substr(colon + 1);
+  long v = -1;
+  try {
+    std::size_t used = 0;
+    v = std::stol(p, &used);
+    if (used != p.size()) v = -1;
+  } catch (...) {
+    v = -1;
+  }
+  if (v < 0 || v > 65535) throw UsageError("bad port in '" + s + "': use 0-65535");
+  port = static_cast<std::uint16_t>(v);
+}
+
+Timeouts timeouts_from_config(const config::Config& c) {
+  Timeouts t;
+  t.heartbeat_s = c.get_number("sync.heartbeat_s");
+  t.learner_timeout_s = c.get_number("sync.learner_timeout_s");
+  t.grace_min_s = c.get_number("sync.grace_min_s");
+  t.grace_max_s = c.get_number("sync.grace_max_s");
+  t.grace_factor = c.get_number("sync.grace_factor");
+  t.round_deadline_s = c.get_number("sync.round_deadline_s");
+  t.reconnect_budget_s = c.get_number("sync.reconnect_budget_s");
+  t.final_timeout_s = c.get_number("sync.final_timeout_s");
+  return t;
+}
+
+SyncerOptions syncer_options_from_config(const config::Config& c) {
+  SyncerOptions o;
+  o.run_name = c.get_string("sync.run_id");
+  o.timeouts = timeouts_from_config(c);
+  o.quorum = static_cast<std::uint32_t>(c.get_int("sync.quorum"));
+  o.outer_lr = c.get_number("sync.outer_lr");
+  o.outer_momentum = c.get_number("sync.outer_momentum");
+  o.max_staleness = static_cast<std::uint32_t>(c.get_int("sync.max_staleness"));
+  o.heloco = c.get_bool("sync.heloco");
+  o.heloco_params.block = static_cast<std::uint32_t>(c.get_int("sync.heloco_block"));
+  o.checkpoint_every = static_cast<std::uint64_t>(c.get_int("sync.checkpoint_every"));
+  o.max_frame = static_cast<std::size_t>(c.get_int("sync.max_frame_mb")) << 20;
+  o.budget_outer_steps = static_cast<std::uint64_t>(c.get_int("sync.budget_outer_steps"));
+  o.budget_samples = static_cast<std::uint64_t>(c.get_int("sync.budget_samples"));
+  o.budget_seconds = c.get_number("sync.budget_seconds");
+  return o;
+}
+
+ClientOptions client_options_from_config(const config::Config& c) {
+  ClientOptions o;
+  o.run_name = c.get_string("sync.run_id");
+  o.timeouts = timeouts_from_config(c);
+  o.inner_steps = static_cast<std::uint32_t>(c.get_int("sync.inner_steps"));
+  o.alpha = static_cast<float>(c.get_number("sync.alpha"));
+  o.quant_block = static_cast<std::uint32_t>(c.get_int("sync.quant_block"));
+  o.max_frame = static_cast<std::size_t>(c.get_int("sync.max_frame_mb")) << 20;
+  if (!c.get_string("sync.syncer").empty()) parse_host_port(c.get_string("sync.syncer"), o.host, o.port);
+  return o;
+}
+
+}  // namespace yeto::sync

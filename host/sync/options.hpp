@@ -1,0 +1,84 @@
+// Settings of the syncer and of the learner-side client, read from the [sync] section of
+// the run config, and the start-up validation of the timeout hierarchy:
+//
+//   heartbeat_s < learner_timeout_s < grace_max_s < round_deadline_s < reconnect_budget_s
+//
+// Each level must be strictly longer than the one before it: several heartbeats fit in a
+// learner timeout (one lost heartbeat never evicts a learner); a dead learner is evicted
+// before the grace ceiling (so a grace window never waits on a learner that is gone); the
+// grace ceiling ends before the round deadline (the deadline is the last resort for a round
+// that never reaches its quorum); and a learner keeps reconnecting longer than a round lasts
+// (so a syncer restart from its checkpoint does not make the learners give up).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "sync/merge.hpp"
+
+namespace yeto::config {
+class Config;
+}
+
+namespace yeto::sync {
+
+struct Timeouts {
+  double heartbeat_s = 1.0;
+  double learner_timeout_s = 5.0;
+  double grace_min_s = 0.0;
+  double grace_max_s = 10.0;
+  double grace_factor = 1.5;
+  double round_deadline_s = 30.0;
+  double reconnect_budget_s = 120.0;
+  double final_timeout_s = 10.0;
+  // Throws UsageError naming the keys that break the hierarchy.
+  void validate() const;
+};
+
+struct SyncerOptions {
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 0;  // 0: ephemeral (the chosen port is written to DIR/port)
+  std::filesystem::path state_dir;
+  std::string run_secret;          // the secret file's bytes
+  std::string run_name = "yeto";
+  Timeouts timeouts;
+  std::uint32_t quorum = 1;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::uint32_t max_staleness = 8;
+  bool heloco = true;
+  HelocoParams heloco_params;
+  std::uint64_t checkpoint_every = 1;
+  std::size_t max_frame = 1024ull << 20;
+  std::uint64_t budget_outer_steps = 0;
+  std::uint64_t budget_samples = 0;
+  double budget_seconds = 0;
+  void validate() const;
+};
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::string run_secret;
+  std::string run_name = "yeto";
+  std::string learner_id;
+  std::uint32_t inner_steps = 50;  // H
+  float alpha = 1.0f;
+  std::uint32_t quant_block = 64;
+  Timeouts timeouts;
+  std::size_t max_frame = 1024ull << 20;
+  double backoff_initial_s = 0.05;
+  double backoff_max_s = 2.0;
+  std::filesystem::path events;    // JSON-lines progress events; empty: none
+  void validate() const;
+};
+
+// "HOST:PORT" -> host, port; throws UsageError.
+void parse_host_port(const std::string& s, std::string& host, std::uint16_t& port);
+
+Timeouts timeouts_from_config(const config::Config& cfg);
+SyncerOptions syncer_options_from_config(const config::Config& cfg);
+ClientOptions client_options_from_config(const config::Config& cfg);
+
+}  // namespace yeto::sync

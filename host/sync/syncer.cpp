@@ -1,0 +1,740 @@
+#include <utility>  // before Boost.Asio: its awaitable.hpp uses std::exchange (toolchain gotcha 3)
+
+#include "sync/syncer.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+#include "sync/merge.hpp"
+#include "sync/protocol.hpp"
+#include "sync/state.hpp"
+#include "sync/tape.hpp"
+
+namespace yeto::sync {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using tcp = asio::ip::tcp;
+using json = nlohmann::json;
+
+namespace {
+
+double steady_now() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+struct Conn {
+  explicit Conn(tcp::socket s, std::uint64_t run_id)
+      : sock(std::move(s)), wake(sock.get_executor()), dec(run_id, kControlCap) {
+    wake.expires_at(asio::steady_timer::time_point::max());
+    boost::system::error_code ec;
+    auto ep = sock.remote_endpoint(ec);
+    peer = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+  tcp::socket sock;
+  asio::steady_timer wake;
+  FrameDecoder dec;
+  std::string peer;
+  Nonce server_nonce{};
+  std::optional<Session> session;
+  std::string learner_id;  // set once authenticated
+  std::deque<std::string> outq;
+  bool closed = false;
+};
+using ConnPtr = std::shared_ptr<Conn>;
+
+struct PendingPush {
+  std::string learner;
+  std::uint64_t base_version = 0;
+  std::uint64_t samples = 0;
+  std::uint32_t inner_steps = 0;
+  std::vector<float> delta;
+  double arrived = 0;
+};
+
+struct Round {
+  std::vector<PendingPush> pushes;
+  double first = 0, last = 0;
+  std::optional<double> quorum_at;
+};
+
+}  // namespace
+
+struct Syncer::Impl {
+  SyncerOptions o;
+  Key key;
+  std::uint64_t run_id;
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  std::uint16_t bound_port = 0;
+  std::unique_ptr<Tape> tape;
+  SyncerState st;
+  std::vector<Round> rounds;
+  std::set<ConnPtr> conns;
+  double started = steady_now();
+  std::uint64_t merges_since_ckpt = 0;
+  // terminal handshake
+  bool finishing = false;
+  double final_started = 0;
+  std::string final_reason;
+  FinalCut final_cut;
+  std::set<std::string> expect_acks, acked;
+  int exit_code = 0;
+  bool done = false;
+
+  std::filesystem::path ckpt_path() const { return o.state_dir / "checkpoint.bin"; }
+
+  explicit Impl(SyncerOptions opts) : o(std::move(opts)) {
+    o.validate();
+    key = run_key_from_secret(o.run_secret);
+    run_id = run_id_from_name(o.run_name);
+    std::filesystem::create_directories(o.state_dir);
+    tape = std::make_unique<Tape>(o.state_dir / "tape.jsonl");
+    if (tape->opened().repaired) tape->write("tape_repair", -1, -1, {}, {{"note", "a torn last record was cut"}});
+    if (std::filesystem::exists(ckpt_path())) restore();
+    else tape->write("start", -1, -1, {}, {{"run_id", o.run_name}});
+  }
+
+  void restore() {
+    st = load_checkpoint(ckpt_path());
+    const TapeSummary& ts = tape->opened();
+    const double now = steady_now();
+    for (auto& [id, r] : st.registry) r.last_seen = now;  // live learners get a full timeout to reconnect
+    std::vector<std::uint64_t> versions;
+    for (std::size_t p = 0; p < st.fragments.size(); ++p) {
+      const auto& f = st.fragments[p];
+      versions.push_back(f.version);
+      const auto it = ts.merged.find(static_cast<std::int64_t>(p));
+      const std::uint64_t tv = it == ts.merged.end() ? 0 : it->second;
+      if (tv + 1 == f.version && !f.last_merge_event.empty()) {
+        // The crash came between the checkpoint and the tape record: restore the record.
+        json rec = json::parse(f.last_merge_event);
+        rec["recovered"] = true;
+        tape->write_raw(rec);
+      } else if (tv > f.version) {
+        // Merges after the last checkpoint are lost with the process: say so on the tape.
+        tape->write("rollback", static_cast<std::int64_t>(p), static_cast<std::int64_t>(f.version), {},
+                    {{"from_version", tv}});
+      } else if (tv != f.version) {
+        tape->write("tape_gap", static_cast<std::int64_t>(p), static_cast<std::int64_t>(f.version), {},
+                    {{"tape_version", tv}});
+      }
+    }
+    rounds.assign(st.fragments.size(), Round{});
+    tape->write("restart", -1, -1, live_ids(),
+                {{"versions", versions}, {"outer_steps", st.outer_steps}, {"samples", st.samples_merged},
+                 {"finished", st.finished}});
+    spdlog::info("syncer: restored {} (outer step {}, {} fragments)", ckpt_path().string(), st.outer_steps,
+                 st.fragments.size());
+  }
+
+  std::vector<std::string> live_ids() const {
+    std::vector<std::string> v;
+    for (const auto& [id, r] : st.registry)
+      if (r.live) v.push_back(id);
+    return v;
+  }
+
+  // ---------------------------------------------------------------- sending
+
+  void send_raw(const ConnPtr& c, std::string frame) {
+    if (c->closed) return;
+    c->outq.push_back(std::move(frame));
+    c->wake.cancel();
+  }
+  void send(const ConnPtr& c, MsgType t, std::string_view payload) {
+    if (c->closed || !c->session) return;
+    send_raw(c, c->session->seal(t, run_id, payload));
+  }
+  void close(const ConnPtr& c) {
+    if (c->closed) return;
+    c->closed = true;
+    boost::system::error_code ec;
+    c->sock.shutdown(tcp::socket::shutdown_both, ec);
+    c->sock.close(ec);
+    c->wake.cancel();
+  }
+  // A refused message or peer: logged and taped, never touching merge state.
+  void reject(const ConnPtr& c, const std::string& reason, std::int64_t fragment = -1) {
+    spdlog::warn("syncer: rejected {} ({}): {}", c->peer, c->learner_id.empty() ? "unauthenticated" : c->learner_id,
+                 reason);
+    std::vector<std::string> who;
+    if (!c->learner_id.empty()) who.push_back(c->learner_id);
+    tape->write("reject", fragment, fragment >= 0 && fragment < static_cast<std::int64_t>(st.fragments.size())
+                                        ? static_cast<std::int64_t>(st.fragments[fragment].version)
+                                        : -1,
+                who, {{"reason", reason}, {"peer", c->peer}});
+  }
+
+  void send_fragment(const ConnPtr& c, std::uint32_t p, const std::string* payload = nullptr) {
+    if (payload) return send(c, MsgType::fragment, *payload);
+    FragmentMsg m{p, st.fragments[p].version, st.fragments[p].params};
+    send(c, MsgType::fragment, m.encode());
+  }
+  void broadcast_fragment(std::uint32_t p) {
+    const std::string payload = FragmentMsg{p, st.fragments[p].version, st.fragments[p].params}.encode();
+    for (const auto& c : conns)
+      if (c->session) send_fragment(c, p, &payload);
+  }
+
+  // ---------------------------------------------------------------- connections
+
+  awaitable<void> writer(ConnPtr c) {
+    while (!c->closed) {
+      while (!c->outq.empty() && !c->closed) {
+        boost::system::error_code ec;
+        co_await asio::async_write(c->sock, asio::buffer(c->outq.front()), asio::redirect_error(use_awaitable, ec));
+        if (ec) {
+          close(c);
+          co_return;
+        }
+        c->outq.pop_front();
+      }
+      if (c->closed) break;
+      boost::system::error_code ec;
+      co_await c->wake.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+  }
+
+  awaitable<void> handshake_deadline(ConnPtr c) {
+    asio::steady_timer t(io);
+    t.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(o.timeouts.learner_timeout_s)));
+    boost::system::error_code ec;
+    co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (!c->closed && !c->session) {
+      reject(c, "handshake not completed within sync.learner_timeout_s");
+      close(c);
+    }
+  }
+
+  awaitable<void> serve(ConnPtr c) {
+    conns.insert(c);
+    asio::co_spawn(io, writer(c), asio::detached);
+    asio::co_spawn(io, handshake_deadline(c), asio::detached);
+    c->server_nonce = random_nonce();
+    send_raw(c, encode_frame(MsgType::challenge, run_id, Challenge{c->server_nonce}.encode()));
+    std::vector<char> buf(1 << 16);
+    try {
+      for (;;) {
+        boost::system::error_code ec;
+        const std::size_t n =
+            co_await c->sock.async_read_some(asio::buffer(buf), asio::redirect_error(use_awaitable, ec));
+        if (ec || c->closed) {
+          if (ec && !c->closed && c->dec.buffered() > 0)
+            reject(c, "truncated frame: the peer closed the connection mid-frame (" +
+                          std::to_string(c->dec.buffered()) + " bytes pending)");
+          break;
+        }
+        c->dec.feed(buf.data(), n);
+        while (!c->closed) {
+          auto f = c->dec.next();
+          if (!f) break;
+          handle(c, *f);
+        }
+        if (c->closed) break;
+      }
+    } catch (const ProtocolError& e) {
+      reject(c, std::string("protocol: ") + e.what());
+    } catch (const WireError& e) {
+      reject(c, std::string("malformed message: ") + e.what());
+    } catch (const std::exception& e) {
+      reject(c, std::string("error: ") + e.what());
+    }
+    close(c);
+    conns.erase(c);
+    if (!c->learner_id.empty()) {
+      tape->write("disconnect", -1, -1, {c->learner_id}, {{"peer", c->peer}});
+    }
+  }
+
+  awaitable<void> accept_loop() {
+    for (;;) {
+      boost::system::error_code ec;
+      tcp::socket s = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted || done) co_return;
+        continue;
+      }
+      s.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(io, serve(std::make_shared<Conn>(std::move(s), run_id)), asio::detached);
+    }
+  }
+
+  // ---------------------------------------------------------------- messages
+
+  void handle(const ConnPtr& c, const Frame& f) {
+    if (!c->session) {
+      if (f.type != MsgType::hello) {
+        reject(c, std::string("unauthenticated peer sent ") + msg_name(f.type));
+        close(c);
+        return;
+      }
+      return on_hello(c, Hello::decode(f.payload));
+    }
+    const std::string payload = c->session->open(f);
+    touch(c->learner_id);
+    switch (f.type) {
+      case MsgType::init: return on_init(c, Init::decode(payload));
+      case MsgType::push: return on_push(c, Push::decode(payload), payload.size());
+      case MsgType::heartbeat: Heartbeat::decode(payload); return;
+      case MsgType::leave: return on_leave(c);
+      case MsgType::final_ack: return on_final_ack(c, FinalAck::decode(payload));
+      default:
+        reject(c, std::string("unexpected ") + msg_name(f.type) + " from a learner");
+        close(c);
+    }
+  }
+
+  void touch(const std::string& id) {
+    auto& r = st.registry[id];
+    r.last_seen = steady_now();
+    if (!r.live && !finishing) {
+      r.live = true;
+      tape->write("revive", -1, -1, {id});
+    }
+  }
+
+  void on_hello(const ConnPtr& c, const Hello& h) {
+    if (!mac_ok(key, Hello::signed_text(run_id, c->server_nonce, h.client_nonce, h.learner_id, h.layout_fp),
+                h.tag.data())) {
+      reject(c, "authentication failed (wrong run secret)");
+      close(c);
+      return;
+    }
+    if (h.learner_id.empty()) {
+      reject(c, "empty learner id");
+      close(c);
+      return;
+    }
+    c->learner_id = h.learner_id;
+    if (st.initialised && h.layout_fp != st.layout.fingerprint()) {
+      reject(c, "layout fingerprint differs from the run's (other tensors, fragments or pattern)");
+      send_raw(c, encode_frame(MsgType::error, run_id, ErrorMsg{1, "layout mismatch"}.encode()));
+      c->learner_id.clear();
+      close(c);
+      return;
+    }
+    // Authenticated: only now does the peer touch any state.
+    c->session.emplace(session_key(key, c->server_nonce, h.client_nonce), 'S', 'L');
+    c->dec.set_max_frame(o.max_frame);
+    for (const auto& other : conns)
+      if (other != c && other->learner_id == h.learner_id && other->session) {
+        tape->write("superseded", -1, -1, {h.learner_id}, {{"peer", other->peer}});
+        other->learner_id.clear();
+        close(other);
+      }
+    Welcome w;
+    w.tag = mac(key, Welcome::signed_text(run_id, c->server_nonce, h.client_nonce));
+    w.needs_init = !st.initialised;
+    for (const auto& f : st.fragments) w.versions.push_back(f.version);
+    send_raw(c, encode_frame(MsgType::welcome, run_id, w.encode()));
+    auto& r = st.registry[h.learner_id];
+    const bool rejoin = r.joins > 0;
+    r.id = h.learner_id;
+    ++r.joins;
+    r.live = !finishing || r.live;
+    r.last_seen = steady_now();
+    tape->write(rejoin ? "rejoin" : "join", -1, -1, {h.learner_id},
+                {{"peer", c->peer}, {"live", live_ids().size()}, {"joins", r.joins}});
+    if (st.initialised) {
+      // Catch-up: the current global state right away, not at the next round boundary.
+      for (std::uint32_t p = 0; p < st.fragments.size(); ++p) send_fragment(c, p);
+    }
+    if (finishing) send(c, MsgType::final_cut, final_cut.encode());
+  }
+
+  void on_init(const ConnPtr& c, const Init& in) {
+    if (st.initialised) {
+      reject(c, "init refused: the run already has its state");
+      return;
+    }
+    Layout l;
+    try {
+      l = build_layout(in.tensors, in.fragments, in.pattern);
+    } catch (const Error& e) {
+      reject(c, std::string("init refused: ") + e.what());
+      close(c);
+      return;
+    }
+    if (!all_finite(in.params)) {
+      reject(c, "init refused: non-finite initial parameters");
+      close(c);
+      return;
+    }
+    st.layout = std::move(l);
+    st.fragments.clear();
+    std::vector<std::span<const float>> tensors;
+    std::size_t off = 0;
+    for (const auto& t : st.layout.tensors) {
+      tensors.emplace_back(in.params.data() + off, t.numel);
+      off += t.numel;
+    }
+    for (std::uint32_t p = 0; p < st.layout.fragments.size(); ++p) {
+      FragmentState f;
+      f.params = pack_fragment(st.layout, p, tensors);
+      f.momentum.assign(f.params.size(), 0.0f);
+      st.fragments.push_back(std::move(f));
+    }
+    st.initialised = true;
+    rounds.assign(st.fragments.size(), Round{});
+    save_checkpoint(ckpt_path(), st);
+    tape->write("init", -1, 0, {c->learner_id},
+                {{"tensors", st.layout.tensors.size()}, {"fragments", st.fragments.size()},
+                 {"numel", st.layout.total_numel()}, {"pattern", pattern_name(st.layout.pattern)},
+                 {"fingerprint", std::to_string(st.layout.fingerprint())}});
+    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) broadcast_fragment(p);
+  }
+
+  void ack(const ConnPtr& c, std::uint32_t p, PushStatus s) {
+    const std::uint64_t v = p < st.fragments.size() ? st.fragments[p].version : 0;
+    send(c, MsgType::push_ack, PushAck{p, s, v}.encode());
+  }
+
+  void on_push(const ConnPtr& c, const Push& m, std::size_t bytes) {
+    const std::string& id = c->learner_id;
+    if (!st.initialised) {
+      reject(c, "push before the run state exists");
+      return ack(c, m.fragment, PushStatus::invalid);
+    }
+    if (finishing) return ack(c, m.fragment, PushStatus::finished);
+    const auto p = m.fragment;
+    if (p >= st.fragments.size()) {
+      reject(c, "push for fragment " + std::to_string(p) + " which does not exist");
+      return ack(c, p, PushStatus::invalid);
+    }
+    auto& frag = st.fragments[p];
+    if (m.numel != frag.params.size()) {
+      reject(c, "wrong shape: push has " + std::to_string(m.numel) + " values, fragment " + std::to_string(p) +
+                    " has " + std::to_string(frag.params.size()), p);
+      return ack(c, p, PushStatus::invalid);
+    }
+    if (m.samples == 0) {
+      reject(c, "push covers no samples", p);
+      return ack(c, p, PushStatus::invalid);
+    }
+    if (m.base_version > frag.version) {
+      reject(c, "base version " + std::to_string(m.base_version) + " is ahead of the syncer's " +
+                    std::to_string(frag.version), p);
+      ack(c, p, PushStatus::invalid);
+      return send_fragment(c, p);
+    }
+    const std::uint64_t stale = frag.version - m.base_version;
+    if (stale > o.max_staleness) {
+      reject(c, "too stale: " + std::to_string(stale) + " merges behind (sync.max_staleness = " +
+                    std::to_string(o.max_staleness) + ")", p);
+      ack(c, p, PushStatus::too_stale);
+      return send_fragment(c, p);
+    }
+    std::vector<float> delta;
+    try {
+      delta = m.delta();
+    } catch (const WireError& e) {
+      reject(c, std::string("invalid delta: ") + e.what(), p);
+      return ack(c, p, PushStatus::invalid);
+    }
+    if (!all_finite(delta)) {
+      reject(c, "invalid delta: NaN or Inf values", p);
+      return ack(c, p, PushStatus::invalid);
+    }
+    const double now = steady_now();
+    Round& r = rounds[p];
+    bool replaced = false;
+    for (auto& q : r.pushes)
+      if (q.learner == id) {
+        q = PendingPush{id, m.base_version, m.samples, m.inner_steps, std::move(delta), now};
+        replaced = true;
+      }
+    if (!replaced) {
+      if (r.pushes.empty()) r.first = now;
+      r.pushes.push_back(PendingPush{id, m.base_version, m.samples, m.inner_steps, std::move(delta), now});
+    }
+    r.last = now;
+    ++st.registry[id].pushes;
+    ack(c, p, PushStatus::accepted);
+    tape->write("push", p, static_cast<std::int64_t>(frag.version), {id},
+                {{"base_version", m.base_version}, {"staleness", stale}, {"samples", m.samples},
+                 {"inner_steps", m.inner_steps}, {"bytes", bytes + kHeaderBytes + kTagBytes},
+                 {"encoding", m.encoding == DeltaEncoding::q4 ? "q4" : "f32"}, {"replaced", replaced},
+                 {"pending", r.pushes.size()}});
+    try_close(p, now);
+  }
+
+  void on_leave(const ConnPtr& c) {
+    auto& r = st.registry[c->learner_id];
+    r.live = false;
+    tape->write("leave", -1, -1, {c->learner_id}, {{"live", live_ids().size()}});
+    const std::string id = c->learner_id;
+    c->learner_id.clear();
+    close(c);
+    (void)id;
+  }
+
+  void on_final_ack(const ConnPtr& c, const FinalAck& a) {
+    if (!finishing) {
+      reject(c, "final_ack outside the terminal handshake");
+      return;
+    }
+    const bool ok = a.digest == final_cut.digest;
+    tape->write("final_ack", -1, -1, {c->learner_id},
+                {{"ok", ok}, {"digest", hex(a.digest.data(), a.digest.size())}});
+    if (ok) acked.insert(c->learner_id);
+    else reject(c, "final_ack digest differs from the final cut");
+  }
+
+  // ---------------------------------------------------------------- rounds
+
+  double grace_for(const FragmentState& f) const {
+    const double spread = f.spread_ema < 0 ? o.timeouts.grace_max_s / 4 : f.spread_ema;
+    return std::clamp(o.timeouts.grace_factor * spread, o.timeouts.grace_min_s, o.timeouts.grace_max_s);
+  }
+
+  void try_close(std::uint32_t p, double now) {
+    Round& r = rounds[p];
+    if (r.pushes.empty() || finishing) return;
+    const auto live = live_ids();
+    const std::size_t q = std::max<std::size_t>(1, std::min<std::size_t>(o.quorum, live.size()));
+    const std::size_t n = r.pushes.size();
+    bool all_live = !live.empty();
+    for (const auto& id : live)
+      if (std::none_of(r.pushes.begin(), r.pushes.end(), [&](const PendingPush& x) { return x.learner == id; }))
+        all_live = false;
+    if (n >= q && !r.quorum_at) r.quorum_at = now;
+    const double grace = grace_for(st.fragments[p]);
+    if (n >= q && all_live) return merge(p, "all_live", q, grace, now);
+    if (n >= q && r.quorum_at && now - *r.quorum_at >= grace) return merge(p, "grace", q, grace, now);
+    if (now - r.first >= o.timeouts.round_deadline_s) return merge(p, "deadline", q, grace, now);
+  }
+
+  void merge(std::uint32_t p, const char* reason, std::size_t quorum, double grace, double now) {
+    Round r = std::move(rounds[p]);
+    rounds[p] = Round{};
+    FragmentState& f = st.fragments[p];
+    std::vector<std::uint64_t> samples;
+    std::vector<std::uint64_t> staleness;
+    std::vector<std::string> who;
+    HelocoStats hs;
+    for (auto& q : r.pushes) {
+      const std::uint64_t s = f.version - q.base_version;
+      if (o.heloco && s > 0) {
+        const auto one = heloco_correct(q.delta, f.momentum, o.heloco_params);
+        hs.kept += one.kept;
+        hs.shrunk += one.shrunk;
+        hs.reoriented += one.reoriented;
+        hs.skipped += one.skipped;
+      }
+      samples.push_back(q.samples);
+      staleness.push_back(s);
+      who.push_back(q.learner);
+    }
+    const auto w = token_weights(samples);
+    std::vector<std::span<const float>> ds;
+    for (const auto& q : r.pushes) ds.emplace_back(q.delta);
+    const auto merged = rda_merge(ds, w);
+    outer_step(f.params, f.momentum, merged, o.outer_lr, o.outer_momentum);
+    ++f.version;
+    ++st.outer_steps;
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < r.pushes.size(); ++i) {
+      auto& reg = st.registry[who[i]];
+      ++reg.merged;
+      reg.samples += samples[i];
+      total += samples[i];
+    }
+    st.samples_merged += total;
+    const double spread = r.last - r.first;
+    f.spread_ema = f.spread_ema < 0 ? spread : 0.7 * f.spread_ema + 0.3 * spread;
+    json rec = {{"event", "merge"}, {"time", unix_now()}, {"fragment", p}, {"version", f.version},
+                {"learners", who}, {"outer_step", st.outer_steps}, {"weights", w}, {"staleness", staleness},
+                {"samples", samples}, {"reason", reason}, {"quorum", quorum}, {"live", live_ids().size()},
+                {"grace_s", grace}, {"spread_s", spread}, {"round_latency_s", now - r.first},
+                {"update_norm", l2_norm(merged)},
+                {"heloco", {{"kept", hs.kept}, {"shrunk", hs.shrunk}, {"reoriented", hs.reoriented}}}};
+    f.last_merge_event = rec.dump();
+    // Durable before visible: the checkpoint (when due) is written before the tape record and
+    // before any learner sees the new version.
+    if (++merges_since_ckpt >= o.checkpoint_every) checkpoint();
+    tape->write_raw(rec);
+    broadcast_fragment(p);
+    check_budget();
+  }
+
+  void checkpoint() {
+    st.wall_seconds += steady_now() - started;
+    started = steady_now();
+    save_checkpoint(ckpt_path(), st);
+    merges_since_ckpt = 0;
+  }
+
+  void check_budget() {
+    if (finishing) return;
+    if (o.budget_outer_steps && st.outer_steps >= o.budget_outer_steps) return begin_final("budget_outer_steps");
+    if (o.budget_samples && st.samples_merged >= o.budget_samples) return begin_final("budget_samples");
+    if (o.budget_seconds > 0 && st.wall_seconds + (steady_now() - started) >= o.budget_seconds)
+      return begin_final("budget_seconds");
+  }
+
+  // ---------------------------------------------------------------- terminal handshake
+
+  void begin_final(const std::string& reason) {
+    if (finishing) return;
+    finishing = true;
+    final_reason = reason;
+    final_started = steady_now();
+    for (std::uint32_t p = 0; p < rounds.size(); ++p) {
+      std::vector<std::string> who;
+      for (const auto& q : rounds[p].pushes) who.push_back(q.learner);
+      if (!who.empty())
+        tape->write("discard", p, static_cast<std::int64_t>(st.fragments[p].version), who,
+                    {{"note", "pending pushes after the final cut"}});
+      rounds[p] = Round{};
+    }
+    st.finished = true;
+    checkpoint();
+    final_cut = FinalCut{};
+    for (const auto& f : st.fragments) {
+      final_cut.versions.push_back(f.version);
+      final_cut.fragments.push_back(f.params);
+    }
+    final_cut.digest = state_digest(final_cut.versions, final_cut.fragments);
+    write_final_tensors();
+    expect_acks.clear();
+    for (const auto& id : live_ids()) expect_acks.insert(id);
+    tape->write("final_cut", -1, -1, live_ids(),
+                {{"reason", reason}, {"digest", hex(final_cut.digest.data(), 32)}, {"versions", final_cut.versions},
+                 {"outer_steps", st.outer_steps}, {"samples", st.samples_merged}});
+    spdlog::info("syncer: final cut ({}) at outer step {}", reason, st.outer_steps);
+    const std::string payload = final_cut.encode();
+    for (const auto& c : conns)
+      if (c->session) send(c, MsgType::final_cut, payload);
+  }
+
+  // The final cut's tensors, in canonical order, as raw little-endian float32 (final_cut.bin).
+  void write_final_tensors() {
+    if (!st.initialised) return;
+    std::vector<std::vector<float>> t;
+    std::vector<std::span<float>> spans;
+    for (const auto& s : st.layout.tensors) t.emplace_back(s.numel);
+    for (auto& v : t) spans.emplace_back(v);
+    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) apply_fragment(st.layout, p, st.fragments[p].params, spans);
+    AtomicFile out(o.state_dir / "final_cut.bin");
+    for (const auto& v : t) out.write(v.data(), v.size() * 4);
+    out.commit();
+  }
+
+  void finish_if_done(double now) {
+    if (!finishing || done) return;
+    bool all = true;
+    for (const auto& id : expect_acks)
+      if (!acked.count(id) && st.registry[id].live) all = false;
+    if (!all && now - final_started < o.timeouts.final_timeout_s) return;
+    std::vector<std::string> missing;
+    for (const auto& id : expect_acks)
+      if (!acked.count(id)) missing.push_back(id);
+    json marker = {{"run_id", o.run_name}, {"reason", final_reason}, {"digest", hex(final_cut.digest.data(), 32)},
+                   {"versions", final_cut.versions}, {"outer_steps", st.outer_steps}, {"samples", st.samples_merged},
+                   {"acked", std::vector<std::string>(acked.begin(), acked.end())}, {"missing", missing},
+                   {"time", unix_now()}};
+    atomic_write(o.state_dir / "final.json", marker.dump(2) + "\n");
+    tape->write("final", -1, -1, std::vector<std::string>(acked.begin(), acked.end()),
+                {{"digest", hex(final_cut.digest.data(), 32)}, {"missing", missing}});
+    spdlog::info("syncer: final marker written ({} acknowledged, {} missing)", acked.size(), missing.size());
+    shutdown(0);
+  }
+
+  void shutdown(int code) {
+    if (done) return;
+    done = true;
+    exit_code = code;
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    for (const auto& c : std::set<ConnPtr>(conns)) close(c);
+    io.stop();
+  }
+
+  // ---------------------------------------------------------------- housekeeping
+
+  awaitable<void> ticker() {
+    asio::steady_timer t(io);
+    const double period = std::clamp(o.timeouts.heartbeat_s / 4, 0.005, 0.05);
+    while (!done) {
+      t.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(period)));
+      boost::system::error_code ec;
+      co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+      if (done) break;
+      const double now = steady_now();
+      for (auto& [id, r] : st.registry)
+        if (r.live && now - r.last_seen > o.timeouts.learner_timeout_s) {
+          r.live = false;
+          tape->write("timeout", -1, -1, {id}, {{"silent_s", now - r.last_seen}, {"live", live_ids().size()}});
+        }
+      for (std::uint32_t p = 0; p < rounds.size(); ++p) try_close(p, now);
+      check_budget();
+      finish_if_done(now);
+    }
+  }
+
+  int run() {
+    tcp::endpoint ep(asio::ip::make_address(o.listen_host), o.listen_port);
+    acceptor.open(ep.protocol());
+    acceptor.set_option(tcp::acceptor::reuse_address(true));
+    acceptor.bind(ep);
+    acceptor.listen();
+    bound_port = acceptor.local_endpoint().port();
+    atomic_write(o.state_dir / "port", std::to_string(bound_port) + "\n");
+    tape->write("listen", -1, -1, {}, {{"address", o.listen_host + ":" + std::to_string(bound_port)}});
+    spdlog::info("syncer: listening on {}:{}", o.listen_host, bound_port);
+    if (st.finished) {
+      // Restarted during the terminal handshake: offer the same cut again.
+      finishing = false;
+      begin_final("restart_after_final_cut");
+    }
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
+                                                                                   int sig) {
+      if (ec) return;
+      if (!finishing) {
+        spdlog::warn("syncer: signal {}: taking the final cut", sig);
+        begin_final("signal");
+        signals.async_wait(on_signal);
+      } else {
+        spdlog::warn("syncer: second signal: stopping without waiting for acknowledgements");
+        checkpoint();
+        shutdown(static_cast<int>(ExitCode::interrupted));
+      }
+    };
+    signals.async_wait(on_signal);
+    asio::co_spawn(io, accept_loop(), asio::detached);
+    asio::co_spawn(io, ticker(), asio::detached);
+    io.run();
+    return exit_code;
+  }
+};
+
+Syncer::Syncer(SyncerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Syncer::~Syncer() = default;
+int Syncer::run() { return impl_->run(); }
+std::uint16_t Syncer::port() const { return impl_->bound_port; }
+void Syncer::stop() {
+  asio::post(impl_->io, [this] {
+    impl_->checkpoint();
+    impl_->shutdown(static_cast<int>(ExitCode::interrupted));
+  });
+}
+
+}  // namespace yeto::sync

@@ -1,0 +1,122 @@
+// Test-only learner island: drives the sync client with a synthetic quadratic objective
+// (no model), so multi-process tests exercise real processes on 127.0.0.1.
+//
+//   loss_i(θ) = ½ Σ_k (θ_k − c_ik)²,  c_ik = sin(0.37 k + seed_i),  inner SGD θ ← θ − lr (θ − c_i)
+//
+// Exit codes: 0 finished by the final cut (tensors written to --out), 4 no global state at
+// start-up, 5 gave up on the syncer, 6 reached --max-steps without a final cut, 2 usage.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+#include "core/strings.hpp"
+#include "sync/client.hpp"
+
+namespace ys = yeto::sync;
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> a = {
+      {"syncer", ""},          {"secret", ""},          {"id", ""},           {"tensors", "w1:300,w2:200,w3:100,w4:50"},
+      {"fragments", "2"},      {"pattern", "binpack"},  {"inner-steps", "10"}, {"alpha", "1"},
+      {"block", "32"},         {"step-ms", "5"},        {"max-steps", "100000"}, {"seed", "1"},
+      {"lr", "0.05"},          {"out", ""},             {"events", ""},       {"heartbeat", "0.1"},
+      {"learner-timeout", "0.8"}, {"grace-max", "1.0"}, {"round-deadline", "2.0"}, {"reconnect-budget", "15"},
+      {"final-timeout", "5"},  {"run-id", "yeto"},      {"samples", "8"}};
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k.rfind("--", 0) != 0 || i + 1 >= argc || !a.count(k.substr(2))) {
+      std::cerr << "learner_driver: bad argument " << k << "\n";
+      return 2;
+    }
+    a[k.substr(2)] = argv[++i];
+  }
+  try {
+    std::vector<ys::TensorSpec> specs;
+    for (const auto& t : yeto::split(a["tensors"], ',')) {
+      const auto kv = yeto::split(t, ':');
+      specs.push_back({kv.at(0), std::stoull(kv.at(1))});
+    }
+    auto layout = ys::build_layout(specs, static_cast<std::uint32_t>(std::stoul(a["fragments"])),
+                                   ys::parse_pattern(a["pattern"]));
+    ys::ClientOptions o;
+    ys::parse_host_port(a["syncer"], o.host, o.port);
+    o.run_secret = yeto::read_file(a["secret"]);
+    o.run_name = a["run-id"];
+    o.learner_id = a["id"];
+    o.inner_steps = static_cast<std::uint32_t>(std::stoul(a["inner-steps"]));
+    o.alpha = std::stof(a["alpha"]);
+    o.quant_block = static_cast<std::uint32_t>(std::stoul(a["block"]));
+    o.timeouts.heartbeat_s = std::stod(a["heartbeat"]);
+    o.timeouts.learner_timeout_s = std::stod(a["learner-timeout"]);
+    o.timeouts.grace_max_s = std::stod(a["grace-max"]);
+    o.timeouts.round_deadline_s = std::stod(a["round-deadline"]);
+    o.timeouts.reconnect_budget_s = std::stod(a["reconnect-budget"]);
+    o.timeouts.final_timeout_s = std::stod(a["final-timeout"]);
+    o.events = a["events"];
+    const double seed = std::stod(a["seed"]);
+    const double lr = std::stod(a["lr"]);
+    const int step_ms = std::stoi(a["step-ms"]);
+    const std::uint64_t max_steps = std::stoull(a["max-steps"]);
+    const std::uint64_t samples = std::stoull(a["samples"]);
+
+    std::vector<std::vector<float>> t;
+    std::vector<std::vector<float>> target;
+    std::size_t k0 = 0;
+    for (const auto& s : layout.tensors) {
+      t.emplace_back(s.numel, 0.0f);
+      std::vector<float> c(s.numel);
+      for (std::size_t k = 0; k < s.numel; ++k) c[k] = static_cast<float>(std::sin(0.37 * double(k0 + k) + seed));
+      target.push_back(std::move(c));
+      k0 += s.numel;
+    }
+    std::vector<std::span<float>> ms;
+    std::vector<std::span<const float>> cs;
+    for (auto& v : t) {
+      ms.emplace_back(v);
+      cs.emplace_back(v);
+    }
+    ys::SyncClient client(o, layout);
+    client.start(cs);
+    if (!client.wait_for_global(ms, o.timeouts.reconnect_budget_s)) {
+      std::cerr << "learner_driver " << o.learner_id << ": no global state\n";
+      return 4;
+    }
+    for (std::uint64_t step = 0; step < max_steps; ++step) {
+      for (std::size_t i = 0; i < t.size(); ++i)
+        for (std::size_t k = 0; k < t[i].size(); ++k)
+          t[i][k] -= static_cast<float>(lr * (t[i][k] - target[i][k]));
+      if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+      const auto r = client.step(ms, samples);
+      if (r.failed) {
+        std::cerr << "learner_driver " << o.learner_id << ": gave up on the syncer\n";
+        return 5;
+      }
+      if (r.finished) {
+        client.close(5.0);
+        if (!a["out"].empty()) {
+          yeto::AtomicFile out(a["out"]);
+          for (const auto& v : t) out.write(v.data(), v.size() * 4);
+          out.commit();
+        }
+        const auto s = client.stats();
+        std::cout << "learner " << o.learner_id << " finished after " << step + 1 << " steps; pushes "
+                  << s.pushes_sent << " sent, " << s.pushes_accepted << " accepted; bytes sent " << s.bytes_sent
+                  << "\n";
+        return 0;
+      }
+    }
+    client.close(1.0);
+    return 6;
+  } catch (const std::exception& e) {
+    std::cerr << "learner_driver: " << e.what() << "\n";
+    return 2;
+  }
+}

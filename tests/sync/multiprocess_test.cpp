@@ -1,0 +1,486 @@
+// Multi-process tests on 127.0.0.1: the real `yeto-host syncer` and test learner islands
+// (sync_learner_driver, synthetic quadratic objective) as separate processes, killed with
+// SIGKILL where a test says so. Every wait is bounded; ports are ephemeral.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "support/temp_dir.hpp"
+#include "sync/layout.hpp"
+#include "sync/protocol.hpp"
+#include "sync/tape.hpp"
+
+extern char** environ;
+
+namespace ys = yeto::sync;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Proc {
+ public:
+  Proc(std::vector<std::string> argv, const fs::path& log) : argv_(std::move(argv)) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    std::vector<char*> args;
+    for (auto& s : argv_) args.push_back(s.data());
+    args.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~Proc() {
+    if (running()) kill9();
+  }
+  bool running() const { return pid_ > 0 && !status_; }
+  // Exit code, 128+signal, or -1 when still running after `seconds`.
+  int wait(double seconds) {
+    if (status_) return *status_;
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end) {
+      int st = 0;
+      const pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return *status_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  void kill9() {
+    if (!running()) return;
+    ::kill(pid_, SIGKILL);
+    wait(10);
+  }
+
+ private:
+  std::vector<std::string> argv_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+const std::string kTensors = "w1:300,w2:200,w3:100,w4:50";
+const std::string kSecret = "test-run-secret-0123456789abcdef";
+
+struct RunDir {
+  yeto::test::TempDir dir;
+  fs::path state = dir / "state";
+  fs::path secret = dir.write("run.secret", kSecret + "\n");
+  std::vector<std::string> syncer_sets;
+  std::uint16_t port = 0;
+
+  std::vector<std::string> syncer_argv(std::uint16_t listen_port) const {
+    std::vector<std::string> a = {YETO_HOST_BIN, "syncer", "--listen", "127.0.0.1:" + std::to_string(listen_port),
+                                  "--run-secret-file", secret.string(), "--state-dir", state.string(),
+                                  "--log-level", "warn"};
+    const std::vector<std::string> base = {"sync.heartbeat_s=0.1", "sync.learner_timeout_s=0.8",
+                                           "sync.grace_max_s=1.0", "sync.round_deadline_s=2.0",
+                                           "sync.reconnect_budget_s=15", "sync.final_timeout_s=5",
+                                           "sync.outer_lr=0.7", "sync.outer_momentum=0.5"};
+    for (const auto& s : base) {
+      a.push_back("--set");
+      a.push_back(s);
+    }
+    for (const auto& s : syncer_sets) {
+      a.push_back("--set");
+      a.push_back(s);
+    }
+    return a;
+  }
+  std::unique_ptr<Proc> start_syncer(std::uint16_t listen_port = 0) {
+    std::error_code ec;
+    fs::remove(state / "port", ec);
+    auto p = std::make_unique<Proc>(syncer_argv(listen_port), dir / "syncer.log");
+    const auto end = Clock::now() + std::chrono::seconds(15);
+    while (Clock::now() < end && !fs::exists(state / "port")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(state / "port")) port = static_cast<std::uint16_t>(std::stoi(yeto::test::read_text(state / "port")));
+    return p;
+  }
+  std::unique_ptr<Proc> start_learner(const std::string& id, int seed, const std::string& extra_events = "") {
+    std::vector<std::string> a = {SYNC_LEARNER_DRIVER, "--syncer", "127.0.0.1:" + std::to_string(port), "--secret",
+                                  secret.string(), "--id", id, "--seed", std::to_string(seed), "--tensors", kTensors,
+                                  "--out", (dir / (id + ".final.bin")).string(),
+                                  "--events", (dir / (id + extra_events + ".events.jsonl")).string(),
+                                  "--heartbeat", "0.1", "--learner-timeout", "0.8", "--grace-max", "1.0",
+                                  "--round-deadline", "2.0", "--reconnect-budget", "15", "--step-ms", "4"};
+    return std::make_unique<Proc>(a, dir / (id + ".log"));
+  }
+  std::vector<json> tape() const { return ys::read_tape_records(state / "tape.jsonl"); }
+  std::size_t merges() const {
+    std::size_t n = 0;
+    for (const auto& r : tape())
+      if (r["event"] == "merge") ++n;
+    return n;
+  }
+  bool wait_tape(const std::function<bool(const std::vector<json>&)>& pred, double seconds) const {
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end) {
+      if (pred(tape())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
+  std::string logs() const {
+    std::string s;
+    for (const auto& e : fs::directory_iterator(dir.path()))
+      if (e.path().extension() == ".log") s += "==== " + e.path().filename().string() + "\n" + yeto::test::read_text(e.path());
+    return s;
+  }
+  std::string final_cut() const { return yeto::test::read_text(state / "final_cut.bin"); }
+  json final_marker() const { return json::parse(yeto::test::read_text(state / "final.json")); }
+};
+
+std::set<std::string> learners_of(const json& r) {
+  std::set<std::string> s;
+  for (const auto& x : r["learners"]) s.insert(x.get<std::string>());
+  return s;
+}
+
+// Every fragment's merge versions run 1, 2, 3, ... with no gap and no repeat; returns merges.
+std::size_t expect_continuous(const std::vector<json>& tape, std::map<std::int64_t, std::uint64_t>* last = nullptr) {
+  std::map<std::int64_t, std::uint64_t> v;
+  std::size_t n = 0;
+  for (const auto& r : tape) {
+    if (r["event"] == "rollback") ADD_FAILURE() << "rollback on the tape: " << r.dump();
+    if (r["event"] != "merge") continue;
+    const auto p = r["fragment"].get<std::int64_t>();
+    const auto ver = r["version"].get<std::uint64_t>();
+    EXPECT_EQ(ver, v[p] + 1) << "fragment " << p << " jumps from " << v[p] << " to " << ver;
+    v[p] = ver;
+    ++n;
+  }
+  std::uint64_t seq = 0;
+  for (const auto& r : tape) {
+    EXPECT_EQ(r["seq"].get<std::uint64_t>(), seq + 1) << r.dump();
+    seq = r["seq"].get<std::uint64_t>();
+  }
+  if (last) *last = v;
+  return n;
+}
+
+void expect_bit_identical_to_final_cut(const RunDir& run, const std::vector<std::string>& ids) {
+  const std::string cut = run.final_cut();
+  ASSERT_EQ(cut.size(), (300 + 200 + 100 + 50) * 4u);
+  for (const auto& id : ids) {
+    const std::string mine = yeto::test::read_text(run.dir / (id + ".final.bin"));
+    EXPECT_TRUE(mine == cut) << id << " differs from the final cut";
+  }
+  const json m = run.final_marker();
+  std::set<std::string> acked;
+  for (const auto& x : m["acked"]) acked.insert(x.get<std::string>());
+  for (const auto& id : ids) EXPECT_TRUE(acked.count(id)) << id << " did not acknowledge: " << m.dump();
+  EXPECT_TRUE(m["missing"].empty()) << m.dump();
+}
+
+}  // namespace
+
+// (a) + (e): three learners, quorum three: every outer step merges all three; the terminal
+// handshake leaves every learner bit-identical to the final cut.
+TEST(SyncMultiProcess, ThreeLearnersEveryOuterStepMergesAll) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=3", "sync.budget_outer_steps=16"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2), c = run.start_learner("isle-c", 3);
+  EXPECT_EQ(syncer->wait(25), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  EXPECT_EQ(c->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  const std::size_t merges = expect_continuous(tape);
+  EXPECT_EQ(merges, 16u);
+  for (const auto& r : tape)
+    if (r["event"] == "merge") {
+      EXPECT_EQ(learners_of(r), (std::set<std::string>{"isle-a", "isle-b", "isle-c"})) << r.dump();
+      EXPECT_EQ(r["reason"], "all_live") << r.dump();
+      for (const auto& k : {"event", "time", "fragment", "version", "learners"}) EXPECT_TRUE(r.contains(k)) << k;
+    }
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b", "isle-c"});
+}
+
+// (b): SIGKILL one learner mid-run: after its timeout the quorum adapts and merges go on with
+// two; the restarted learner rejoins from the current global state and is merged again.
+TEST(SyncMultiProcess, KilledLearnerQuorumAdaptsAndRejoinCatchesUp) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=3", "sync.budget_outer_steps=44"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2), c = run.start_learner("isle-c", 3);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 6;
+  }, 15)) << run.logs();
+  c->kill9();
+  // Quorum adapts: the learner times out and rounds merge with the two that are left.
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    bool timed_out = false;
+    for (const auto& r : t) {
+      if (r["event"] == "timeout" && learners_of(r).count("isle-c")) timed_out = true;
+      if (timed_out && r["event"] == "merge" && learners_of(r) == std::set<std::string>{"isle-a", "isle-b"})
+        return true;
+    }
+    return false;
+  }, 10)) << run.logs();
+  c = run.start_learner("isle-c", 3, ".second");
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  EXPECT_EQ(c->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  EXPECT_EQ(expect_continuous(tape), 44u);
+  // The rejoin, the global versions at that moment, and merges with all three afterwards.
+  std::map<std::int64_t, std::uint64_t> at_rejoin, v;
+  bool rejoined = false, merged_after = false;
+  for (const auto& r : tape) {
+    if (r["event"] == "merge") v[r["fragment"].get<std::int64_t>()] = r["version"].get<std::uint64_t>();
+    if (r["event"] == "rejoin" && learners_of(r).count("isle-c") && !rejoined) {
+      rejoined = true;
+      at_rejoin = v;
+    }
+    if (rejoined && r["event"] == "merge" && learners_of(r).count("isle-c")) merged_after = true;
+  }
+  EXPECT_TRUE(rejoined);
+  EXPECT_TRUE(merged_after) << "the restarted learner was never merged again";
+  // Its first applied state per fragment is the syncer's current global version, overwritten (alpha 1).
+  std::map<std::int64_t, json> first_applied;
+  std::ifstream ev(run.dir / "isle-c.second.events.jsonl");
+  for (std::string line; std::getline(ev, line);) {
+    const json j = json::parse(line);
+    if (j["event"] == "applied" && !first_applied.count(j["fragment"].get<std::int64_t>()))
+      first_applied[j["fragment"].get<std::int64_t>()] = j;
+  }
+  ASSERT_EQ(first_applied.size(), 2u);
+  for (const auto& [p, j] : first_applied) {
+    EXPECT_EQ(j["version"].get<std::uint64_t>(), at_rejoin[p]) << j.dump();
+    EXPECT_EQ(j["alpha"].get<double>(), 1.0);
+    EXPECT_GT(j["version"].get<std::uint64_t>(), 0u);
+  }
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b", "isle-c"});
+}
+
+// (c): SIGKILL the syncer: it restarts from its checkpoint on the same port, learners
+// reconnect, and the tape's merge versions stay continuous (nothing lost, nothing twice).
+TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=40", "sync.checkpoint_every=1"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const std::uint16_t port = run.port;
+  auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 10;
+  }, 15)) << run.logs();
+  syncer->kill9();
+  const std::size_t before = run.merges();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  syncer = run.start_syncer(port);
+  ASSERT_EQ(run.port, port) << run.logs();
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  std::map<std::int64_t, std::uint64_t> last;
+  EXPECT_EQ(expect_continuous(tape, &last), 40u);
+  EXPECT_GE(before, 10u);
+  bool restart = false, reconnected = false;
+  for (const auto& r : tape) {
+    if (r["event"] == "restart") restart = true;
+    if (restart && (r["event"] == "rejoin")) reconnected = true;
+  }
+  EXPECT_TRUE(restart);
+  EXPECT_TRUE(reconnected);
+  const json m = run.final_marker();
+  EXPECT_EQ(m["versions"][0].get<std::uint64_t>(), last[0]);
+  EXPECT_EQ(m["versions"][1].get<std::uint64_t>(), last[1]);
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+}
+
+// ---------------------------------------------------------------- (d) hostile peers
+
+namespace {
+
+int dial(std::uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+void send_all(int fd, const std::string& s) {
+  std::size_t o = 0;
+  while (o < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + o, s.size() - o, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    o += static_cast<std::size_t>(n);
+  }
+}
+std::optional<ys::Frame> read_frame(int fd, ys::FrameDecoder& d) {
+  char buf[4096];
+  for (;;) {
+    if (auto f = d.next()) return f;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return std::nullopt;
+    d.feed(buf, static_cast<std::size_t>(n));
+  }
+}
+// True when the syncer closes the connection (recv returns 0 or an error) within 5 s.
+bool closed_by_peer(int fd) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
+}  // namespace
+
+TEST(SyncMultiProcess, HostilePeersAreRejectedAndOthersKeepTraining) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=36"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 4;
+  }, 15)) << run.logs();
+  const std::uint64_t run_id = ys::run_id_from_name("yeto");
+  const std::size_t merges_before = run.merges();
+
+  {  // garbage bytes
+    const int fd = dial(run.port);
+    ASSERT_GE(fd, 0);
+    send_all(fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  {  // a truncated frame, then the peer goes away
+    const int fd = dial(run.port);
+    const std::string f = ys::encode_frame(ys::MsgType::hello, run_id, std::string(100, 'h'));
+    send_all(fd, f.substr(0, 40));
+    ::shutdown(fd, SHUT_WR);
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  {  // an oversized length
+    const int fd = dial(run.port);
+    std::string f = ys::encode_frame(ys::MsgType::push, run_id, "x");
+    const std::uint32_t huge = 0x7FFFFFFFu;
+    std::memcpy(f.data() + 16, &huge, 4);
+    send_all(fd, f.substr(0, ys::kHeaderBytes));
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  {  // another run
+    const int fd = dial(run.port);
+    send_all(fd, ys::encode_frame(ys::MsgType::hello, ys::run_id_from_name("other-run"), "x"));
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  const auto layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
+                                       ys::FragmentPattern::binpack);
+  std::uint64_t base0 = 0;  // fragment 0's version at mallory's welcome: its pushes are never too stale
+  auto handshake = [&](const std::string& secret, const std::string& id, int& fd, std::optional<ys::Session>& s) {
+    fd = dial(run.port);
+    ys::FrameDecoder d(run_id, 1 << 20);
+    auto ch = read_frame(fd, d);
+    if (!ch) return false;
+    const auto c = ys::Challenge::decode(ch->payload);
+    ys::Hello h;
+    h.learner_id = id;
+    h.client_nonce = ys::random_nonce();
+    h.layout_fp = layout.fingerprint();
+    h.tag = ys::mac(ys::run_key_from_secret(secret), ys::Hello::signed_text(run_id, c.server_nonce, h.client_nonce, id,
+                                                                            h.layout_fp));
+    send_all(fd, ys::encode_frame(ys::MsgType::hello, run_id, h.encode()));
+    auto w = read_frame(fd, d);
+    if (!w || w->type != ys::MsgType::welcome) return false;
+    base0 = ys::Welcome::decode(w->payload).versions.at(0);
+    s.emplace(ys::session_key(ys::run_key_from_secret(secret), c.server_nonce, h.client_nonce), 'L', 'S');
+    return true;
+  };
+  {  // a wrong secret
+    int fd = -1;
+    std::optional<ys::Session> s;
+    EXPECT_FALSE(handshake("a-wrong-secret-0000000000", "mallory", fd, s));
+    ::close(fd);
+  }
+  {  // an authenticated peer sending bad deltas: rejected one by one, the connection stays
+    int fd = -1;
+    std::optional<ys::Session> s;
+    ASSERT_TRUE(handshake(kSecret, "mallory", fd, s));
+    const std::uint64_t n0 = layout.fragments[0].numel;
+    std::vector<float> nan(n0, 0.01f);
+    nan[3] = NAN;
+    send_all(fd, s->seal(ys::MsgType::push, run_id, ys::Push::from_delta_f32(0, base0, 8, 10, nan).encode()));
+    std::vector<float> inf(n0, 0.01f);
+    inf[7] = INFINITY;
+    send_all(fd, s->seal(ys::MsgType::push, run_id, ys::Push::from_delta_f32(0, base0, 8, 10, inf).encode()));
+    auto q4 = ys::Push::from_delta_q4(0, base0, 8, 10, std::vector<float>(n0, 0.01f), 32);
+    const float bad_scale = NAN;
+    std::memcpy(q4.body.data(), &bad_scale, 4);
+    send_all(fd, s->seal(ys::MsgType::push, run_id, q4.encode()));
+    send_all(fd, s->seal(ys::MsgType::push, run_id,
+                         ys::Push::from_delta_f32(0, base0, 8, 10, std::vector<float>(n0 + 1, 0.0f)).encode()));
+    send_all(fd, s->seal(ys::MsgType::push, run_id,
+                         ys::Push::from_delta_f32(7, 0, 8, 10, std::vector<float>(4, 0.0f)).encode()));
+    send_all(fd, s->seal(ys::MsgType::leave, run_id, ""));
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  EXPECT_EQ(expect_continuous(tape), 36u);
+  EXPECT_GT(run.merges(), merges_before);
+  std::vector<std::string> reasons;
+  for (const auto& r : tape)
+    if (r["event"] == "reject") reasons.push_back(r["reason"].get<std::string>());
+  auto has = [&](const std::string& what) {
+    return std::any_of(reasons.begin(), reasons.end(), [&](const std::string& r) { return r.find(what) != std::string::npos; });
+  };
+  std::string all;
+  for (const auto& r : reasons) all += r + "\n";
+  EXPECT_TRUE(has("bad magic")) << all;
+  EXPECT_TRUE(has("truncated")) << all;
+  EXPECT_TRUE(has("exceeds the cap")) << all;
+  EXPECT_TRUE(has("another run")) << all;
+  EXPECT_TRUE(has("authentication failed")) << all;
+  EXPECT_TRUE(has("NaN or Inf")) << all;
+  EXPECT_TRUE(has("invalid delta: push: q4: block scale")) << all;
+  EXPECT_TRUE(has("wrong shape")) << all;
+  EXPECT_TRUE(has("does not exist")) << all;
+  // Mallory's pushes never reached a merge.
+  for (const auto& r : tape)
+    if (r["event"] == "merge") {
+      EXPECT_FALSE(learners_of(r).count("mallory")) << r.dump();
+    }
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+}
