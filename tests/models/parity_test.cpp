@@ -395,4 +395,42 @@ TEST(FluxTinyRepository, SharedComponentsReproduceTheRecordedRun) {
   expect_close(ref, "image", vae->vae->decode(ref.expected.at("vae_input")));
 }
 
+TEST(SD35TinyRepository, ThreeTextEncodersAndVaeReproduceTheRecordedRun) {
+  const auto repos = fs::path(YETO_SOURCE_DIR) / "tests" / "fixtures" / "repos";
+  const auto repo = repos / "sd35-tiny";
+  Case ref;
+  ref.name = "sd35-tiny-reference";
+  ref.case_json = read_json(repos / "sd35-tiny-reference" / "case.json");
+  ref.expected = yeto::io::load_safetensors(repos / "sd35-tiny-reference" / "expected.safetensors");
+  ref.inputs = yeto::io::load_safetensors(repos / "sd35-tiny-reference" / "inputs.safetensors");
+
+  yeto::io::ComponentRegistry registry;
+  yeto::models::register_model_components(registry);
+  auto make = [&](const std::string& folder, const std::string& cls) {
+    yeto::io::ComponentSource src{cls, repo / folder, read_json(repo / folder / "config.json"), ""};
+    return std::dynamic_pointer_cast<yeto::io::ModuleComponent>(registry.create(src));
+  };
+  // CLIP-L (quick_gelu, eos-padded) and CLIP-G (exact gelu, padded with id 0), both with projection.
+  auto clip_l =
+      std::dynamic_pointer_cast<yeto::models::CLIPTextComponent>(make("text_encoder", "CLIPTextModelWithProjection"));
+  auto clip_g =
+      std::dynamic_pointer_cast<yeto::models::CLIPTextComponent>(make("text_encoder_2", "CLIPTextModelWithProjection"));
+  auto t5 = std::dynamic_pointer_cast<yeto::models::T5EncoderComponent>(make("text_encoder_3", "T5EncoderModel"));
+  auto vae = std::dynamic_pointer_cast<yeto::models::AutoencoderKLComponent>(make("vae", "AutoencoderKL"));
+  ASSERT_TRUE(clip_l && clip_g && t5 && vae);
+  at::NoGradGuard no_grad;
+  for (const std::string prefix : {"", "negative_"}) {
+    auto l = clip_l->model->forward(ref.inputs.at(prefix + "clip_l_input_ids"), {}, true);
+    expect_close(ref, prefix + "clip_l_penultimate", l.penultimate());
+    expect_close(ref, prefix + "clip_l_text_embeds", l.text_embeds);
+    auto g = clip_g->model->forward(ref.inputs.at(prefix + "clip_g_input_ids"), {}, true);
+    expect_close(ref, prefix + "clip_g_penultimate", g.penultimate());
+    expect_close(ref, prefix + "clip_g_text_embeds", g.text_embeds);
+    expect_close(ref, prefix + "t5_last_hidden_state",
+                 t5->model->forward(ref.inputs.at(prefix + "t5_input_ids")).last_hidden_state);
+  }
+  expect_close(ref, "vae_input", vae->vae->unscale_latents(ref.expected.at("final_latents")));
+  expect_close(ref, "image", vae->vae->decode(ref.expected.at("vae_input")));
+}
+
 }  // namespace
