@@ -388,8 +388,7 @@ at::Tensor UniPCMultistepScheduler::predictor(const at::Tensor& x, int order) co
   return x_t.to(x.scalar_type());
 }
 
-at::Tensor UniPCMultistepScheduler::corrector(const at::Tensor& model_t, const at::Tensor& x, const at::Tensor& x_t_in,
-                                              int order) const {
+at::Tensor UniPCMultistepScheduler::corrector(const at::Tensor& model_t, const at::Tensor& x, int order) const {
   const std::int64_t i = *step_index_;
   const at::Tensor& m0 = model_outputs_.back();
   const auto [alpha_t, sigma_t] = alpha_sigma(sigmas_[i].item<float>());
@@ -439,7 +438,6 @@ at::Tensor UniPCMultistepScheduler::corrector(const at::Tensor& model_t, const a
     x_t = scale(x, static_cast<float>(alpha_t) / static_cast<float>(alpha_s0)) -
           scale(m0, static_cast<float>(sigma_t) * h_phi_1) - scale(res, static_cast<float>(sigma_t) * B_h);
   }
-  (void)x_t_in;
   return x_t.to(x.scalar_type());
 }
 
@@ -473,7 +471,7 @@ at::Tensor UniPCMultistepScheduler::step(const at::Tensor& model_output, const a
     }
   }
   at::Tensor sample = sample_in;
-  if (use_corrector) sample = corrector(converted, last_sample_, sample_in, this_order_);
+  if (use_corrector) sample = corrector(converted, last_sample_, this_order_);
 
   model_outputs_.push_back(converted);
   while (static_cast<int>(model_outputs_.size()) > solver_order_) model_outputs_.pop_front();

@@ -81,11 +81,11 @@ class UniPCMultistepScheduler : public MultistepBase {
   at::Tensor attribute(const std::string& name) const override;
 
  private:
-  // UniP: advances `sample` from sigmas[i] to sigmas[i + 1]; UniC: corrects `this_sample`
-  // (reached from `last_sample`) with the model output at it.
+  // UniP: advances `sample` from sigmas[i] to sigmas[i + 1]. UniC: recomputes the sample at
+  // sigmas[i] from `last_sample` (at sigmas[i - 1]) using this step's model output; the
+  // uncorrected sample only enters through that output.
   at::Tensor predictor(const at::Tensor& sample, int order) const;
-  at::Tensor corrector(const at::Tensor& this_model_output, const at::Tensor& last_sample,
-                       const at::Tensor& this_sample, int order) const;
+  at::Tensor corrector(const at::Tensor& this_model_output, const at::Tensor& last_sample, int order) const;
 
   std::string solver_type_ = "bh2";
   bool predict_x0_ = true;
