@@ -433,4 +433,27 @@ TEST(SD35TinyRepository, ThreeTextEncodersAndVaeReproduceTheRecordedRun) {
   expect_close(ref, "image", vae->vae->decode(ref.expected.at("vae_input")));
 }
 
+TEST(Wan21TinyRepository, UMT5MatchesTheRecordedRun) {
+  const auto repos = fs::path(YETO_SOURCE_DIR) / "tests" / "fixtures" / "repos";
+  const auto dir = repos / "wan21-tiny" / "text_encoder";
+  Case ref;
+  ref.name = "wan21-tiny-reference";
+  ref.case_json = read_json(repos / "wan21-tiny-reference" / "case.json");
+  ref.expected = yeto::io::load_safetensors(repos / "wan21-tiny-reference" / "expected.safetensors");
+  ref.inputs = yeto::io::load_safetensors(repos / "wan21-tiny-reference" / "inputs.safetensors");
+  yeto::io::ComponentRegistry registry;
+  yeto::models::register_model_components(registry);
+  yeto::io::ComponentSource src{"UMT5EncoderModel", dir, read_json(dir / "config.json"), ""};
+  auto umt5 = std::dynamic_pointer_cast<yeto::models::T5EncoderComponent>(registry.create(src));
+  ASSERT_TRUE(umt5);
+  at::NoGradGuard no_grad;
+  for (const std::string prefix : {"", "negative_"}) {
+    const auto& mask = ref.inputs.at(prefix + "attention_mask");
+    auto h = umt5->model->forward(ref.inputs.at(prefix + "input_ids"), mask).last_hidden_state;
+    expect_close(ref, prefix + "text_encoder_last_hidden_state", h);
+    // WanPipeline zeroes the rows past the real tokens.
+    expect_close(ref, prefix + "prompt_embeds", h * mask.unsqueeze(-1).to(h.scalar_type()));
+  }
+}
+
 }  // namespace
