@@ -456,4 +456,32 @@ TEST(Wan21TinyRepository, UMT5MatchesTheRecordedRun) {
   }
 }
 
+TEST(PixArtTinyRepository, T5AndQuantConvVaeMatchTheRecordedRun) {
+  const auto repos = fs::path(YETO_SOURCE_DIR) / "tests" / "fixtures" / "repos";
+  const auto repo = repos / "pixart-tiny";
+  Case ref;
+  ref.name = "pixart-tiny-reference";
+  ref.case_json = read_json(repos / "pixart-tiny-reference" / "case.json");
+  ref.expected = yeto::io::load_safetensors(repos / "pixart-tiny-reference" / "expected.safetensors");
+  ref.inputs = yeto::io::load_safetensors(repos / "pixart-tiny-reference" / "inputs.safetensors");
+  yeto::io::ComponentRegistry registry;
+  yeto::models::register_model_components(registry);
+  auto make = [&](const std::string& folder, const std::string& cls) {
+    yeto::io::ComponentSource src{cls, repo / folder, read_json(repo / folder / "config.json"), ""};
+    return std::dynamic_pointer_cast<yeto::io::ModuleComponent>(registry.create(src));
+  };
+  auto t5 = std::dynamic_pointer_cast<yeto::models::T5EncoderComponent>(make("text_encoder", "T5EncoderModel"));
+  auto vae = std::dynamic_pointer_cast<yeto::models::AutoencoderKLComponent>(make("vae", "AutoencoderKL"));
+  ASSERT_TRUE(t5 && vae);
+  ASSERT_TRUE(vae->vae->quant_conv && vae->vae->post_quant_conv);  // SD-style VAE
+  at::NoGradGuard no_grad;
+  for (const std::string prefix : {"", "negative_"}) {
+    expect_close(ref, prefix + "prompt_embeds",
+                 t5->model->forward(ref.inputs.at(prefix + "input_ids"), ref.inputs.at(prefix + "attention_mask"))
+                     .last_hidden_state);
+  }
+  expect_close(ref, "vae_input", vae->vae->unscale_latents(ref.expected.at("final_latents")));
+  expect_close(ref, "image", vae->vae->decode(ref.expected.at("vae_input")));
+}
+
 }  // namespace
