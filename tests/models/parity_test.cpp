@@ -21,6 +21,7 @@
 #include "models/model_parity.hpp"
 #include "parity/parity.hpp"
 #include "models/t5_encoder.hpp"
+#include "yeto/nn/linear.hpp"
 #include "yeto/nn/state_dict.hpp"
 #include "yeto/torch_compat.hpp"
 
@@ -482,6 +483,34 @@ TEST(PixArtTinyRepository, T5AndQuantConvVaeMatchTheRecordedRun) {
   }
   expect_close(ref, "vae_input", vae->vae->unscale_latents(ref.expected.at("final_latents")));
   expect_close(ref, "image", vae->vae->decode(ref.expected.at("vae_input")));
+}
+
+TEST(T5Encoder, TakesLoraAdaptersOnItsProjections) {
+  auto c = load_case("t5-encoder-relu");
+  yeto::models::T5EncoderModel model(yeto::models::T5Config::from_json(c.config, false));
+  yeto::nn::LoadOptions opt;
+  opt.rename = yeto::models::T5EncoderModelImpl::rename;
+  yeto::nn::load_named_tensors(*model, c.weights, opt);
+  model->eval();
+  const auto& ids = c.inputs.at("input_ids");
+  at::Tensor base;
+  {
+    at::NoGradGuard g;
+    base = model->forward(ids).last_hidden_state;
+  }
+  auto layers = yeto::nn::add_lora(*model, {"q", "v"}, yeto::nn::LoraConfig{4, 8.0}, "default",
+                                   yeto::compat::make_cpu_generator(3));
+  EXPECT_EQ(layers.size(), 4u);  // q and v of two blocks
+  EXPECT_TRUE(model->named_parameters().contains("encoder.block.1.layer.0.SelfAttention.v.lora_B.default.weight"));
+  at::NoGradGuard g;
+  EXPECT_TRUE(model->forward(ids).last_hidden_state.equal(base));  // B = 0
+  for (auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+    if (layer->has_adapter("default")) layer->lora_B("default").normal_(0.0, 0.1);
+  }
+  auto adapted = model->forward(ids).last_hidden_state;
+  EXPECT_GT((adapted - base).abs().max().item<double>(), 1e-3);
+  for (auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) layer->merge();
+  EXPECT_TRUE(at::allclose(model->forward(ids).last_hidden_state, adapted, 1e-4, 1e-4));
 }
 
 }  // namespace
