@@ -5,6 +5,7 @@
 #include "models/model_parity.hpp"
 #include "parity/pipeline_helpers.hpp"
 #include "schedulers/scheduler_parity.hpp"
+#include "text/text_parity.hpp"
 
 namespace yeto::parity {
 
@@ -14,6 +15,7 @@ void register_all_parity_kinds() {
     register_pipeline_helpers_kind();
     schedulers::register_scheduler_parity_kinds();
     models::register_model_parity_kinds();
+    text::register_text_parity_kinds();
   });
 }
 
