@@ -106,13 +106,21 @@ void resize_rgb(const std::uint8_t* src, int sw, int sh, std::uint8_t* out, int 
       t[x * 3 + 2] = b;
     }
   }
+  // Vertical pass row by row: whole-row multiply-adds, which the compiler vectorises.
+  const std::size_t row_len = static_cast<std::size_t>(dw) * 3;
+  std::vector<float> acc(row_len);
   for (int y = 0; y < dh; ++y) {
     const float* w = &ay.weights[static_cast<std::size_t>(y) * ay.taps];
-    std::uint8_t* o = out + static_cast<std::size_t>(y) * dw * 3;
-    for (int x = 0; x < dw * 3; ++x) {
-      float v = 0;
-      for (int k = 0; k < ay.count[y]; ++k) v += w[k] * tmp[static_cast<std::size_t>(ay.first[y] + k - row_lo) * dw * 3 + x];
-      o[x] = static_cast<std::uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int k = 0; k < ay.count[y]; ++k) {
+      const float wk = w[k];
+      const float* t = &tmp[static_cast<std::size_t>(ay.first[y] + k - row_lo) * row_len];
+      for (std::size_t x = 0; x < row_len; ++x) acc[x] += wk * t[x];
+    }
+    std::uint8_t* o = out + static_cast<std::size_t>(y) * row_len;
+    for (std::size_t x = 0; x < row_len; ++x) {
+      const float v = acc[x] + 0.5f;  // round half up: values are never negative
+      o[x] = v <= 0.0f ? 0 : v >= 255.0f ? 255 : static_cast<std::uint8_t>(v);
     }
   }
 }
