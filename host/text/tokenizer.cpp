@@ -12,8 +12,11 @@ Encoding Tokenizer::encode(std::string_view text, const EncodeOptions& options) 
   std::vector<std::int64_t> ids = tokenize(text);
   const std::int64_t max_length = options.max_length.value_or(model_max_length());
   if (max_length <= 0) throw UsageError("tokenizer: max_length must be positive (got " + std::to_string(max_length) + ")");
+  // transformers: with no max_length and no real model_max_length (configs write 1e30), it
+  // neither truncates nor pads to max_length.
+  const bool unbounded = !options.max_length && model_max_length() >= kUnboundedLength;
   const std::int64_t specials = options.add_special_tokens ? num_special_tokens() : 0;
-  if (options.truncation) {
+  if (options.truncation && !unbounded) {
     const std::int64_t keep = std::max<std::int64_t>(0, max_length - specials);
     if (static_cast<std::int64_t>(ids.size()) > keep) ids.resize(static_cast<std::size_t>(keep));
   }
@@ -21,7 +24,7 @@ Encoding Tokenizer::encode(std::string_view text, const EncodeOptions& options) 
   Encoding out;
   out.attention_mask.assign(ids.size(), 1);
   out.input_ids = std::move(ids);
-  if (options.padding == Padding::max_length) {
+  if (options.padding == Padding::max_length && !unbounded) {
     const auto target = static_cast<std::size_t>(max_length);
     if (out.input_ids.size() < target) {
       out.input_ids.resize(target, options.pad_token_id.value_or(pad_token_id()));

@@ -17,6 +17,9 @@ enum class Padding {
   max_length,  // pad to max_length (the tokenizer's model_max_length when not given)
 };
 
+// A model_max_length at least this large means "no limit" (transformers' VERY_LARGE_INTEGER).
+inline constexpr std::int64_t kUnboundedLength = std::int64_t{1} << 40;
+
 struct EncodeOptions {
   Padding padding = Padding::max_length;
   bool truncation = true;

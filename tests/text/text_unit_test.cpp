@@ -142,6 +142,17 @@ TEST(ClipTokenizer, TruncationPaddingAndMask) {
   EXPECT_EQ(rows[0].attention_mask, (std::vector<std::int64_t>{1, 1, 1, 1, 0, 0, 0}));
   EXPECT_EQ(rows[1].input_ids.size(), 7u);
 
+  // A config without a real limit (model_max_length 1e30): no truncation, no padding.
+  yeto::test::TempDir tmp;
+  for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(kVocab / f, tmp / f);
+  tmp.write("tokenizer_config.json", "{\"model_max_length\": 1e30}");
+  const auto unbounded = ClipTokenizer::from_folder(tmp.path());
+  EXPECT_EQ(unbounded->encode(long_text).input_ids.size(), 102u);
+  EXPECT_EQ(unbounded->encode("a cat").input_ids, (std::vector<std::int64_t>{49406, 320, 2368, 49407}));
+  EncodeOptions explicit_length;
+  explicit_length.max_length = 77;
+  EXPECT_EQ(unbounded->encode("a cat", explicit_length).input_ids.size(), 77u);
+
   EncodeOptions bad;
   bad.max_length = 0;
   EXPECT_THROW(tok.encode("x", bad), yeto::UsageError);
