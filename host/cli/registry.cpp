@@ -10,7 +10,6 @@ Registry build_registry() {
   register_parity_commands(r);
   register_planned_commands(r);
   register_sync_commands(r);
-  register_sync_commands(r);
   register_plugin_commands(r);
   return r;
 }
