@@ -3,10 +3,18 @@
 
 #include "cli/command.hpp"
 
+namespace yeto::io {
+class ComponentRegistry;
+}
+
 namespace yeto::cli {
 
 // The full command set of yeto-host, in the order `--help` lists it.
 Registry build_registry();
+
+// Registers the host's own component classes (schedulers, tokenizers, VAE, text encoders)
+// into `registry`; main() does this for the global registry before dispatching.
+void register_builtin_components(io::ComponentRegistry& registry);
 
 // Registration functions, one per area (each defined next to the code it drives).
 void register_builtin_commands(Registry& r);  // version, config

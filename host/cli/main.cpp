@@ -3,8 +3,10 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "io/component_registry.hpp"
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
+  yeto::cli::register_builtin_components(yeto::io::ComponentRegistry::global());
   return yeto::cli::run_main(yeto::cli::build_registry(), args);
 }

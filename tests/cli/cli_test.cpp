@@ -137,3 +137,17 @@ TEST(Cli, LogFileGetsDebugRecordsWhileConsoleStaysQuiet) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "log.level")) << bad.err;
 }
+
+TEST(Cli, BuiltinComponentClassesAreRegisteredAtStartup) {
+  // yeto-host registers its own classes before dispatching, so inspecting a FLUX.1 repository
+  // finds implementations for everything but the family's denoiser (which its plugin serves).
+  const auto r = run_host({"inspect", std::string(YETO_TEST_FIXTURES) + "/repos/flux-tiny"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  for (const char* line : {"scheduler: FlowMatchEulerDiscreteScheduler [diffusers]  implemented",
+                           "text_encoder: CLIPTextModel [transformers]  implemented",
+                           "text_encoder_2: T5EncoderModel [transformers]  implemented",
+                           "tokenizer: CLIPTokenizer [transformers]  implemented",
+                           "tokenizer_2: T5TokenizerFast [transformers]  implemented",
+                           "vae: AutoencoderKL [diffusers]  implemented"})
+    EXPECT_TRUE(contains(r.out, line)) << line << "\n" << r.out;
+}

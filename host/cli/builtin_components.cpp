@@ -1,0 +1,28 @@
+// The component classes the host itself implements, registered into the global component
+// registry before any command runs (plugins add their own classes when they are loaded).
+//
+// The registration functions are declared here rather than through their areas' headers,
+// which pull in LibTorch: this file then compiles in a second instead of fifteen, and the
+// linker still checks every signature.
+#include "cli/commands.hpp"
+#include "io/component_registry.hpp"
+
+namespace yeto::schedulers {
+void register_scheduler_components(io::ComponentRegistry& registry);
+}
+namespace yeto::text {
+void register_tokenizer_components(io::ComponentRegistry& registry);
+}
+namespace yeto::models {
+void register_model_components(io::ComponentRegistry& registry);
+}
+
+namespace yeto::cli {
+
+void register_builtin_components(io::ComponentRegistry& registry) {
+  schedulers::register_scheduler_components(registry);
+  text::register_tokenizer_components(registry);
+  models::register_model_components(registry);
+}
+
+}  // namespace yeto::cli
