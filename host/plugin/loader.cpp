@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "core/version.hpp"
+#include "io/aliases.hpp"
 
 namespace yeto::plugin {
 namespace fs = std::filesystem;
@@ -232,6 +233,7 @@ std::string adapter_name(const config::Config& cfg, const Catalog& catalog) {
   if (!adapter.empty()) return adapter;
   const std::string& id = cfg.get_string("model.id");
   if (id.empty()) return "";
+  if (const io::ModelAlias* a = io::find_alias(id); a && !a->plugin.empty()) return a->plugin;
   for (const auto& p : catalog.plugins)
     if (std::find(p.manifest.aliases.begin(), p.manifest.aliases.end(), id) != p.manifest.aliases.end())
       return p.manifest.name;
@@ -252,6 +254,24 @@ nlohmann::json Provenance::to_json() const {
           {"key_source", key_source},
           {"signature_verified", signature_verified},
           {"dev_override", dev_override}};
+}
+
+void record_provenance(io::Provenance& provenance) {
+  nlohmann::json trust = nlohmann::json::array();
+  for (const auto& p : loaded_plugins()) {
+    // plugin_trust holds the hash of the bytes that were verified and loaded; add_plugin
+    // hashes the file as it is now, which only differs if it was replaced after loading.
+    trust.push_back(p.to_json());
+    try {
+      provenance.add_plugin(p.name, p.version, p.library_path);
+      if (provenance.plugins().back().sha256 != p.library_sha256)
+        spdlog::warn("plugin '{}': {} changed on disk after it was loaded (loaded sha256 {}, now {})", p.name,
+                     p.library_path, p.library_sha256, provenance.plugins().back().sha256);
+    } catch (const std::exception& e) {
+      spdlog::warn("plugin '{}': {} (provenance keeps the loaded hash under plugin_trust)", p.name, e.what());
+    }
+  }
+  provenance.set("plugin_trust", trust);
 }
 
 std::vector<Provenance> loaded_plugins() {

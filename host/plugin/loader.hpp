@@ -23,6 +23,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "config/config.hpp"
+#include "io/provenance.hpp"
 #include "signing.hpp"
 #include "yeto/plugin.h"
 
@@ -108,8 +109,9 @@ const LoadedPlugin& load(const std::string& name, const LoaderOptions& options, 
 // Steps 2-5 for one already discovered plugin file.
 const LoadedPlugin& load_file(const PluginFile& file, const LoaderOptions& options, const yeto_host_api* host_api);
 
-// The plugin a run configuration names: model.adapter, else the plugin one of whose
-// aliases is model.id. Empty when the run names none.
+// The plugin a run configuration names: model.adapter, else the plugin of model.id when it
+// is a built-in model alias (host/io/aliases), else the plugin one of whose manifest aliases
+// is model.id. Empty when the run names none.
 std::string adapter_name(const config::Config& cfg, const Catalog& catalog);
 
 // The one plugin a run names (adapter_name), loaded with the run's trust settings; nullptr
@@ -120,6 +122,11 @@ const LoadedPlugin* load_adapter(const config::Config& cfg, const yeto_host_api*
 
 // Every plugin loaded in this process, in load order (for the run's provenance).
 std::vector<Provenance> loaded_plugins();
+
+// Adds every loaded plugin to a run's provenance record: add_plugin (name, version, path,
+// SHA-256) and, under "plugin_trust", each one's full record (manifest hash, signing key
+// fingerprint and source, whether the development override was used).
+void record_provenance(io::Provenance& provenance);
 
 // Smallest sizes (through the last v1.0 field) the host accepts.
 std::size_t min_plugin_table_size();

@@ -367,6 +367,31 @@ TEST_F(Trust, OnlyThePluginTheRunNamesIsOpened) {
   EXPECT_EQ(read_text(marker_), "cfuture constructor ran\ncbasic constructor ran\n");
 }
 
+TEST(AdapterName, FlagThenBuiltInAliasThenManifestAlias) {
+  const plugin::Catalog none;
+  auto cfg = [](std::vector<config::Override> o) { return config::Config::resolve(std::nullopt, o); };
+  EXPECT_EQ(plugin::adapter_name(cfg({}), none), "");
+  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}}), none), "flux");
+  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}, {"model.adapter", "mine", "--set"}}), none),
+            "mine");
+  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "/data/some/model", "--model"}}), none), "");
+}
+
+TEST_F(Trust, LoadedPluginsGoIntoTheRunProvenance) {
+  const auto k = sign::generate_key("");
+  resign(copy_variant("cbasic", tmp_ / "plugins"), k);
+  const auto& p =
+      plugin::load("cbasic", options_for(tmp_ / "plugins", {write_public_key(k, tmp_ / "k.public")}), bare_host_api());
+  io::Provenance prov;
+  plugin::record_provenance(prov);
+  ASSERT_FALSE(prov.plugins().empty());
+  EXPECT_EQ(prov.plugins().back().name, "cbasic");
+  EXPECT_EQ(prov.plugins().back().sha256, p.provenance.library_sha256);
+  const std::string j = prov.to_json().dump();
+  EXPECT_TRUE(contains(j, k.public_key().fingerprint())) << j;
+  EXPECT_TRUE(contains(j, p.provenance.manifest_sha256)) << j;
+}
+
 // ---- yeto-host plugins: reads manifests, never opens libraries ---------------------------------
 
 TEST_F(Trust, PluginsCommandNeverOpensALibrary) {
