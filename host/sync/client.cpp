@@ -88,6 +88,7 @@ struct SyncClient::Impl {
   std::vector<float> initial;                   // all tensors, canonical order (for INIT)
   ClientStats st;
   bool failed = false, stopping = false, final_ack_sent = false, final_ack_queued = false;
+  bool ended_after_final = false;  // the syncer closed the connection after our final ack
 
   // training thread only
   std::vector<std::vector<float>> base;
@@ -334,7 +335,12 @@ struct SyncClient::Impl {
       {
         std::lock_guard lk(mu);
         st.connected = false;
-        if (stopping || (final_ack_sent && final_cut)) break;
+        if (final_ack_sent && final_cut) {
+          ended_after_final = true;
+          cv.notify_all();
+          break;
+        }
+        if (stopping) break;
       }
       event("disconnected", {{"reason", why}});
       if (connected) {
@@ -493,9 +499,12 @@ StepResult SyncClient::step(std::span<const std::span<float>> tensors, std::uint
 void SyncClient::close(double timeout_s) {
   if (!impl_->thread.joinable()) return;
   {
+    // After the final ack, wait (bounded) until the syncer closes the connection: closing
+    // our end first while its frames are still unread would reset the connection and could
+    // discard the acknowledgement before the syncer has read it.
     std::unique_lock lk(impl_->mu);
     if (impl_->final_ack_queued)
-      impl_->cv.wait_for(lk, secs(timeout_s), [&] { return impl_->final_ack_sent || impl_->failed; });
+      impl_->cv.wait_for(lk, secs(timeout_s), [&] { return impl_->ended_after_final || impl_->failed; });
     impl_->stopping = true;
   }
   asio::post(impl_->io, [this] {

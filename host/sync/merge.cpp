@@ -31,21 +31,42 @@ bool all_finite(std::span<const float> x) {
 std::vector<float> rda_merge(std::span<const std::span<const float>> deltas, std::span<const double> weights) {
   if (deltas.empty() || deltas.size() != weights.size()) throw Error("rda_merge: deltas and weights disagree");
   const std::size_t n = deltas[0].size();
-  std::vector<double> mean(n, 0.0);
-  double radius = 0;
-  for (std::size_t i = 0; i < deltas.size(); ++i) {
-    if (deltas[i].size() != n) throw Error("rda_merge: deltas have different lengths");
-    const double w = weights[i];
-    for (std::size_t k = 0; k < n; ++k) mean[k] += w * deltas[i][k];
-    radius += w * l2_norm(deltas[i]);
-  }
-  double mn = 0;
-  for (double v : mean) mn += v * v;
-  mn = std::sqrt(mn);
+  for (const auto& d : deltas)
+    if (d.size() != n) throw Error("rda_merge: deltas have different lengths");
+  // One cache-blocked pass: the weighted mean (in double per chunk, stored as float), its
+  // squared norm and every delta's squared norm; then one scaling pass.
   std::vector<float> out(n, 0.0f);
-  if (mn == 0.0) return out;
+  std::vector<double> sq(deltas.size(), 0.0);
+  double mm = 0;
+  constexpr std::size_t kChunk = 2048;
+  double acc[kChunk];
+  for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
+    const std::size_t len = std::min(kChunk, n - c0);
+    std::fill(acc, acc + len, 0.0);
+    for (std::size_t i = 0; i < deltas.size(); ++i) {
+      const float* d = deltas[i].data() + c0;
+      const double w = weights[i];
+      double s = 0;
+      for (std::size_t k = 0; k < len; ++k) {
+        acc[k] += w * d[k];
+        s += static_cast<double>(d[k]) * d[k];
+      }
+      sq[i] += s;
+    }
+    for (std::size_t k = 0; k < len; ++k) {
+      mm += acc[k] * acc[k];
+      out[c0 + k] = static_cast<float>(acc[k]);
+    }
+  }
+  double radius = 0;
+  for (std::size_t i = 0; i < deltas.size(); ++i) radius += weights[i] * std::sqrt(sq[i]);
+  const double mn = std::sqrt(mm);
+  if (mn == 0.0) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    return out;
+  }
   const double scale = radius / mn;
-  for (std::size_t k = 0; k < n; ++k) out[k] = static_cast<float>(mean[k] * scale);
+  for (auto& v : out) v = static_cast<float>(v * scale);
   return out;
 }
 

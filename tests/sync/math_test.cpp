@@ -196,6 +196,18 @@ TEST(SyncQ4, HandComputedBlock) {
   const auto y = ys::q4_decode(q);
   EXPECT_EQ(y, (std::vector<float>{7.0f, 2.0f, -4.0f, 0.0f}));
   EXPECT_EQ(q.codes[0], static_cast<std::uint8_t>((7 + 8) | ((2 + 8) << 4)));
+  // More ties (scale 1), across an odd block size so blocks start on high nibbles too.
+  const std::vector<float> t = {7.0f, 0.5f, 1.5f, -0.5f, 6.5f, -6.5f, -7.0f, 3.5f, -2.5f};
+  const auto qt = ys::q4_encode(t, 3);  // blocks: {7, .5, 1.5} {-.5, 6.5, -6.5} {-7, 3.5, -2.5}
+  const auto yt = ys::q4_decode(qt);
+  EXPECT_EQ(yt[1], 0.0f);
+  EXPECT_EQ(yt[2], 2.0f);
+  EXPECT_EQ(yt[7], 4.0f);
+  EXPECT_EQ(yt[8], -2.0f);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const float s = qt.scales[i / 3];
+    EXPECT_EQ(yt[i], ys::round_half_even(t[i] / s) * s) << i;
+  }
 }
 
 TEST(SyncQ4, RoundTripErrorWithinHalfAStepPerBlock) {

@@ -1,0 +1,80 @@
+// q4 pseudo-gradient quantisation and the syncer's merge math, each next to a memcpy of the
+// same bytes measured in the same run (so the ratio, not the absolute number, is the result).
+//   sync_q4_bench [numel=16777216] [block=64] [learners=4]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "sync/merge.hpp"
+#include "sync/quant.hpp"
+
+namespace ys = yeto::sync;
+
+namespace {
+template <class F>
+double best_seconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+volatile float sink;
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (16u << 20);
+  const std::uint32_t block = argc > 2 ? static_cast<std::uint32_t>(std::atoi(argv[2])) : 64;
+  const int learners = argc > 3 ? std::atoi(argv[3]) : 4;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1e-3f);
+  std::vector<float> x(n), y(n), dst(n);
+  for (auto& v : x) v = nd(rng);
+  const double gb = static_cast<double>(n) * 4 / 1e9;
+  const int reps = 5;
+
+  const double t_copy = best_seconds(reps, [&] { std::memcpy(dst.data(), x.data(), n * 4); sink = dst[n / 2]; });
+  std::vector<float> scales(ys::q4_blocks(n, block));
+  std::vector<std::uint8_t> codes((n + 1) / 2);
+  const double t_enc = best_seconds(reps, [&] { ys::q4_encode_into(x, block, scales.data(), codes.data()); });
+  const double t_dec = best_seconds(reps, [&] { ys::q4_decode_into(n, block, scales.data(), codes.data(), y); sink = y[7]; });
+  double max_err = 0;
+  for (std::size_t i = 0; i < n; ++i) max_err = std::max(max_err, static_cast<double>(std::fabs(x[i] - y[i])));
+
+  std::printf("sync q4: %zu float32 values (%.1f MB), block %u, best of %d\n", n, gb * 1e3, block, reps);
+  std::printf("  memcpy            %7.2f GB/s  (baseline)\n", gb / t_copy);
+  std::printf("  q4 encode         %7.2f GB/s  (%.2fx memcpy)  -> %.1f MB on the wire (%.2f bits/value)\n",
+              gb / t_enc, t_copy / t_enc, (scales.size() * 4 + codes.size()) / 1e6,
+              8.0 * (scales.size() * 4 + codes.size()) / static_cast<double>(n));
+  std::printf("  q4 decode         %7.2f GB/s  (%.2fx memcpy)  max |error| %.3g\n", gb / t_dec, t_copy / t_dec, max_err);
+
+  // Merge math on `learners` deltas of n values.
+  std::vector<std::vector<float>> d(learners, std::vector<float>(n));
+  for (auto& v : d)
+    for (auto& e : v) e = nd(rng);
+  std::vector<std::span<const float>> ds(d.begin(), d.end());
+  const std::vector<double> w(learners, 1.0 / learners);
+  std::vector<float> merged;
+  const double t_rda = best_seconds(3, [&] { merged = ys::rda_merge(ds, w); });
+  std::vector<float> mom(n), params(n);
+  for (auto& e : mom) e = nd(rng);
+  ys::HelocoParams hp;
+  std::vector<float> stale = d[0];
+  const double t_helo = best_seconds(3, [&] {
+    stale = d[0];
+    ys::heloco_correct(stale, mom, hp);
+  });
+  const double t_outer = best_seconds(3, [&] { ys::outer_step(params, mom, merged, 0.7, 0.9); });
+  std::printf("merge math, %d learners x %zu values\n", learners, n);
+  std::printf("  RDA merge         %7.2f GB/s of deltas read  (%.1f ms; memcpy of the same bytes %.1f ms)\n",
+              learners * gb / t_rda, t_rda * 1e3, learners * t_copy * 1e3);
+  std::printf("  HeLoCo correct    %7.2f GB/s  (%.1f ms per stale delta, incl. a copy)\n", gb / t_helo, t_helo * 1e3);
+  std::printf("  Nesterov step     %7.2f GB/s of params  (%.1f ms)\n", gb / t_outer, t_outer * 1e3);
+  return 0;
+}
