@@ -38,12 +38,13 @@ int main(int argc, char** argv) {
   so.state_dir = dir / "state";
   so.run_secret = secret;
   so.quorum = static_cast<std::uint32_t>(learners);
+  // Generous timeouts: on a small shared machine one 50 M-parameter broadcast takes seconds.
   so.timeouts.heartbeat_s = 1;
-  so.timeouts.learner_timeout_s = 30;
-  so.timeouts.grace_max_s = 40;
-  so.timeouts.round_deadline_s = 60;
-  so.timeouts.reconnect_budget_s = 120;
-  so.timeouts.final_timeout_s = 60;
+  so.timeouts.learner_timeout_s = 120;
+  so.timeouts.grace_max_s = 150;
+  so.timeouts.round_deadline_s = 200;
+  so.timeouts.reconnect_budget_s = 400;
+  so.timeouts.final_timeout_s = 300;
   so.checkpoint_every = 1u << 30;  // only the final checkpoint: measure the network path
   so.budget_outer_steps = static_cast<std::uint64_t>(rounds);
   ys::Syncer syncer(so);

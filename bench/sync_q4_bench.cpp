@@ -9,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "core/tensorboard.hpp"
 #include "sync/merge.hpp"
+#include "sync/protocol.hpp"
 #include "sync/quant.hpp"
 
 namespace ys = yeto::sync;
@@ -53,6 +55,16 @@ int main(int argc, char** argv) {
               gb / t_enc, t_copy / t_enc, (scales.size() * 4 + codes.size()) / 1e6,
               8.0 * (scales.size() * 4 + codes.size()) / static_cast<double>(n));
   std::printf("  q4 decode         %7.2f GB/s  (%.2fx memcpy)  max |error| %.3g\n", gb / t_dec, t_copy / t_dec, max_err);
+
+  // Per-byte costs of a bulk frame: the CRC-32C every frame carries and the HMAC of sealing.
+  const std::string_view bytes(reinterpret_cast<const char*>(x.data()), n * 4);
+  const double t_crc = best_seconds(3, [&] { sink = static_cast<float>(yeto::crc32c(bytes)); });
+  const ys::Key key = ys::run_key_from_secret("bench-secret-0123456789abcdef");
+  ys::Session sess(key, 'S', 'L');
+  const double t_seal = best_seconds(3, [&] { sink = static_cast<float>(sess.seal(ys::MsgType::fragment, 1, bytes).size()); });
+  std::printf("  frame CRC-32C     %7.2f GB/s  (%.2fx memcpy; yeto::crc32c, byte-wise table)\n", gb / t_crc, t_copy / t_crc);
+  std::printf("  seal (CRC+MAC)    %7.2f GB/s  (%.2fx memcpy; what every fragment broadcast costs per learner)\n", gb / t_seal,
+              t_copy / t_seal);
 
   // Merge math on `learners` deltas of n values.
   std::vector<std::vector<float>> d(learners, std::vector<float>(n));

@@ -2,8 +2,8 @@
 // frame: a 24-byte little-endian header
 //     magic "YSYN" | version u16 | type u16 | run id u64 | payload length u32 | CRC-32C u32
 // followed by the payload. The CRC is CRC-32C(header bytes 0..19) XOR CRC-32C(payload). After
-// the challenge-response handshake each payload ends with a 32-byte HMAC-SHA-512-256 tag
-// (libsodium crypto_auth) under a per-connection session key, over the direction, a
+// the challenge-response handshake each payload ends with a 32-byte keyed BLAKE2b tag
+// (libsodium crypto_generichash) under a per-connection session key, over the direction, a
 // per-direction sequence number, the header and the payload, so frames cannot be forged,
 // replayed or reordered by a peer that does not hold the run secret.
 #pragma once
