@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 #include "sync/layout.hpp"
 #include "sync/protocol.hpp"
@@ -483,4 +484,30 @@ TEST(SyncMultiProcess, HostilePeersAreRejectedAndOthersKeepTraining) {
       EXPECT_FALSE(learners_of(r).count("mallory")) << r.dump();
     }
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+}
+
+// The command line: inconsistent timeouts and a missing secret are usage errors that name
+// the problem; the syncer never starts serving.
+TEST(SyncerCommand, ValidatesConfigurationAtStartUp) {
+  yeto::test::TempDir dir;
+  const auto secret = dir.write("run.secret", kSecret);
+  auto r = yeto::test::run_host({"syncer", "--listen", "127.0.0.1:0", "--run-secret-file", secret.string(),
+                                 "--state-dir", (dir / "s").string(), "--set", "sync.grace_max_s=100"});
+  EXPECT_EQ(r.exit_code, 2) << r.all();
+  EXPECT_NE(r.all().find("sync.grace_max_s = 100 must be shorter than sync.round_deadline_s"), std::string::npos)
+      << r.all();
+  r = yeto::test::run_host({"syncer", "--listen", "127.0.0.1:0", "--state-dir", (dir / "s").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.all();
+  EXPECT_NE(r.all().find("--run-secret-file"), std::string::npos) << r.all();
+  r = yeto::test::run_host({"syncer", "--listen", "127.0.0.1:0", "--run-secret-file", (dir / "nope").string(),
+                            "--state-dir", (dir / "s").string()});
+  EXPECT_EQ(r.exit_code, 31) << r.all();
+  const auto short_secret = dir.write("short.secret", "abc");
+  r = yeto::test::run_host({"syncer", "--listen", "127.0.0.1:0", "--run-secret-file", short_secret.string(),
+                            "--state-dir", (dir / "s").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.all();
+  EXPECT_NE(r.all().find("shorter than 16 bytes"), std::string::npos) << r.all();
+  r = yeto::test::run_host({"syncer", "--listen", "nonsense", "--run-secret-file", secret.string(), "--state-dir",
+                            (dir / "s").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.all();
 }
