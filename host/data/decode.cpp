@@ -35,12 +35,11 @@ void add_tensor(Sample& s, const std::string& name, const TensorRef& ref, const 
   try {
     TensorInfo info = probe_tensor(ref);
     if (info.known) s.tensor_info[name] = info;
-    if (depth == DecodeDepth::full) {
-      if (info.known) s.tensors[name] = read_tensor_raw(ref);
-      else s.deferred[name] = ref;
-    } else if (!info.known) {
-      s.deferred[name] = ref;
-    }
+    // .pt/.pth data needs LibTorch (yeto_data_torch loads it); their header was checked above.
+    const std::string ext = ref.is_inline ? "" : lower_extension(ref.path);
+    const bool torch_file = ext == ".pt" || ext == ".pth";
+    if (depth == DecodeDepth::full && info.known && !torch_file) s.tensors[name] = read_tensor_raw(ref);
+    else if (torch_file || !info.known) s.deferred[name] = ref;
   } catch (const Error& e) {
     throw Error(row_message(row, "cached tensor '" + name + "' (" + ref.describe() + "): " + e.what()), e.code());
   }
