@@ -4,6 +4,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/python_json.hpp"
 #include "core/strings.hpp"
 
 namespace yeto::io {
@@ -60,12 +61,10 @@ std::string class_from_config(const nlohmann::json& cfg) {
 }  // namespace
 
 nlohmann::json read_json_file(const fs::path& path) {
-  const std::string text = read_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(path.string() + ": invalid JSON: " + e.what(), ExitCode::bad_input);
-  }
+  // Diffusers and transformers write configs with Python's json module, which spells
+  // non-finite floats as bare Infinity / -Infinity / NaN (a DPM-Solver scheduler config has
+  // "lambda_min_clipped": -Infinity), so those literals are accepted.
+  return parse_python_json(read_file(path), path.string());
 }
 
 DiffusersRepo DiffusersRepo::open(const fs::path& dir, const std::string& variant) {

@@ -10,7 +10,7 @@
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "io/tensors.hpp"
-#include "parity/python_json.hpp"
+#include "core/python_json.hpp"
 
 namespace yeto::parity {
 namespace {

@@ -4,14 +4,10 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/python_json.hpp"
 #include "core/strings.hpp"
-#include "parity/python_json.hpp"
 
 namespace yeto::schedulers {
-nlohmann::json parse_python_json(const std::string& text, const std::string& label) {
-  return parity::parse_python_json(text, label);
-}
-
 nlohmann::json read_scheduler_config(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path))
     throw Error(path.string() + ": scheduler config not found", ExitCode::not_found);

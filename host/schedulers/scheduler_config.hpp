@@ -2,7 +2,7 @@
 //
 // Diffusers writes these files with Python's json module, which spells non-finite floats as
 // bare `Infinity`, `-Infinity` and `NaN` (e.g. DPMSolverMultistepScheduler's
-// "lambda_min_clipped": -Infinity). Those are not JSON; parse_python_json() accepts them.
+// "lambda_min_clipped": -Infinity). Those are not JSON; yeto::parse_python_json() accepts them.
 // Like Diffusers' from_config, a scheduler reads the keys it knows and ignores the others
 // (a PixArt repository's DPMSolverMultistepScheduler config loads into DDPMScheduler).
 #pragma once
@@ -16,9 +16,6 @@
 
 namespace yeto::schedulers {
 
-// Parses JSON text that may contain Python's Infinity / -Infinity / NaN literals outside
-// strings. `label` names the source in errors (yeto::Error, ExitCode::bad_input).
-nlohmann::json parse_python_json(const std::string& text, const std::string& label);
 // Reads and parses a scheduler_config.json (ExitCode::not_found when missing).
 nlohmann::json read_scheduler_config(const std::filesystem::path& path);
 

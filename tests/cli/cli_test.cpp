@@ -151,3 +151,10 @@ TEST(Cli, BuiltinComponentClassesAreRegisteredAtStartup) {
                            "vae: AutoencoderKL [diffusers]  implemented"})
     EXPECT_TRUE(contains(r.out, line)) << line << "\n" << r.out;
 }
+
+TEST(Cli, InspectReadsPythonStyleNonFiniteConfigValues) {
+  // PixArt's scheduler_config.json holds "lambda_min_clipped": -Infinity, as Python writes it.
+  const auto r = run_host({"inspect", std::string(YETO_TEST_FIXTURES) + "/repos/pixart-tiny"});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.out, "scheduler: DPMSolverMultistepScheduler [diffusers]  implemented")) << r.out;
+}

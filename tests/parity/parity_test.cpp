@@ -13,7 +13,7 @@
 #include "parity/all_kinds.hpp"
 #include "parity/parity.hpp"
 #include "parity/pyexpr.hpp"
-#include "parity/python_json.hpp"
+#include "core/python_json.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 

@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-namespace yeto::parity {
+namespace yeto {
 
 // Parses `text`, turning those literals (outside strings) into double infinities / NaN.
 // Throws yeto::Error (ExitCode::bad_input) naming `label` on invalid input.
 nlohmann::json parse_python_json(const std::string& text, const std::string& label);
 
-}  // namespace yeto::parity
+}  // namespace yeto

@@ -1,10 +1,10 @@
-#include "parity/python_json.hpp"
+#include "core/python_json.hpp"
 
 #include <limits>
 
 #include "core/error.hpp"
 
-namespace yeto::parity {
+namespace yeto {
 namespace {
 
 // Placeholders that cannot collide with a real string value of a scheduler config.
@@ -67,4 +67,4 @@ nlohmann::json parse_python_json(const std::string& text, const std::string& lab
   return j;
 }
 
-}  // namespace yeto::parity
+}  // namespace yeto
