@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "core/error.hpp"
 #include "data/decode.hpp"
 #include "data/manifest.hpp"
@@ -59,9 +61,16 @@ bool try_row(const TempDir& t, const std::string& row_json, const DataOptions& o
   }
 }
 
+// The unmutated media, generated once per process (ctest runs each case as its own process,
+// possibly in parallel, so every process has its own directory).
+fs::path& seed_dir() {
+  static fs::path d;
+  return d;
+}
+
 void mutate_media(const std::string& file, const std::string& row, int rounds, std::uint64_t seed, std::int64_t frames = 1) {
   TempDir t;
-  const fs::path src = fs::path(YETO_BUILD_DIR) / "data-mutation-seed" / file;
+  const fs::path src = seed_dir() / file;
   const std::string original = test::read_bytes(src);
   ASSERT_FALSE(original.empty()) << src;
   DataOptions o = test::small_options(t / "m.jsonl", 12, 10);
@@ -81,8 +90,9 @@ void mutate_media(const std::string& file, const std::string& row, int rounds, s
 class DataMutation : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const fs::path d = fs::path(YETO_BUILD_DIR) / "data-mutation-seed";
-    fs::create_directories(d);
+    seeds_ = std::make_unique<TempDir>();
+    seed_dir() = seeds_->path();
+    const fs::path d = seed_dir();
     auto px = [](int x, int y) { return test::Pixel{static_cast<std::uint8_t>(x * 9), static_cast<std::uint8_t>(y * 5), 77, 128}; };
     test::write_png(d / "a.png", 23, 17, 4, px);
     test::write_jpg(d / "a.jpg", 23, 17, px);
@@ -92,7 +102,10 @@ class DataMutation : public ::testing::Test {
     test::h264_video(d / "a.mp4", 32, 24, 0.5, 12);
     test::indexed_video(d / "a.mkv", 16, 12, 6, 6, 30);
   }
+  static void TearDownTestSuite() { seeds_.reset(); }
+  static std::unique_ptr<TempDir> seeds_;
 };
+std::unique_ptr<TempDir> DataMutation::seeds_;
 
 TEST_F(DataMutation, Images) {
   mutate_media("a.png", R"({"image": "a.png", "prompt": "x"})", 300, 1);
