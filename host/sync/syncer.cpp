@@ -679,6 +679,7 @@ struct Syncer::Impl {
   awaitable<void> ticker() {
     asio::steady_timer t(io);
     const double period = std::clamp(o.timeouts.heartbeat_s / 4, 0.005, 0.05);
+    double last_tick = steady_now();
     while (!done) {
       t.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(period)));
@@ -686,6 +687,13 @@ struct Syncer::Impl {
       co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
       if (done) break;
       const double now = steady_now();
+      // Time this thread spent blocked (a large merge or broadcast) is not the learners'
+      // silence: their frames wait unread in the socket buffers meanwhile. Shift their
+      // last-seen times by the stall so a busy syncer never times out live learners.
+      const double stall = now - last_tick - 2 * period;
+      last_tick = now;
+      if (stall > 0)
+        for (auto& [id, r] : st.registry) r.last_seen += stall;
       for (auto& [id, r] : st.registry)
         if (r.live && now - r.last_seen > o.timeouts.learner_timeout_s) {
           r.live = false;
