@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 export CCACHE_SLOPPINESS = pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: demo test setup configure build clean
+.PHONY: demo test test-asan setup configure build clean
 
 setup:
 	bash scripts/setup.sh
@@ -23,6 +23,14 @@ demo: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	$(MAKE) test-asan
+
+# The mutation and fuzz suites (label asan) again, built with AddressSanitizer and UBSan.
+test-asan: setup
+	cmake -S . -B $(BUILD_DIR)-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DYETO_SANITIZE=ON \
+	  -DYETO_BUILD_BENCH=OFF -DYETO_BUILD_TEMPLATE_PLUGIN=OFF $(CMAKE_ARGS)
+	cmake --build $(BUILD_DIR)-asan -j $(JOBS) --target yeto_asan_tests
+	ctest --test-dir $(BUILD_DIR)-asan -L asan --output-on-failure -j $(JOBS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config ccache make
+  build-essential cmake ninja-build pkg-config ccache make clang libclang-rt-14-dev
   libtorch-dev libgloo-dev libopenblas0-openmp
   libboost-dev
   libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
