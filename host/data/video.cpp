@@ -86,7 +86,18 @@ FormatPtr open_container(const fs::path& path, const MediaLimits& limits) {
     av_dict_set_int(&stream_opts[i], "max_pixels", std::min<std::int64_t>(limits.max_pixels, INT32_MAX), 0);
     av_dict_set(&stream_opts[i], "threads", "1", 0);
   }
-  const int si = avformat_find_stream_info(fmt.get(), stream_opts.empty() ? nullptr : stream_opts.data());
+  // avformat_find_stream_info decodes frames to fill in what the header lacks (for a short
+  // H.264 clip: most of its frames). Containers whose header already gives every video
+  // stream's codec, size and rate (MP4/MOV, Matroska, ...) skip it.
+  bool header_complete = fmt->nb_streams > 0;
+  for (unsigned i = 0; i < fmt->nb_streams; ++i) {
+    const AVStream* st = fmt->streams[i];
+    const AVCodecParameters* par = st->codecpar;
+    if (par->codec_type != AVMEDIA_TYPE_VIDEO) continue;
+    const bool rate = (st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0) || (st->r_frame_rate.num > 0 && st->r_frame_rate.den > 0);
+    if (par->codec_id == AV_CODEC_ID_NONE || par->width <= 0 || par->height <= 0 || !rate) header_complete = false;
+  }
+  const int si = header_complete ? 0 : avformat_find_stream_info(fmt.get(), stream_opts.empty() ? nullptr : stream_opts.data());
   for (auto*& d : stream_opts) av_dict_free(&d);
   if (si < 0) bad(path.string() + ": cannot read stream information (" + av_error(si) + ")");
   return fmt;
