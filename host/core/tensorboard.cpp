@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -11,20 +10,6 @@
 
 namespace yeto {
 namespace {
-
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven.
-const std::array<std::uint32_t, 256>& crc_table() {
-  static const std::array<std::uint32_t, 256> table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  return table;
-}
 
 // Protocol-buffer wire encoding of the few fields an Event with a scalar summary needs.
 void put_varint(std::string& out, std::uint64_t v) {
@@ -70,18 +55,6 @@ double now_seconds() {
 }
 
 }  // namespace
-
-std::uint32_t crc32c(std::string_view data) {
-  const auto& t = crc_table();
-  std::uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : data) c = t[(c ^ b) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
-std::uint32_t masked_crc32c(std::string_view data) {
-  const std::uint32_t c = crc32c(data);
-  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
-}
 
 TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir) {
   std::error_code ec;

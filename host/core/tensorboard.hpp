@@ -11,10 +11,9 @@
 #include <string>
 #include <string_view>
 
-namespace yeto {
+#include "core/crc32c.hpp"
 
-std::uint32_t crc32c(std::string_view data);
-std::uint32_t masked_crc32c(std::string_view data);
+namespace yeto {
 
 class TensorBoardWriter {
  public:

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
-#include "core/tensorboard.hpp"  // yeto::crc32c
+#include "core/crc32c.hpp"
 #include "sync/quant.hpp"
 
 namespace yeto::sync {

@@ -225,3 +225,23 @@ TEST(TensorBoard, RunMetricsWritesJsonlAndDecodableEvents) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(nlohmann::json::parse(lines[1])["step"], 2);
 }
+
+TEST(Crc32c, SlicedMatchesBytewiseOnEveryLengthAndAlignment) {
+  // Reference: the plain bit-at-a-time definition.
+  auto reference = [](std::string_view d) {
+    std::uint32_t c = 0xFFFFFFFFu;
+    for (unsigned char b : d) {
+      c ^= b;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return c ^ 0xFFFFFFFFu;
+  };
+  std::string data(300, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 131 + 7) & 0xFF);
+  for (std::size_t off = 0; off < 8; ++off)
+    for (std::size_t len = 0; off + len <= data.size(); len += 13)
+      ASSERT_EQ(yeto::crc32c(std::string_view(data).substr(off, len)), reference(std::string_view(data).substr(off, len)))
+          << off << "+" << len;
+  const std::string_view all(data);
+  EXPECT_EQ(yeto::crc32c_extend(yeto::crc32c(all.substr(0, 77)), all.substr(77)), yeto::crc32c(all));
+}
