@@ -18,6 +18,19 @@ std::int64_t get_int(const nlohmann::json& j, const char* key, std::int64_t fall
   return j[key].get<std::int64_t>();
 }
 
+// Both block kinds use the same attention: biased projections, RMS q/k norm (eps 1e-6).
+nn::AttentionOptions flux_attention(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
+  nn::AttentionOptions o;
+  o.query_dim = dim;
+  o.heads = heads;
+  o.dim_head = head_dim;
+  o.out_dim = dim;
+  o.bias = true;
+  o.qk_norm = "rms_norm";
+  o.eps = 1e-6;
+  return o;
+}
+
 }  // namespace
 
 FluxTransformerConfig FluxTransformerConfig::from_json(const nlohmann::json& j) {
@@ -89,15 +102,8 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) { return out(nn::gelu_t
 FluxTransformerBlockImpl::FluxTransformerBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
   norm1 = register_module("norm1", nn::AdaLayerNormZero(dim));
   norm1_context = register_module("norm1_context", nn::AdaLayerNormZero(dim));
-  nn::AttentionOptions o;
-  o.query_dim = dim;
-  o.heads = heads;
-  o.dim_head = head_dim;
-  o.out_dim = dim;
-  o.bias = true;
-  o.qk_norm = "rms_norm";
-  o.eps = 1e-6;
-  o.added_kv_proj_dim = dim;
+  nn::AttentionOptions o = flux_attention(dim, heads, head_dim);
+  o.added_kv_proj_dim = dim;  // joint attention over [text, image]
   o.context_pre_only = false;
   o.context_first = true;
   attn = register_module("attn", nn::Attention(o));
@@ -130,15 +136,8 @@ FluxSingleTransformerBlockImpl::FluxSingleTransformerBlockImpl(std::int64_t dim,
   norm = register_module("norm", nn::AdaLayerNormZeroSingle(dim));
   proj_mlp = register_module("proj_mlp", nn::Linear(dim, mlp_hidden, true));
   proj_out = register_module("proj_out", nn::Linear(dim + mlp_hidden, dim, true));
-  nn::AttentionOptions o;
-  o.query_dim = dim;
-  o.heads = heads;
-  o.dim_head = head_dim;
-  o.out_dim = dim;
-  o.bias = true;
-  o.qk_norm = "rms_norm";
-  o.eps = 1e-6;
-  o.pre_only = true;
+  nn::AttentionOptions o = flux_attention(dim, heads, head_dim);
+  o.pre_only = true;  // no to_out: proj_out mixes attention and MLP
   attn = register_module("attn", nn::Attention(o));
 }
 
