@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "sync/clock.hpp"
 #include "sync/merge.hpp"
 #include "sync/protocol.hpp"
 #include "sync/tape.hpp"
@@ -31,13 +32,6 @@ using tcp = asio::ip::tcp;
 using json = nlohmann::json;
 
 namespace {
-double steady_now() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-std::chrono::steady_clock::duration secs(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
-}
 
 struct RawPush {
   std::uint32_t fragment = 0;

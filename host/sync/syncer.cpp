@@ -17,6 +17,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "sync/clock.hpp"
 #include "sync/merge.hpp"
 #include "sync/protocol.hpp"
 #include "sync/state.hpp"
@@ -31,11 +32,6 @@ using tcp = asio::ip::tcp;
 using json = nlohmann::json;
 
 namespace {
-
-double steady_now() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 struct Conn {
   explicit Conn(tcp::socket s, std::uint64_t run_id)
@@ -212,8 +208,7 @@ struct Syncer::Impl {
 
   awaitable<void> handshake_deadline(ConnPtr c) {
     asio::steady_timer t(io);
-    t.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(o.timeouts.learner_timeout_s)));
+    t.expires_after(secs(o.timeouts.learner_timeout_s));
     boost::system::error_code ec;
     co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
     if (!c->closed && !c->session) {
@@ -681,8 +676,7 @@ struct Syncer::Impl {
     const double period = std::clamp(o.timeouts.heartbeat_s / 4, 0.005, 0.05);
     double last_tick = steady_now();
     while (!done) {
-      t.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(period)));
+      t.expires_after(secs(period));
       boost::system::error_code ec;
       co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
       if (done) break;
