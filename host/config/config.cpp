@@ -376,10 +376,6 @@ const Entry& Config::entry(const std::string& key) const {
   throw Error("internal: configuration key '" + key + "' is not in the schema");
 }
 
-Entry& Config::mutable_entry(const std::string& key) {
-  return const_cast<Entry&>(static_cast<const Config*>(this)->entry(key));
-}
-
 namespace {
 template <typename T>
 const T& get_as(const Entry& e, const char* what) {

@@ -63,7 +63,6 @@ class Config {
   std::string hash() const;
 
  private:
-  Entry& mutable_entry(const std::string& key);
   std::vector<Entry> entries_;
   std::optional<std::filesystem::path> file_;
 };
