@@ -55,7 +55,7 @@ extern "C" {
 /* ---- versions ------------------------------------------------------------------------- */
 
 #define YETO_ABI_VERSION_MAJOR 1u
-#define YETO_ABI_VERSION_MINOR 0u
+#define YETO_ABI_VERSION_MINOR 1u
 #define YETO_MAKE_ABI_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor) & 0xffffu))
 #define YETO_ABI_VERSION YETO_MAKE_ABI_VERSION(YETO_ABI_VERSION_MAJOR, YETO_ABI_VERSION_MINOR)
 #define YETO_ABI_MAJOR(v) (((uint32_t)(v)) >> 16)
@@ -255,6 +255,19 @@ typedef struct yeto_host_api {
    * built-ins such as AutoencoderKL and classes registered by plugins). */
   yeto_status (*component_create)(void* host, const char* class_name, const char* config_json,
                                   const char* component_dir, const yeto_component_v1** out, yeto_error* error);
+
+  /* ---- ABI 1.1 ---- */
+
+  /* A component of the pipeline the host loaded for this plugin, by its model_index.json
+   * name ("transformer", "vae", "text_encoder_2", "tokenizer", "scheduler"). The host built
+   * it from the plan load_pipeline returned (host classes natively, the plugin's own classes
+   * through their constructor, weights streamed in by the host). Borrowed: valid until the
+   * plugin instance is destroyed; never destroy() it. YETO_ERR_NOT_FOUND when the pipeline
+   * has no such component. Host components answer forward() calls whose options carry
+   * {"method": ...}; docs/PLUGIN_SDK.md ("Host components") lists every method with its
+   * input and output tensor names. A component of the plugin's own class can be recognised
+   * by its class_name and its `self` cast back by the plugin that made it. */
+  yeto_status (*component_get)(void* host, const char* name, const yeto_component_v1** out, yeto_error* error);
 } yeto_host_api;
 
 /* ---- the plugin descriptor ------------------------------------------------------------- */
@@ -271,6 +284,7 @@ typedef struct yeto_host_api {
 #define YETO_CAP_LOSS_STEP (1ull << 7)           /* loss_step (full-step adapters) */
 #define YETO_CAP_ARTIFACTS (1ull << 8)           /* save_artifact, load_artifact */
 #define YETO_CAP_GENERATE (1ull << 9)            /* generate */
+#define YETO_CAP_PRESETS (1ull << 10)            /* presets (ABI 1.1) */
 
 typedef struct yeto_plugin_descriptor {
   uint32_t struct_size;
@@ -341,6 +355,16 @@ typedef struct yeto_plugin_v1 {
   /* Generation/sampling: request JSON + inputs -> outputs ("images", "video", ...). */
   yeto_status (*generate)(void* instance, const char* request_json, const yeto_named_tensors* inputs,
                           const yeto_named_tensors_out* outputs, yeto_error* error);
+
+  /* ---- ABI 1.1 ---- */
+
+  /* Documented model shapes for `yeto-host init-model`: a JSON object
+   * {"<preset>": {"description": "...", "model_index": {...},
+   *               "components": {"<name>": {"config": {...}}}}}.
+   * The host writes model_index.json and each component's config, builds every component
+   * from its class with random weights (seeded) and saves them in Diffusers layout;
+   * tokenizer components are written by the host from their config. */
+  yeto_status (*presets)(void* instance, const yeto_text_out* out, yeto_error* error);
 } yeto_plugin_v1;
 
 /* ---- the entry point -------------------------------------------------------------------- */
