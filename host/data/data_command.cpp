@@ -1,5 +1,6 @@
 // The `data` command of yeto-host: `data check` validates a dataset without training.
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -20,9 +21,20 @@ int run_data(CommandContext& ctx) {
   check.depth = ctx.has("quick") ? data::DecodeDepth::header : data::DecodeDepth::full;
   check.model_id = cfg.get_string("model.id");
   const data::CheckReport report = data::check_dataset(options, check);
-  if (ctx.has("json")) std::cout << report.json().dump(2) << "\n";
-  else std::cout << report.text();
-  return report.exit_code();
+  // The held-out set is checked with the same preprocessing and reported on its own; either
+  // failing fails the command.
+  std::optional<data::CheckReport> validation;
+  if (const auto v = data::validation_data_options(cfg)) validation = data::check_dataset(*v, check);
+  if (ctx.has("json")) {
+    nlohmann::json j = report.json();
+    if (validation) j["validation"] = validation->json();
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << report.text();
+    if (validation) std::cout << "\nvalidation.data:\n" << validation->text();
+  }
+  if (report.exit_code() != 0) return report.exit_code();
+  return validation ? validation->exit_code() : 0;
 }
 
 }  // namespace
@@ -38,7 +50,9 @@ void register_data_commands(Registry& r) {
       "to data.num_frames at data.fps, cached tensors read. It prints the rows, media kinds, the decoded shapes per "
       "bucket, the cached-tensor shapes and every bad row with its row number (the line for JSONL) and the reason. "
       "Exit status 30 if any row is unusable under data.on_bad_row = \"error\" (with \"skip\": only if no row is "
-      "usable) or if a cache dataset's yeto_diffusion_cache.json does not match the run.";
+      "usable) or if a cache dataset's yeto_diffusion_cache.json does not match the run. When validation.data is set, "
+      "the held-out dataset is checked the same way and reported after the training data (under \"validation\" with "
+      "--json); a problem in either fails the command.";
   c.positionals = "check";
   c.min_positionals = 1;
   c.max_positionals = 1;

@@ -35,6 +35,16 @@ DataOptions data_options(const config::Config& cfg) {
   return o;
 }
 
+std::optional<DataOptions> validation_data_options(const config::Config& cfg) {
+  const std::string path = cfg.get_string("validation.data");
+  if (path.empty()) return std::nullopt;
+  DataOptions o = data_options(cfg);
+  o.source = path;
+  o.source_key = "validation.data";
+  o.source_base = cfg.entry("validation.data").base_dir;
+  return o;
+}
+
 const char* resize_mode_name(ResizeMode m) { return m == ResizeMode::stretch ? "stretch" : "center-crop"; }
 
 }  // namespace yeto::data

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 namespace yeto::config {
@@ -27,6 +28,7 @@ struct Columns {
 
 struct DataOptions {
   std::string source;                // data.path as written (path or org/name)
+  std::string source_key = "data.path";  // the key that named it, for messages
   std::filesystem::path source_base;  // directory a relative data.path resolves from
   std::string revision = "main";
   std::string format = "auto";
@@ -50,6 +52,11 @@ struct DataOptions {
 
 // Reads data.*, model.hub_cache, diffusion.seed and train.micro_batch_size ("auto" -> 1).
 DataOptions data_options(const config::Config& cfg);
+
+// The held-out dataset validation.data names, read with the same preprocessing and row
+// policy as data.path (a relative path resolves from the file that set validation.data).
+// Empty when validation.data is not set.
+std::optional<DataOptions> validation_data_options(const config::Config& cfg);
 
 const char* resize_mode_name(ResizeMode m);
 

@@ -46,7 +46,7 @@ ResolvedSource from_file(const fs::path& file, const DataOptions& o) {
   else if (e == ".jsonl" || e == ".ndjson") s.jsonl = true;
   else if (e == ".json") s.jsonl = false;
   else
-    throw UsageError("data.path " + file.string() +
+    throw UsageError(o.source_key + " " + file.string() +
                      ": cannot tell the manifest format from the extension; name it .json or .jsonl, or set data.format = \"json\" or \"jsonl\"");
   return s;
 }
@@ -155,7 +155,7 @@ ResolvedSource resolve_source(const DataOptions& o) {
     s.hub_commit = snap.commit;
     return s;
   }
-  if (!exists) throw Error("data.path " + p.string() + " does not exist", ExitCode::not_found);
+  if (!exists) throw Error(o.source_key + " " + p.string() + " does not exist", ExitCode::not_found);
   if (fs::is_directory(p, ec)) return from_directory(p, o);
   return from_file(p, o);
 }

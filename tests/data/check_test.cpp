@@ -87,5 +87,44 @@ TEST(DataCheckCommand, ConfigFileDataPathIsRelativeToTheConfig) {
   EXPECT_EQ(wrong.exit_code, 2) << wrong.all();
 }
 
+TEST(DataCheckCommand, ValidationDataIsCheckedAndReportedSeparately) {
+  TempDir t;
+  good_dataset(t);
+  test::solid_png(t / "val/ok.png", 5, 7, {1, 2, 3, 255});
+  test::write_bytes(t / "val/zero.png", "");
+  t.write("val/held.jsonl",
+          "{\"image\": \"ok.png\", \"prompt\": \"held out\"}\n"
+          "{\"image\": \"zero.png\", \"prompt\": \"z\"}\n");
+  t.write("conf/run.toml", "[data]\npath = \"../ds\"\nheight = 16\nwidth = 16\nbucket_by_shape = true\n"
+                           "[validation]\ndata = \"../val/held.jsonl\"\n");
+  const std::string conf = (t / "conf/run.toml").string();
+  auto r = test::run_host({"data", "check", "--config", conf});
+  EXPECT_EQ(r.exit_code, 30) << r.all();
+  // The training data passes on its own; the held-out set has its own section with its bad row.
+  EXPECT_THAT(r.out, HasSubstr("rows: 4 (4 usable, 0 bad)"));
+  EXPECT_THAT(r.out, HasSubstr("validation.data:\ndataset: ../val/held.jsonl\nmanifest: " + (t / "val/held.jsonl").string()));
+  EXPECT_THAT(r.out, HasSubstr("rows: 2 (1 usable, 1 bad)"));
+  EXPECT_THAT(r.out, HasSubstr("held.jsonl line 2: " + (t / "val/zero.png").string() + ": empty file"));
+
+  r = test::run_host({"data", "check", "--config", conf, "--json"});
+  EXPECT_EQ(r.exit_code, 30) << r.all();
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["usable"], 4);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["validation"]["rows"], 2);
+  EXPECT_EQ(j["validation"]["usable"], 1);
+  EXPECT_FALSE(j["validation"]["ok"].get<bool>());
+
+  // A good held-out set passes; a missing one names validation.data.
+  std::filesystem::remove(t / "val/zero.png");
+  t.write("val/held.jsonl", "{\"image\": \"ok.png\", \"prompt\": \"held out\"}\n");
+  r = test::run_host({"data", "check", "--config", conf});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("rows: 1 (1 usable, 0 bad)"));
+  r = test::run_host({"data", "check", "--config", conf, "--validation-data", (t / "nowhere.jsonl").string()});
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_THAT(r.all(), HasSubstr("validation.data " + (t / "nowhere.jsonl").string() + " does not exist"));
+}
+
 }  // namespace
 }  // namespace yeto::data
