@@ -154,6 +154,7 @@ std::vector<KeyDef> build_schema() {
       F("sync.grace_factor", 1.5, "Adaptive grace = grace_factor x the recent spread of push arrivals in a round, clamped to [grace_min_s, grace_max_s].").range(0.0, std::nullopt),
       F("sync.round_deadline_s", 30.0, "A fragment round that has not reached its quorum this long after its first push merges what it has.").range(0.001, std::nullopt),
       F("sync.reconnect_budget_s", 120.0, "How long a learner keeps reconnecting (with backoff) before it gives up on the syncer.").range(0.001, std::nullopt),
+      F("sync.join_timeout_s", 60.0, "How long a learner waits at start-up for the run's global state; after that it trains on its local weights and is overwritten when the state arrives.").range(0.0, std::nullopt),
       F("sync.final_timeout_s", 10.0, "How long the syncer waits for learners to acknowledge the final cut.").range(0.001, std::nullopt),
       I("sync.max_staleness", 8, "Pushes whose base version is more than this many merges behind are refused (the learner resyncs).").range(0, std::nullopt),
       B("sync.heloco", true, "Correct stale pseudo-gradients against the outer momentum (HeLoCo) before merging."),

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -49,6 +50,7 @@ struct Link {  // one TCP connection to the syncer
   asio::steady_timer wake, beat;
   std::optional<Session> session;
   bool closed = false;
+  bool done_sent = false;  // this connection has told the syncer that we are done
   void close() {
     closed = true;
     boost::system::error_code ec;
@@ -83,6 +85,8 @@ struct SyncClient::Impl {
   ClientStats st;
   bool failed = false, stopping = false, final_ack_sent = false, final_ack_queued = false;
   bool ended_after_final = false;  // the syncer closed the connection after our final ack
+  std::optional<Heartbeat> local_done;          // finish_local() was called: send `done` once per connection
+  std::map<std::uint32_t, std::uint64_t> sent_base;  // base version of the last push sent per fragment
 
   // training thread only
   std::vector<std::vector<float>> base;
@@ -161,6 +165,11 @@ struct SyncClient::Impl {
           } else if (!push_queue.empty()) {
             push = std::move(push_queue.begin()->second);
             push_queue.erase(push_queue.begin());
+            sent_base[push->fragment] = push->base_version;
+          } else if (local_done && !l->done_sent) {
+            // Only after every queued push: the syncer must see our last pseudo-gradients first.
+            ctl.emplace(MsgType::done, local_done->encode());
+            l->done_sent = true;
           }
         }
         if (ctl) {
@@ -283,12 +292,16 @@ struct SyncClient::Impl {
           }
           case MsgType::push_ack: {
             const PushAck a = PushAck::decode(p);
+            json ev = {{"fragment", a.fragment}, {"status", push_status_name(a.status)}, {"version", a.version}};
             {
               std::lock_guard lk(mu);
               if (a.status == PushStatus::accepted) ++st.pushes_accepted;
               else ++st.pushes_refused;
+              // Staleness: merges of this fragment the syncer did since the base of our push.
+              const auto it = sent_base.find(a.fragment);
+              if (it != sent_base.end() && a.version >= it->second) ev["staleness"] = a.version - it->second;
             }
-            event("push_ack", {{"fragment", a.fragment}, {"status", push_status_name(a.status)}, {"version", a.version}});
+            event("push_ack", ev);
             break;
           }
           case MsgType::final_cut: {
@@ -378,7 +391,40 @@ struct SyncClient::Impl {
     if (r) r->applied.push_back(AppliedFragment{p, m.version, alpha, m.data});
   }
 
-  StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples) {
+  // The authoritative final cut: overwrite, then acknowledge the digest of what we now hold.
+  void apply_final(const FinalCut& fc, std::span<const std::span<float>> tensors, StepResult* r) {
+    std::vector<std::vector<float>> mine;
+    for (std::uint32_t p = 0; p < fc.fragments.size(); ++p) {
+      overwrite_from(FragmentMsg{p, fc.versions[p], fc.fragments[p]}, tensors, 1.0f, r);
+      std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
+      mine.push_back(pack_fragment(layout, p, cs));
+    }
+    const auto digest = state_digest(fc.versions, mine);
+    {
+      std::lock_guard lk(mu);
+      final_ack_queued = true;
+      control.emplace_back(MsgType::final_ack, FinalAck{digest}.encode());
+    }
+    event("final_applied", {{"digest", hex(digest.data(), 32)}, {"matches", digest == fc.digest}});
+    notify();
+    if (r) r->finished = true;
+  }
+
+  bool wait_for_final(std::span<const std::span<float>> tensors, double timeout_s) {
+    std::optional<FinalCut> fc;
+    {
+      std::unique_lock lk(mu);
+      if (final_ack_queued) return true;
+      cv.wait_for(lk, secs(timeout_s), [&] { return failed || final_cut.has_value(); });
+      if (!final_cut) return false;
+      fc = *final_cut;
+    }
+    apply_final(*fc, tensors, nullptr);
+    return true;
+  }
+
+  StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples,
+                  const std::function<void()>& before_touch) {
     StepResult r;
     ++step_no;
     std::vector<std::optional<FragmentMsg>> fresh(layout.fragments.size());
@@ -393,23 +439,15 @@ struct SyncClient::Impl {
         if (latest[p] && (!have_base[p] || latest[p]->version != base_version[p])) fresh[p] = std::move(latest[p]);
     }
     if (r.finished) return r;
+    // Decide first whether this step reads or writes the tensors at all, so a caller that
+    // stages them (GPU -> host) copies them only when needed (and before any access).
+    const auto nf = static_cast<std::uint32_t>(layout.fragments.size());
+    bool touch = fc.has_value();
+    for (std::uint32_t p = 0; p < nf && !touch; ++p)
+      touch = fresh[p].has_value() || (have_base[p] && fragment_due(p, nf, o.inner_steps, step_no));
+    if (touch && before_touch) before_touch();
     if (fc) {
-      // The authoritative final cut: overwrite, then acknowledge the digest of what we now hold.
-      std::vector<std::vector<float>> mine;
-      for (std::uint32_t p = 0; p < fc->fragments.size(); ++p) {
-        overwrite_from(FragmentMsg{p, fc->versions[p], fc->fragments[p]}, tensors, 1.0f, &r);
-        std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
-        mine.push_back(pack_fragment(layout, p, cs));
-      }
-      const auto digest = state_digest(fc->versions, mine);
-      {
-        std::lock_guard lk(mu);
-        final_ack_queued = true;
-        control.emplace_back(MsgType::final_ack, FinalAck{digest}.encode());
-      }
-      event("final_applied", {{"digest", hex(digest.data(), 32)}, {"matches", digest == fc->digest}});
-      notify();
-      r.finished = true;
+      apply_final(*fc, tensors, &r);
       return r;
     }
     for (std::size_t p = 0; p < fresh.size(); ++p)
@@ -486,8 +524,9 @@ bool SyncClient::wait_for_global(std::span<const std::span<float>> tensors, doub
   return impl_->wait_for_global(tensors, timeout_s);
 }
 
-StepResult SyncClient::step(std::span<const std::span<float>> tensors, std::uint64_t samples) {
-  return impl_->step(tensors, samples);
+StepResult SyncClient::step(std::span<const std::span<float>> tensors, std::uint64_t samples,
+                            const std::function<void()>& before_touch) {
+  return impl_->step(tensors, samples, before_touch);
 }
 
 void SyncClient::close(double timeout_s) {
@@ -506,7 +545,35 @@ void SyncClient::close(double timeout_s) {
     impl_->io.stop();
   });
   impl_->thread.join();
-  impl_->event("closed", {{"steps", impl_->step_no}});
+  const ClientStats s = stats();
+  impl_->event("closed", {{"steps", impl_->step_no}, {"connects", s.connects}, {"bytes_sent", s.bytes_sent},
+                          {"bytes_received", s.bytes_received}, {"pushes_sent", s.pushes_sent},
+                          {"pushes_accepted", s.pushes_accepted}, {"fragments_received", s.fragments_received},
+                          {"numel", impl_->layout.total_numel()}});
+}
+
+void SyncClient::finish_local(std::uint64_t step, std::uint64_t samples) {
+  {
+    std::lock_guard lk(impl_->mu);
+    if (impl_->local_done) return;
+    impl_->local_done = Heartbeat{step, samples};
+  }
+  impl_->event("done", {{"step", step}, {"samples", samples}});
+  impl_->notify();
+}
+
+bool SyncClient::wait_for_final(std::span<const std::span<float>> tensors, double timeout_s) {
+  return impl_->wait_for_final(tensors, timeout_s);
+}
+
+bool SyncClient::final_cut_available() const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->final_cut.has_value();
+}
+
+bool SyncClient::gave_up() const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->failed;
 }
 
 ClientStats SyncClient::stats() const {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -61,8 +62,21 @@ class SyncClient {
   // Start-up only: waits until every fragment's global state has arrived and overwrites the
   // tensors with it. False when it did not arrive in time or the client gave up.
   bool wait_for_global(std::span<const std::span<float>> tensors, double timeout_s);
-  // After each inner step (samples: samples of that step). See the file comment.
-  StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples);
+  // After each inner step (samples: samples of that step). See the file comment. When this
+  // step will read or write the tensors (a fragment is due, a global fragment or the final cut
+  // is waiting), before_touch is called first, once: a caller that stages its tensors through
+  // host buffers fills them there and copies back only the fragments in StepResult::applied.
+  StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples,
+                  const std::function<void()>& before_touch = {});
+  // The learner reached its own step budget: after the pushes already queued, tell the syncer
+  // (`done`, resent on every reconnection) that no more will come. When every live learner is
+  // done the syncer merges what is pending and takes the final cut.
+  void finish_local(std::uint64_t step, std::uint64_t samples);
+  // Terminal handshake outside step(): waits up to timeout_s for the final cut, overwrites the
+  // tensors with it and queues the acknowledgement. True when it was applied (now or before).
+  bool wait_for_final(std::span<const std::span<float>> tensors, double timeout_s);
+  bool final_cut_available() const;  // the final cut has arrived (applied or not)
+  bool gave_up() const;              // the reconnect budget is spent
   // Sends what is queued (the final acknowledgement, bounded by timeout_s), then stops.
   void close(double timeout_s = 5.0);
   ClientStats stats() const;

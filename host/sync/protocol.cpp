@@ -26,12 +26,13 @@ const char* msg_name(MsgType t) {
     case MsgType::final_cut: return "final_cut";
     case MsgType::final_ack: return "final_ack";
     case MsgType::error: return "error";
+    case MsgType::done: return "done";
   }
   return "unknown";
 }
 
 namespace {
-bool known_type(std::uint16_t t) { return t >= 1 && t <= 12; }
+bool known_type(std::uint16_t t) { return t >= 1 && t <= 13; }
 }  // namespace
 
 std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {

@@ -45,6 +45,7 @@ enum class MsgType : std::uint16_t {
   final_cut = 10,
   final_ack = 11,
   error = 12,
+  done = 13,  // the learner reached its own step budget; payload as heartbeat
 };
 const char* msg_name(MsgType t);
 bool is_bulk(MsgType t);  // init, fragment, push, final_cut: capped by max_frame, not kControlCap

@@ -89,6 +89,10 @@ struct Syncer::Impl {
   std::string final_reason;
   FinalCut final_cut;
   std::set<std::string> expect_acks, acked;
+  // Learners that reached their own step budget (`done`): they push no more, so rounds do not
+  // wait for them; when every live learner is done the syncer takes the final cut. Not
+  // checkpointed: a learner resends `done` on every connection.
+  std::set<std::string> done_learners;
   int exit_code = 0;
   bool done = false;
 
@@ -142,6 +146,13 @@ struct Syncer::Impl {
     std::vector<std::string> v;
     for (const auto& [id, r] : st.registry)
       if (r.live) v.push_back(id);
+    return v;
+  }
+  // Live learners still training (not done): those a round waits for.
+  std::vector<std::string> active_ids() const {
+    std::vector<std::string> v;
+    for (const auto& [id, r] : st.registry)
+      if (r.live && !done_learners.count(id)) v.push_back(id);
     return v;
   }
 
@@ -288,6 +299,7 @@ struct Syncer::Impl {
       case MsgType::push: return on_push(c, Push::decode(payload), payload.size());
       case MsgType::heartbeat: Heartbeat::decode(payload); return;
       case MsgType::leave: return on_leave(c);
+      case MsgType::done: return on_done(c, Heartbeat::decode(payload));
       case MsgType::final_ack: return on_final_ack(c, FinalAck::decode(payload));
       default:
         reject(c, std::string("unexpected ") + msg_name(f.type) + " from a learner");
@@ -340,6 +352,7 @@ struct Syncer::Impl {
     send_raw(c, encode_frame(MsgType::welcome, run_id, w.encode()));
     auto& r = st.registry[h.learner_id];
     const bool rejoin = r.joins > 0;
+    done_learners.erase(h.learner_id);  // a new session trains again until it says `done`
     r.id = h.learner_id;
     ++r.joins;
     r.live = !finishing || r.live;
@@ -481,6 +494,28 @@ struct Syncer::Impl {
     (void)id;
   }
 
+  void on_done(const ConnPtr& c, const Heartbeat& h) {
+    if (!done_learners.insert(c->learner_id).second) return;
+    tape->write("done", -1, -1, {c->learner_id},
+                {{"step", h.step}, {"samples", h.samples}, {"active", active_ids().size()}});
+    const double now = steady_now();
+    for (std::uint32_t p = 0; p < rounds.size(); ++p) try_close(p, now);
+    check_all_done(now);
+  }
+
+  // Every live learner has reached its own budget: merge what is pending (nobody else will
+  // push) and take the final cut.
+  void check_all_done(double now) {
+    if (finishing || !st.initialised || done_learners.empty() || !active_ids().empty() || live_ids().empty()) return;
+    for (std::uint32_t p = 0; p < rounds.size(); ++p)
+      if (!rounds[p].pushes.empty()) {
+        const std::size_t q = std::max<std::size_t>(1, std::min<std::size_t>(o.quorum, rounds[p].pushes.size()));
+        merge(p, "learners_done", q, grace_for(st.fragments[p]), now);
+        if (finishing) return;  // the merge spent the budget
+      }
+    begin_final("learners_done");
+  }
+
   void on_final_ack(const ConnPtr& c, const FinalAck& a) {
     if (!finishing) {
       reject(c, "final_ack outside the terminal handshake");
@@ -509,7 +544,7 @@ struct Syncer::Impl {
   void try_close(std::uint32_t p, double now) {
     Round& r = rounds[p];
     if (r.pushes.empty() || finishing) return;
-    const auto live = live_ids();
+    const auto live = active_ids();
     const std::size_t q = std::max<std::size_t>(1, std::min<std::size_t>(o.quorum, live.size()));
     const std::size_t n = r.pushes.size();
     bool all_live = !live.empty();
@@ -695,6 +730,7 @@ struct Syncer::Impl {
         }
       for (std::uint32_t p = 0; p < rounds.size(); ++p) try_close(p, now);
       check_budget();
+      check_all_done(now);
       finish_if_done(now);
     }
   }

@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             case ys::MsgType::fragment: ys::FragmentMsg::decode(f->payload); break;
             case ys::MsgType::push: ys::Push::decode(f->payload).delta(); break;
             case ys::MsgType::push_ack: ys::PushAck::decode(f->payload); break;
-            case ys::MsgType::heartbeat: ys::Heartbeat::decode(f->payload); break;
+            case ys::MsgType::heartbeat:
+            case ys::MsgType::done: ys::Heartbeat::decode(f->payload); break;
             case ys::MsgType::final_cut: ys::FinalCut::decode(f->payload); break;
             case ys::MsgType::final_ack: ys::FinalAck::decode(f->payload); break;
             case ys::MsgType::error: ys::ErrorMsg::decode(f->payload); break;

@@ -1,0 +1,237 @@
+#include "sync/diloco_sync.hpp"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "core/metrics.hpp"
+#include "sync/clock.hpp"
+#include "sync/tape.hpp"
+
+namespace yeto::sync {
+
+DilocoOptions diloco_options_from_config(const config::Config& cfg) {
+  DilocoOptions o;
+  o.client = client_options_from_config(cfg);
+  o.fragments = static_cast<std::uint32_t>(cfg.get_int("sync.fragments"));
+  o.pattern = parse_pattern(cfg.get_string("sync.fragment_pattern"));
+  o.join_timeout_s = cfg.get_number("sync.join_timeout_s");
+  return o;
+}
+
+struct DilocoSync::Impl {
+  DilocoOptions o;
+  Layout layout;
+  std::unique_ptr<SyncClient> client;
+  std::unique_ptr<JsonlWriter> events;
+  // Per tensor: written in place (contiguous float32 on the CPU) or staged through `stage`.
+  std::vector<bool> direct;
+  std::vector<std::vector<float>> stage;
+  std::vector<std::span<float>> spans;
+  std::int64_t last_samples = -1;
+  DilocoStats st;
+  bool failed_logged = false;
+
+  explicit Impl(DilocoOptions opts) : o(std::move(opts)) {
+    if (o.world_size > 1 || o.rank != 0)
+      throw UsageError("outer sync: islands of " + std::to_string(o.world_size) +
+                       " ranks need the in-island broadcast of global fragments, which this build does not have; "
+                       "run every island with one rank (train.world_size = 1)");
+    o.client.validate();
+    if (!o.client.events.empty()) events = std::make_unique<JsonlWriter>(o.client.events);
+  }
+
+  void event(const std::string& name, nlohmann::json extra = nlohmann::json::object()) {
+    if (!events) return;
+    nlohmann::json j = {{"event", name}, {"time", unix_now()}, {"learner", o.client.learner_id}};
+    for (auto& [k, v] : extra.items()) j[k] = v;
+    events->write(j);
+  }
+
+  static bool in_place(const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+  }
+
+  // Checks `trainable` against the layout and points `spans` at the tensors (or their stage).
+  void bind(const learner::Trainable& trainable) {
+    if (trainable.size() != layout.tensors.size())
+      throw Error("outer sync: the learner passed " + std::to_string(trainable.size()) + " trainable tensors, " +
+                  std::to_string(layout.tensors.size()) + " at start()");
+    direct.resize(trainable.size());
+    stage.resize(trainable.size());
+    spans.resize(trainable.size());
+    for (std::size_t i = 0; i < trainable.size(); ++i) {
+      const auto& [name, t] = trainable[i];
+      const auto& spec = layout.tensors[i];
+      if (name != spec.name || !t.defined() || static_cast<std::uint64_t>(t.numel()) != spec.numel)
+        throw Error("outer sync: trainable tensor " + std::to_string(i) + " is '" + name + "' (" +
+                    (t.defined() ? std::to_string(t.numel()) : std::string("undefined")) + " values), expected '" +
+                    spec.name + "' (" + std::to_string(spec.numel) + ") as at start()");
+      direct[i] = in_place(t);
+      if (direct[i]) {
+        stage[i].clear();
+        spans[i] = std::span<float>(t.data_ptr<float>(), spec.numel);
+      } else {
+        stage[i].resize(spec.numel);
+        spans[i] = std::span<float>(stage[i]);
+      }
+    }
+  }
+
+  bool any_staged() const {
+    for (bool d : direct)
+      if (!d) return true;
+    return false;
+  }
+
+  void stage_in(const learner::Trainable& trainable) {
+    at::NoGradGuard ng;
+    for (std::size_t i = 0; i < trainable.size(); ++i)
+      if (!direct[i]) {
+        const at::Tensor& t = trainable[i].second;
+        at::from_blob(stage[i].data(), t.sizes(), at::kFloat).copy_(t.detach());
+      }
+  }
+
+  void stage_out(const learner::Trainable& trainable, const std::set<std::uint32_t>& tensors) {
+    at::NoGradGuard ng;
+    for (std::uint32_t i : tensors)
+      if (!direct[i]) {
+        at::Tensor t = trainable[i].second;
+        t.copy_(at::from_blob(stage[i].data(), t.sizes(), at::kFloat));
+      }
+  }
+
+  std::set<std::uint32_t> all_tensors() const {
+    std::set<std::uint32_t> s;
+    for (std::uint32_t i = 0; i < layout.tensors.size(); ++i) s.insert(i);
+    return s;
+  }
+
+  std::vector<std::span<const float>> const_spans() const { return {spans.begin(), spans.end()}; }
+
+  void start(const learner::Trainable& trainable) {
+    if (client) throw Error("outer sync: start() called twice");
+    if (trainable.empty()) throw UsageError("outer sync: there are no trainable tensors to synchronise");
+    std::vector<TensorSpec> specs;
+    for (const auto& [name, t] : trainable) {
+      if (!t.defined() || t.scalar_type() != at::kFloat)
+        throw Error("outer sync: trainable tensor '" + name + "' must be float32 (the masters the optimizer updates)");
+      specs.push_back({name, static_cast<std::uint64_t>(t.numel())});
+    }
+    if (o.fragments > specs.size())
+      throw UsageError("sync.fragments = " + std::to_string(o.fragments) + " exceeds the " +
+                       std::to_string(specs.size()) + " trainable tensors (a fragment would be empty); lower it");
+    layout = build_layout(std::move(specs), o.fragments, o.pattern);
+    bind(trainable);
+    stage_in(trainable);
+    client = std::make_unique<SyncClient>(o.client, layout);
+    const auto cs = const_spans();
+    client->start(cs);
+    st.joined = client->wait_for_global(spans, o.join_timeout_s);
+    if (st.joined) {
+      stage_out(trainable, all_tensors());
+      st.fragments_applied += layout.fragments.size();
+      event("joined", {{"fragments", layout.fragments.size()}, {"numel", layout.total_numel()},
+                       {"fingerprint", layout.fingerprint()}});
+    } else {
+      spdlog::warn("outer sync {}: no global state from {}:{} within {} s (sync.join_timeout_s); training on the "
+                   "local weights until it arrives",
+                   o.client.learner_id, o.client.host, o.client.port, o.join_timeout_s);
+      event("join_deferred", {{"join_timeout_s", o.join_timeout_s}});
+    }
+  }
+
+  void after_step(std::int64_t step, std::int64_t samples, const learner::Trainable& trainable) {
+    if (!client) throw Error("outer sync: after_step() before start()");
+    if (st.finished) return;
+    if (last_samples < 0) last_samples = step > 0 ? samples - samples / step : 0;  // resumed runs: one step's share
+    const std::int64_t delta = std::max<std::int64_t>(0, samples - last_samples);
+    last_samples = samples;
+    ++st.steps;
+    bind(trainable);
+    bool staged = false;
+    const StepResult r = client->step(spans, static_cast<std::uint64_t>(delta), [&] {
+      if (any_staged()) {
+        stage_in(trainable);
+        staged = true;
+      }
+    });
+    if (staged) ++st.staged_steps;
+    if (!r.applied.empty()) {
+      std::set<std::uint32_t> touched;
+      for (const auto& a : r.applied)
+        for (std::uint32_t i : layout.fragments[a.fragment].tensors) touched.insert(i);
+      if (staged) stage_out(trainable, touched);
+      st.fragments_applied += r.applied.size();
+    }
+    if (r.finished) st.finished = true;
+    if (r.failed && !failed_logged) {
+      failed_logged = true;
+      spdlog::error("outer sync {}: the syncer has been unreachable for sync.reconnect_budget_s = {} s; stopping",
+                    o.client.learner_id, o.client.timeouts.reconnect_budget_s);
+    }
+  }
+
+  bool finish(const learner::Trainable& trainable) {
+    if (!client) return false;
+    if (!st.finished) {
+      client->finish_local(st.steps, static_cast<std::uint64_t>(std::max<std::int64_t>(last_samples, 0)));
+      bind(trainable);
+      const double started = steady_now();
+      bool applied = false;
+      while (!applied) {
+        applied = client->wait_for_final(spans, 1.0);
+        if (applied || client->gave_up()) break;
+        if (o.final_wait_s > 0 && steady_now() - started > o.final_wait_s) break;
+      }
+      if (!applied) {
+        spdlog::error("outer sync {}: no final cut from the syncer; the island keeps its local weights",
+                      o.client.learner_id);
+        event("final_missing", {{"gave_up", client->gave_up()}});
+        client->close(1.0);
+        return false;
+      }
+      stage_out(trainable, all_tensors());
+      st.finished = true;
+    }
+    client->close(o.client.timeouts.final_timeout_s);
+    const ClientStats cs = client->stats();
+    event("finished", {{"steps", st.steps}, {"fragments_applied", st.fragments_applied},
+                       {"bytes_sent", cs.bytes_sent}, {"bytes_received", cs.bytes_received},
+                       {"pushes_sent", cs.pushes_sent}, {"pushes_accepted", cs.pushes_accepted}});
+    return true;
+  }
+};
+
+DilocoSync::DilocoSync(DilocoOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+DilocoSync::~DilocoSync() = default;
+
+void DilocoSync::start(const learner::Trainable& trainable) { impl_->start(trainable); }
+
+void DilocoSync::after_step(std::int64_t step, std::int64_t samples, const learner::Trainable& trainable) {
+  impl_->after_step(step, samples, trainable);
+}
+
+bool DilocoSync::stop_requested() const {
+  return impl_->client && (impl_->st.finished || impl_->client->final_cut_available() || impl_->client->gave_up());
+}
+
+bool DilocoSync::finish(const learner::Trainable& trainable) { return impl_->finish(trainable); }
+
+DilocoStats DilocoSync::stats() const {
+  DilocoStats s = impl_->st;
+  if (impl_->client) s.client = impl_->client->stats();
+  return s;
+}
+
+}  // namespace yeto::sync

@@ -1,0 +1,375 @@
+// sync::DilocoSync (learner::OuterSync over the sync client) against a real syncer on
+// 127.0.0.1, run in this process on its own thread. No model: the "learner" is a few float32
+// tensors trained by SGD on a quadratic towards an island-specific target, each island on
+// its own thread as the real learner would run. Every wait is bounded; ports are ephemeral.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "support/temp_dir.hpp"
+#include "sync/diloco_sync.hpp"
+#include "sync/state.hpp"
+#include "sync/syncer.hpp"
+#include "sync/tape.hpp"
+
+namespace ys = yeto::sync;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using yeto::learner::Trainable;
+
+namespace {
+
+const std::string kSecret = "diloco-test-secret-0123456789abcdef";
+
+ys::Timeouts fast_timeouts() {
+  ys::Timeouts t;
+  t.heartbeat_s = 0.1;
+  t.learner_timeout_s = 0.8;
+  t.grace_max_s = 1.0;
+  t.round_deadline_s = 2.0;
+  t.reconnect_budget_s = 15;
+  t.final_timeout_s = 5;
+  return t;
+}
+
+class SyncerThread {
+ public:
+  SyncerThread(const fs::path& state, std::uint32_t quorum, std::uint64_t budget_outer_steps) : state_(state) {
+    ys::SyncerOptions o;
+    o.state_dir = state;
+    o.run_secret = kSecret;
+    o.timeouts = fast_timeouts();
+    o.quorum = quorum;
+    o.outer_lr = 0.7;
+    o.outer_momentum = 0.5;
+    o.budget_outer_steps = budget_outer_steps;
+    syncer_ = std::make_unique<ys::Syncer>(std::move(o));
+    thread_ = std::thread([this] { code_ = syncer_->run(); });
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < end && !fs::exists(state / "port"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    port_ = static_cast<std::uint16_t>(std::stoi(yeto::test::read_text(state / "port")));
+  }
+  ~SyncerThread() {
+    if (thread_.joinable()) {
+      syncer_->stop();
+      thread_.join();
+    }
+  }
+  // Waits (bounded) for run() to return after the final marker; -1 when it did not.
+  int join(double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end && !fs::exists(state_ / "final.json"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!fs::exists(state_ / "final.json")) return -1;
+    thread_.join();
+    return code_;
+  }
+  std::uint16_t port() const { return port_; }
+  std::vector<json> tape() const { return ys::read_tape_records(state_ / "tape.jsonl"); }
+
+ private:
+  fs::path state_;
+  std::unique_ptr<ys::Syncer> syncer_;
+  std::thread thread_;
+  std::atomic<int> code_{-1};
+  std::uint16_t port_ = 0;
+};
+
+ys::DilocoOptions options(const std::string& id, std::uint16_t port, const fs::path& events) {
+  ys::DilocoOptions o;
+  o.client.host = "127.0.0.1";
+  o.client.port = port;
+  o.client.run_secret = kSecret;
+  o.client.learner_id = id;
+  o.client.inner_steps = 5;
+  o.client.quant_block = 32;
+  o.client.timeouts = fast_timeouts();
+  o.client.events = events;
+  o.fragments = 2;
+  o.join_timeout_s = 10;
+  return o;
+}
+
+// A toy island: three trainable float32 tensors, one of them a non-contiguous view (so the
+// staging path is exercised next to the in-place one), trained towards its own target.
+struct Island {
+  at::Tensor storage = at::zeros({4, 12});
+  Trainable trainable;
+  std::vector<at::Tensor> targets;
+  explicit Island(double seed, double init = 0.0) {
+    trainable = {{"a.weight", at::full({8, 6}, init)}, {"b.bias", at::full({10}, init)}, {"c.weight", storage.t()}};
+    trainable[2].second.fill_(init);
+    for (auto& [name, t] : trainable) {
+      t.requires_grad_(true);
+      targets.push_back(at::sin(at::arange(t.numel(), at::kFloat).reshape(t.sizes()) * 0.37 + seed));
+    }
+  }
+  void inner_step() {
+    at::NoGradGuard ng;
+    for (std::size_t i = 0; i < trainable.size(); ++i) {
+      auto& t = trainable[i].second;
+      t.sub_((t - targets[i]) * 0.05);
+    }
+  }
+  // The tensors in canonical order as raw float32, the layout of final_cut.bin.
+  std::string bytes() const {
+    std::string s;
+    for (const auto& [name, t] : trainable) {
+      const at::Tensor c = t.detach().contiguous();
+      s.append(static_cast<const char*>(c.data_ptr()), static_cast<std::size_t>(c.numel()) * 4);
+    }
+    return s;
+  }
+};
+
+// Runs an island on its own thread: inner steps until the syncer asks it to stop or it
+// reached max_steps, then the terminal handshake.
+struct IslandRun {
+  Island island;
+  ys::DilocoSync sync;
+  std::thread thread;
+  std::atomic<bool> finished{false};
+  std::atomic<std::int64_t> steps{0};
+  std::int64_t max_steps;
+  IslandRun(double seed, ys::DilocoOptions o, std::int64_t max_steps_)
+      : island(seed), sync(std::move(o)), max_steps(max_steps_) {}
+  void start() {
+    thread = std::thread([this] {
+      sync.start(island.trainable);
+      for (std::int64_t s = 1; s <= max_steps && !sync.stop_requested(); ++s) {
+        island.inner_step();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        sync.after_step(s, s * 4, island.trainable);
+        steps = s;
+      }
+      finished = sync.finish(island.trainable);
+    });
+  }
+  void join() { thread.join(); }
+};
+
+std::vector<json> events_of(const fs::path& p) { return ys::read_tape_records(p); }
+
+std::size_t count(const std::vector<json>& recs, const std::string& event) {
+  std::size_t n = 0;
+  for (const auto& r : recs)
+    if (r.value("event", "") == event) ++n;
+  return n;
+}
+
+std::uint16_t unused_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(DilocoSync, TwoIslandsMergeUntilTheBudgetAndEndBitIdenticalToTheFinalCut) {
+  yeto::test::TempDir dir;
+  SyncerThread syncer(dir / "state", 2, 8);
+  IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 100000);
+  IslandRun b(2.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 100000);
+  a.start();
+  b.start();
+  a.join();
+  b.join();
+  ASSERT_EQ(syncer.join(20), 0);
+  EXPECT_TRUE(a.finished);
+  EXPECT_TRUE(b.finished);
+  EXPECT_LT(a.steps.load(), 100000);  // stopped by the syncer's budget, not by max_steps
+  const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+  ASSERT_EQ(cut.size(), (48u + 10u + 48u) * 4u);
+  EXPECT_TRUE(a.island.bytes() == cut);
+  EXPECT_TRUE(b.island.bytes() == cut);
+  const auto tape = syncer.tape();
+  std::size_t merges = 0, both = 0;
+  for (const auto& r : tape)
+    if (r["event"] == "merge") {
+      ++merges;
+      if (r["learners"].size() == 2) ++both;
+    }
+  EXPECT_GE(merges, 8u);
+  EXPECT_GE(both, 1u);
+  for (const auto& r : tape)
+    if (r["event"] == "final_cut") {
+      EXPECT_EQ(r["reason"], "budget_outer_steps");
+    }
+  const json fin = json::parse(yeto::test::read_text(dir / "state" / "final.json"));
+  EXPECT_EQ(fin["acked"].size(), 2u);
+  const auto ev = events_of(dir / "a.events.jsonl");
+  EXPECT_EQ(count(ev, "joined"), 1u);
+  EXPECT_GE(count(ev, "push"), 1u);
+  EXPECT_GE(count(ev, "applied"), 2u);
+  EXPECT_EQ(count(ev, "final_applied"), 1u);
+  EXPECT_EQ(count(ev, "finished"), 1u);
+  const auto st = a.sync.stats();
+  EXPECT_GT(st.staged_steps, 0u);  // the non-contiguous tensor went through host buffers
+  EXPECT_LT(st.staged_steps, st.steps);  // ... but only on the steps that needed it
+}
+
+TEST(DilocoSync, IslandsThatReachTheirStepBudgetEndTheRunTogether) {
+  yeto::test::TempDir dir;
+  SyncerThread syncer(dir / "state", 2, 0);
+  IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 40);
+  IslandRun b(3.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 60);
+  a.start();
+  b.start();
+  a.join();
+  b.join();
+  ASSERT_EQ(syncer.join(20), 0);
+  EXPECT_TRUE(a.finished);
+  EXPECT_TRUE(b.finished);
+  EXPECT_EQ(a.steps.load(), 40);
+  EXPECT_EQ(b.steps.load(), 60);
+  const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+  EXPECT_TRUE(a.island.bytes() == cut);
+  EXPECT_TRUE(b.island.bytes() == cut);
+  const auto tape = syncer.tape();
+  EXPECT_EQ(count(tape, "done"), 2u);
+  std::set<std::string> merged;
+  for (const auto& r : tape) {
+    if (r["event"] == "merge")
+      for (const auto& l : r["learners"]) merged.insert(l.get<std::string>());
+    if (r["event"] == "final_cut") {
+      EXPECT_EQ(r["reason"], "learners_done");
+    }
+  }
+  EXPECT_EQ(merged, (std::set<std::string>{"island-0", "island-1"}));
+  // island-1's pushes after island-0 stopped did not wait for it: merges of island-1 alone.
+  bool alone = false;
+  for (const auto& r : tape)
+    if (r["event"] == "merge" && r["learners"] == json::array({"island-1"})) alone = true;
+  EXPECT_TRUE(alone);
+}
+
+TEST(DilocoSync, TrainingNeverWaitsForAnAbsentOrSilentSyncer) {
+  yeto::test::TempDir dir;
+  // A port nobody listens on, and a listener that accepts connections but never speaks.
+  const std::uint16_t absent = unused_port();
+  const int silent_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(silent_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(silent_fd, 8), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(silent_fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::uint16_t silent = ntohs(a.sin_port);
+
+  for (const std::uint16_t port : {absent, silent}) {
+    const std::string tag = port == absent ? "absent" : "silent";
+    Island reference(1.0), island(1.0);
+    auto o = options("island-" + tag, port, dir / (tag + ".events.jsonl"));
+    o.join_timeout_s = 0.2;
+    ys::DilocoSync sync(o);
+    sync.start(island.trainable);
+    for (std::int64_t s = 1; s <= 400; ++s) {
+      reference.inner_step();
+      island.inner_step();
+      sync.after_step(s, s * 4, island.trainable);
+    }
+    EXPECT_FALSE(sync.stop_requested()) << tag;
+    const auto st = sync.stats();
+    EXPECT_FALSE(st.joined) << tag;
+    EXPECT_EQ(st.steps, 400u) << tag;
+    EXPECT_EQ(st.client.pushes_sent, 0u) << tag;
+    // Nothing arrived, so nothing was blended in: the island followed its local trajectory.
+    EXPECT_TRUE(island.bytes() == reference.bytes()) << tag;
+    EXPECT_EQ(count(events_of(dir / (tag + ".events.jsonl")), "join_deferred"), 1u) << tag;
+  }
+  ::close(silent_fd);
+}
+
+TEST(DilocoSync, ARejoiningIslandStartsFromTheCurrentGlobalState) {
+  yeto::test::TempDir dir;
+  SyncerThread syncer(dir / "state", 1, 0);
+  {
+    // The first life of island-0: trains, is merged, then dies without the handshake.
+    IslandRun first(1.0, options("island-0", syncer.port(), dir / "first.events.jsonl"), 60);
+    first.sync.start(first.island.trainable);
+    for (std::int64_t s = 1; s <= 60; ++s) {
+      first.island.inner_step();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      first.sync.after_step(s, s * 4, first.island.trainable);
+    }
+  }
+  // Every frame of the first life has been processed once its disconnect is on the tape.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end && count(syncer.tape(), "disconnect") == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(count(syncer.tape(), "disconnect"), 1u);
+  const std::size_t merges_before = count(syncer.tape(), "merge");
+  ASSERT_GE(merges_before, 4u);
+  const ys::SyncerState global = ys::load_checkpoint(dir / "state" / "checkpoint.bin");
+
+  // The second life starts from other weights and must be overwritten by the global state.
+  Island again(5.0, 3.0);
+  const std::string before = again.bytes();
+  ys::DilocoSync sync(options("island-0", syncer.port(), dir / "again.events.jsonl"));
+  sync.start(again.trainable);
+  ASSERT_TRUE(sync.stats().joined);
+  std::string expected;
+  {
+    std::vector<std::vector<float>> t;
+    std::vector<std::span<float>> spans;
+    for (const auto& s : global.layout.tensors) t.emplace_back(s.numel);
+    for (auto& v : t) spans.emplace_back(v);
+    for (std::uint32_t p = 0; p < global.fragments.size(); ++p)
+      ys::apply_fragment(global.layout, p, global.fragments[p].params, spans);
+    for (const auto& v : t) expected.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  }
+  EXPECT_FALSE(before == expected);
+  EXPECT_TRUE(again.bytes() == expected);
+  EXPECT_EQ(count(syncer.tape(), "rejoin"), 1u);
+  // It trains on from there and is merged again, with fresh (not stale) pushes.
+  for (std::int64_t s = 1; s <= 30; ++s) {
+    again.inner_step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    sync.after_step(s, s * 4, again.trainable);
+  }
+  ASSERT_TRUE(sync.finish(again.trainable));
+  ASSERT_EQ(syncer.join(20), 0);
+  const auto tape = syncer.tape();
+  EXPECT_GT(count(tape, "merge"), merges_before);
+  // The first push of each fragment after the rejoin is based on the caught-up version, so
+  // nothing was merged in between: staleness 0 (later ones may lag behind a busy syncer).
+  bool rejoined = false;
+  std::size_t merged_after = 0;
+  std::set<std::int64_t> seen;
+  for (const auto& r : tape) {
+    if (r["event"] == "rejoin") rejoined = true;
+    if (rejoined && r["event"] == "merge") {
+      ++merged_after;
+      if (seen.insert(r["fragment"].get<std::int64_t>()).second) {
+        EXPECT_EQ(r["staleness"], json::array({0})) << r.dump();
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_GE(merged_after, 2u);
+  if (::testing::Test::HasFailure())
+    for (const auto& r : tape) std::cerr << r.dump() << "\n";
+  EXPECT_TRUE(again.bytes() == yeto::test::read_text(dir / "state" / "final_cut.bin"));
+}
+
+}  // namespace
