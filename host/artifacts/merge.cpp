@@ -1,0 +1,301 @@
+#include "artifacts/merge.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "artifacts/adapter.hpp"
+#include "artifacts/shards.hpp"
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/sha256.hpp"
+#include "core/strings.hpp"
+#include "io/aliases.hpp"
+#include "io/provenance.hpp"
+#include "io/repository.hpp"
+#include "io/tensors.hpp"
+
+namespace yeto::artifacts {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Weight files (of any variant) a merged component folder must not carry over.
+bool is_weight_file(const std::string& name) {
+  for (const char* ext : {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5"})
+    if (ends_with(name, ext)) return true;
+  return name.find(".safetensors.index") != std::string::npos || name.find(".bin.index") != std::string::npos ||
+         (name.find(".index.") != std::string::npos && ends_with(name, ".json"));
+}
+
+// The repository component an adapter component addresses ("" for a one-model directory).
+std::string repo_component(const io::DiffusersRepo& repo, const std::string& adapter_component) {
+  if (repo.single_model()) return repo.components().front().name;
+  return repo.require(adapter_component).name;
+}
+
+const io::ComponentInfo& component_info(const io::DiffusersRepo& repo, const std::string& name) {
+  if (name.empty()) return repo.components().front();
+  return repo.require(name);
+}
+
+void copy_stream(const fs::path& from, const fs::path& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) throw Error("cannot read " + from.string(), ExitCode::failure);
+  AtomicFile out(to);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) out.write(buf.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  out.commit();
+}
+
+// Hard link when source and target share a file system, else an atomic copy. Symlinks (hub
+// snapshots point into blobs/) are followed.
+void link_or_copy(const fs::path& from, const fs::path& to, MergeReport& report) {
+  fs::create_directories(to.parent_path());
+  std::error_code ec;
+  fs::create_hard_link(fs::canonical(from), to, ec);
+  if (!ec) {
+    ++report.linked;
+    return;
+  }
+  copy_stream(fs::canonical(from), to);
+  ++report.copied;
+}
+
+void link_tree(const fs::path& from, const fs::path& to, MergeReport& report) {
+  if (fs::is_directory(from)) {
+    fs::create_directories(to);
+    for (const auto& e : fs::directory_iterator(from)) link_tree(e.path(), to / e.path().filename(), report);
+  } else if (fs::is_regular_file(from)) {
+    link_or_copy(from, to, report);
+  }
+}
+
+std::string weight_stem(const io::WeightSource& ws) {
+  const std::string first = ws.files().front().filename().string();
+  return first.rfind("model", 0) == 0 ? "model" : "diffusion_pytorch_model";
+}
+
+MergedComponent merge_component(const io::DiffusersRepo& repo, const std::string& name, const Adapter& adapter,
+                                const std::string& adapter_component, const MergeOptions& o, const fs::path& out_dir) {
+  MergedComponent mc;
+  mc.component = name;
+  const io::WeightSource ws = io::WeightSource::open(component_info(repo, name).dir, o.variant);
+  const auto modules = adapter.modules_of(adapter_component);
+
+  // Every adapted module must have a base weight of the matching shape.
+  std::map<std::string, const LoraModule*> by_weight;
+  for (const auto& [path, m] : modules) {
+    const std::string wname = path + ".weight";
+    if (!ws.has(wname)) {
+      throw Error(adapter.file.string() + ": adapter module '" + adapter_component + "." + path +
+                      "' has no base weight '" + wname + "' in " + ws.root().string() + did_you_mean(wname, ws.names()) +
+                      "; the adapter was made for another model",
+                  ExitCode::bad_input);
+    }
+    const auto loc = ws.locate(wname);
+    const auto& shape = loc.info->shape;
+    if (shape.size() != 2 || shape[0] != m->B.size(0) || shape[1] != m->A.size(1)) {
+      throw Error(adapter.file.string() + ": adapter module '" + adapter_component + "." + path + "' is " +
+                      std::to_string(m->A.size(1)) + " -> " + std::to_string(m->B.size(0)) + " but base weight '" + wname +
+                      "' is " + io::shape_str(shape) + "; the adapter was made for another model",
+                  ExitCode::bad_input);
+    }
+    if (loc.info->dtype == io::DType::F8_E4M3 || loc.info->dtype == io::DType::F8_E5M2) {
+      throw Error(ws.root().string() + ": base weight '" + wname + "' is " + io::dtype_name(loc.info->dtype) +
+                      "; merging into float8 weights is not supported (merge into a bf16/fp16/fp32 base)",
+                  ExitCode::bad_input);
+    }
+    by_weight.emplace(wname, m);
+  }
+
+  std::vector<TensorHeader> headers;
+  std::vector<std::uint64_t> sizes;
+  for (const auto& n : ws.names()) {
+    const auto loc = ws.locate(n);
+    headers.push_back({n, loc.info->dtype, loc.info->shape});
+    sizes.push_back(loc.info->nbytes);
+    mc.total_bytes += loc.info->nbytes;
+  }
+  const auto plan = plan_shards(sizes, o.max_shard_bytes);
+  const std::string stem = weight_stem(ws);
+  std::map<std::string, std::string> weight_map;
+  std::vector<char> buf;
+  for (std::size_t s = 0; s < plan.size(); ++s) {
+    const std::string file = shard_file_name(stem, s, plan.size());
+    std::vector<TensorHeader> shard;
+    for (auto i : plan[s]) shard.push_back(headers[i]);
+    SafetensorsStreamWriter w(out_dir / file, shard);
+    for (auto i : plan[s]) {
+      const auto& h = headers[i];
+      const auto loc = ws.locate(h.name);
+      auto it = by_weight.find(h.name);
+      if (it == by_weight.end()) {
+        buf.resize(loc.info->nbytes);
+        loc.file.copy_to(*loc.info, buf.data());
+        w.write(h.name, buf.data(), buf.size());
+      } else {
+        const LoraModule& m = *it->second;
+        const at::Tensor base = io::to_tensor(loc.file, *loc.info);
+        const at::Tensor folded =
+            (base.to(at::kFloat) + at::mm(m.B, m.A).mul_(m.scale)).to(base.scalar_type()).contiguous();
+        w.write(h.name, folded.data_ptr(), folded.nbytes());
+        ++mc.modules;
+      }
+      loc.file.release(*loc.info);
+      weight_map.emplace(h.name, file);
+    }
+    w.commit();
+    mc.shards.push_back(out_dir / file);
+  }
+  if (plan.size() > 1) {
+    mc.index = out_dir / (stem + ".safetensors.index.json");
+    atomic_write(mc.index, shard_index(mc.total_bytes, weight_map).dump(2) + "\n");
+  }
+  return mc;
+}
+
+}  // namespace
+
+std::string component_fingerprint(const io::DiffusersRepo& repo, const std::string& component) {
+  const auto& c = component_info(repo, component);
+  std::vector<std::pair<std::string, fs::path>> files;
+  if (!c.config_file.empty()) files.emplace_back(c.config_file.filename().string(), c.config_file);
+  if (c.has_weights) {
+    const io::WeightSource ws = io::WeightSource::open(c.dir, repo.variant());
+    for (const auto& f : ws.files()) files.emplace_back(f.filename().string(), f);
+    if (!ws.index_file().empty()) files.emplace_back(ws.index_file().filename().string(), ws.index_file());
+  }
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (const auto& [rel, path] : files) text += rel + " " + io::cached_sha256(path) + "\n";
+  return sha256_hex(text);
+}
+
+json base_model_record(const std::string& spec, const io::ResolvedRepo& resolved, const io::DiffusersRepo& repo,
+                       const std::vector<std::string>& components) {
+  json comps = json::object();
+  for (const auto& c : components) comps[c] = component_fingerprint(repo, repo_component(repo, c));
+  return {{"spec", spec},
+          {"id", resolved.id},
+          {"revision", resolved.revision},
+          {"commit", resolved.commit},
+          {"path", resolved.path.string()},
+          {"components", comps}};
+}
+
+std::vector<std::string> base_mismatches(const json& record, const io::ResolvedRepo& resolved,
+                                         const io::DiffusersRepo& repo) {
+  std::vector<std::string> out;
+  if (!record.is_object() || !record.contains("base_model") || !record["base_model"].is_object()) return out;
+  const json& b = record["base_model"];
+  const std::string id = b.value("id", std::string()), commit = b.value("commit", std::string());
+  const std::string spec = b.value("spec", std::string());
+  if (!id.empty() && !resolved.id.empty() && id != resolved.id)
+    out.push_back("model id: adapter trained on " + id + ", --model is " + resolved.id);
+  if (!commit.empty() && !resolved.commit.empty() && commit != resolved.commit)
+    out.push_back("commit: adapter trained on " + (id.empty() ? spec : id) + "@" + commit + ", --model resolves to " +
+                  resolved.id + "@" + resolved.commit);
+  if (b.contains("components") && b["components"].is_object()) {
+    for (const auto& [name, fp] : b["components"].items()) {
+      if (!fp.is_string()) continue;
+      std::string rc;
+      try {
+        rc = repo_component(repo, name);
+      } catch (const Error&) {
+        out.push_back("component " + name + ": the adapter's base has it, " + repo.dir().string() + " does not");
+        continue;
+      }
+      const std::string have = component_fingerprint(repo, rc);
+      if (have != fp.get<std::string>())
+        out.push_back("component " + name + " content: adapter trained on " + (spec.empty() ? id : spec) + " (sha256 " +
+                      fp.get<std::string>().substr(0, 12) + "...), " + resolved.describe() + " has sha256 " +
+                      have.substr(0, 12) + "...");
+    }
+  }
+  return out;
+}
+
+MergeReport merge_adapter(const MergeOptions& o) {
+  if (o.output_dir.empty()) throw UsageError("merge needs --output-dir DIR");
+  if (o.max_shard_bytes == 0) throw UsageError("--max-shard-size must be positive");
+  const io::ResolvedModel model = io::resolve_model(o.model, o.revision, io::hub_cache(o.hub_cache));
+  const io::DiffusersRepo repo = io::DiffusersRepo::open(model.repo.path, o.variant);
+
+  std::vector<std::string> known;
+  for (const auto& c : repo.components()) {
+    if (!c.has_weights) continue;
+    const io::WeightSource ws = io::WeightSource::open(c.dir, o.variant);
+    const std::string comp = c.name.empty() ? "transformer" : c.name;
+    for (const auto& n : ws.names())
+      if (ends_with(n, ".weight")) known.push_back(comp + "." + n.substr(0, n.size() - 7));
+  }
+  ReadOptions ro;
+  ro.known_modules = known;
+  const Adapter adapter = read_adapter(o.adapter, ro);
+
+  const auto mismatches = base_mismatches(adapter.record, model.repo, repo);
+  if (!mismatches.empty()) {
+    throw Error("the adapter " + o.adapter.string() + " was trained on another base than --model " + o.model + ":\n  " +
+                    join(mismatches, "\n  ") + "\nmerge it into the model it was trained on",
+                ExitCode::bad_input);
+  }
+  if (repo.single_model() && adapter.components().size() != 1) {
+    throw Error(o.adapter.string() + ": the adapter addresses " + join(adapter.components(), ", ") + " but " +
+                    repo.dir().string() + " is a single model",
+                ExitCode::bad_input);
+  }
+
+  std::error_code ec;
+  if (fs::exists(o.output_dir) && !fs::is_empty(o.output_dir, ec)) {
+    throw UsageError("--output-dir " + o.output_dir.string() + " exists and is not empty; choose a new directory");
+  }
+  const fs::path src = fs::weakly_canonical(repo.dir());
+  const fs::path dst = fs::weakly_canonical(o.output_dir);
+  if (dst == src || dst.string().rfind(src.string() + "/", 0) == 0) {
+    throw UsageError("--output-dir " + o.output_dir.string() + " is inside the base model " + repo.dir().string());
+  }
+  fs::create_directories(o.output_dir);
+
+  MergeReport report;
+  std::map<std::string, std::string> merged;  // repo component -> adapter component
+  for (const auto& ac : adapter.components()) merged.emplace(repo_component(repo, ac), ac);
+  for (const auto& [rc, ac] : merged) {
+    const auto& info = component_info(repo, rc);
+    const fs::path out = rc.empty() ? o.output_dir : o.output_dir / rc;
+    fs::create_directories(out);
+    report.components.push_back(merge_component(repo, rc, adapter, ac, o, out));
+    // The folder's other files (config.json, ...) travel with it; its old weights do not.
+    for (const auto& e : fs::directory_iterator(info.dir)) {
+      const std::string n = e.path().filename().string();
+      if (is_weight_file(n)) continue;
+      if (rc.empty() && e.is_directory()) continue;
+      link_tree(e.path(), out / n, report);
+    }
+    spdlog::info("merged {} LoRA modules into {} ({} shard(s), {} bytes)", report.components.back().modules,
+              rc.empty() ? std::string("the model") : rc, report.components.back().shards.size(),
+              report.components.back().total_bytes);
+  }
+  if (!repo.single_model()) {
+    for (const auto& e : fs::directory_iterator(repo.dir())) {
+      const std::string n = e.path().filename().string();
+      if (merged.count(n) || n == ".cache" || n == ".git") continue;
+      link_tree(e.path(), o.output_dir / n, report);
+    }
+  }
+  fsync_directory(o.output_dir);
+  return report;
+}
+
+}  // namespace yeto::artifacts
