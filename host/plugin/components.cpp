@@ -25,6 +25,10 @@ void ComponentRegistry::add(const std::string& class_name, yeto_component_ctor c
   if (class_name.empty() || !ctor) throw Error(origin + ": a component class needs a name and a constructor");
   std::lock_guard lock(mutex_);
   const auto it = entries_.find(class_name);
+  if (it != entries_.end() && it->second.origin == origin) {
+    it->second = {ctor, ctor_context, origin};  // the same plugin registering again (a later pipeline)
+    return;
+  }
   if (it != entries_.end())
     throw Error("component class '" + class_name + "' from " + origin + " is already registered by " +
                 it->second.origin + "; two plugins cannot both serve one Diffusers class");

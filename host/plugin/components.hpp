@@ -15,7 +15,8 @@ class ComponentRegistry {
  public:
   static ComponentRegistry& global();
 
-  // Throws yeto::Error when `class_name` is already registered (naming both origins).
+  // Throws yeto::Error when `class_name` is already registered by another origin (naming
+  // both); the same origin registering it again replaces its constructor.
   void add(const std::string& class_name, yeto_component_ctor ctor, void* ctor_context, const std::string& origin);
   bool has(const std::string& class_name) const;
   std::string origin(const std::string& class_name) const;  // "host" or "plugin NAME"

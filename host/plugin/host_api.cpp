@@ -4,10 +4,14 @@
 #include <ATen/Functions.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "core/sha256.hpp"
+#include "core/strings.hpp"
 #include "core/version.hpp"
 #include "yeto/status.hpp"
 #include "yeto/tensor.hpp"
@@ -16,10 +20,17 @@ namespace yeto::plugin {
 namespace {
 
 struct Context {
-  HostApiOptions options;
+  // bindings.back() is current; bindings.front() is what make_host_api was given.
+  mutable std::mutex mutex;
+  std::vector<std::shared_ptr<const HostApiOptions>> bindings;
   std::string host_version;
   std::string torch_version;
   yeto_host_api table{};
+
+  std::shared_ptr<const HostApiOptions> current() const {
+    std::lock_guard lock(mutex);
+    return bindings.back();
+  }
 };
 
 struct Rng {
@@ -113,7 +124,7 @@ std::uint64_t stream_seed(std::uint64_t seed, std::int64_t logical_rank, const s
 const yeto_host_api* make_host_api(HostApiOptions options) {
   auto* c = new Context();  // lives for the process: plugins keep the pointer
   if (!options.components) options.components = &ComponentRegistry::global();
-  c->options = std::move(options);
+  c->bindings.push_back(std::make_shared<const HostApiOptions>(std::move(options)));
   c->host_version = build_info().version;
   c->torch_version = build_info().torch_version;
   yeto_host_api& t = c->table;
@@ -129,7 +140,7 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
                      : level == YETO_LOG_INFO  ? spdlog::level::info
                      : level == YETO_LOG_WARN  ? spdlog::level::warn
                                                : spdlog::level::err;
-    spdlog::log(lvl, "[plugin {}] {}", ctx(host).options.plugin_name, message ? message : "");
+    spdlog::log(lvl, "[plugin {}] {}", ctx(host).current()->plugin_name, message ? message : "");
   };
 
   t.tensor_zeros = [](void*, int32_t dtype, int32_t ndim, const int64_t* shape, int32_t dev, int32_t index,
@@ -201,7 +212,8 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
   };
   t.config_get = [](void* host, const char* key, const yeto_text_out* out, yeto_error* e) {
     return run(e, [&] {
-      const auto& values = ctx(host).options.config_values;
+      const auto o = ctx(host).current();
+      const auto& values = o->config_values;
       if (!key || !values.contains(key))
         sdk::fail(YETO_ERR_NOT_FOUND, std::string("no configuration key '") + (key ? key : "") + "'");
       const std::string s = values.at(key).dump();
@@ -211,8 +223,8 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
   t.rng_create = [](void* host, const char* name, yeto_rng* out, yeto_error* e) {
     return run(e, [&] {
       if (!name || !*name) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "rng_create: a stream needs a name");
-      const auto& o = ctx(host).options;
-      const std::uint64_t s = stream_seed(o.seed, o.logical_rank, std::string("plugin/") + o.plugin_name + "/" + name);
+      const auto o = ctx(host).current();
+      const std::uint64_t s = stream_seed(o->seed, o->logical_rank, std::string("plugin/") + o->plugin_name + "/" + name);
       *out = reinterpret_cast<yeto_rng>(new Rng{s, s});
     });
   };
@@ -223,14 +235,62 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
                           const yeto_component_v1** out, yeto_error* e) {
     return run(e, [&] {
       try {
-        *out = ctx(host).options.components->create(class_name ? class_name : "", config_json ? config_json : "{}",
-                                                    dir ? dir : "");
+        *out = ctx(host).current()->components->create(class_name ? class_name : "",
+                                                       config_json ? config_json : "{}", dir ? dir : "");
       } catch (const Error& x) {
         sdk::fail(x.code() == ExitCode::not_found ? YETO_ERR_NOT_FOUND : YETO_ERR_INTERNAL, x.what());
       }
     });
   };
+  t.component_get = [](void* host, const char* name, const yeto_component_v1** out, yeto_error* e) {
+    return run(e, [&] {
+      if (!out) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "component_get: no result pointer given");
+      *out = nullptr;
+      const std::string n = name ? name : "";
+      const auto o = ctx(host).current();
+      if (!o->pipeline)
+        sdk::fail(YETO_ERR_NOT_FOUND, "component_get('" + n +
+                                          "'): no pipeline is loaded for this plugin (components exist only once "
+                                          "the host has built the plan load_pipeline returned, i.e. from prepare() on)");
+      const yeto_component_v1* found = o->pipeline->find_component(n);
+      if (!found) {
+        const auto names = o->pipeline->component_names();
+        sdk::fail(YETO_ERR_NOT_FOUND, "component_get('" + n + "'): the pipeline has no component of that name" +
+                                          did_you_mean(n, names) + " (it has: " +
+                                          (names.empty() ? std::string("none") : join(names, ", ")) + ")");
+      }
+      *out = found;
+    });
+  };
   return &c->table;
+}
+
+void bind_host_api(const yeto_host_api* api, HostApiOptions options) {
+  if (!api || !api->host) throw Error("bind_host_api: no host API table");
+  Context& c = ctx(api->host);
+  if (!options.components) options.components = &ComponentRegistry::global();
+  std::lock_guard lock(c.mutex);
+  c.bindings.push_back(std::make_shared<const HostApiOptions>(std::move(options)));
+}
+
+void unbind_host_api(const yeto_host_api* api, const ComponentSource* pipeline) {
+  if (!api || !api->host || !pipeline) return;
+  Context& c = ctx(api->host);
+  std::lock_guard lock(c.mutex);
+  // Never the base binding; the newest binding of that pipeline.
+  for (auto it = c.bindings.rbegin(); it != c.bindings.rend(); ++it) {
+    if ((*it)->pipeline == pipeline && std::next(it) != c.bindings.rend()) {
+      c.bindings.erase(std::next(it).base());
+      return;
+    }
+  }
+  // The base binding names this pipeline: it stays, without its components.
+  auto& base = c.bindings.front();
+  if (base->pipeline == pipeline) {
+    auto copy = std::make_shared<HostApiOptions>(*base);
+    copy->pipeline = nullptr;
+    base = std::move(copy);
+  }
 }
 
 }  // namespace yeto::plugin

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,12 +15,23 @@
 
 namespace yeto::plugin {
 
+// What yeto_host_api.component_get answers from: a loaded pipeline's components by their
+// model_index.json name. Implemented by pipeline::Pipeline.
+class ComponentSource {
+ public:
+  virtual ~ComponentSource() = default;
+  // nullptr when there is no component of that name.
+  virtual const yeto_component_v1* find_component(const std::string& name) const = 0;
+  virtual std::vector<std::string> component_names() const = 0;
+};
+
 struct HostApiOptions {
   std::string plugin_name;          // tags the plugin's log lines
   nlohmann::json config_values;     // {key: value}, what config_get answers
   std::uint64_t seed = 0;           // diffusion.seed
   std::int64_t logical_rank = 0;    // streams differ per (learner, island rank)
   ComponentRegistry* components = nullptr;  // nullptr: ComponentRegistry::global()
+  const ComponentSource* pipeline = nullptr;  // component_get answers from it; nullptr: none
 };
 
 // {key: value} of every key of a resolved configuration.
@@ -27,6 +39,14 @@ nlohmann::json config_values(const config::Config& cfg);
 
 // A new host API table; it lives for the process (plugins keep the pointer).
 const yeto_host_api* make_host_api(HostApiOptions options);
+
+// A plugin keeps the table its entry point received for the life of the process, so a
+// later pipeline of the same plugin rebinds that table instead of handing over a new one:
+// bind_host_api makes `options` (config values, seed, rank, pipeline) current for `api`
+// until unbind_host_api(api, options.pipeline) restores the binding that was current
+// before. `api` must come from make_host_api.
+void bind_host_api(const yeto_host_api* api, HostApiOptions options);
+void unbind_host_api(const yeto_host_api* api, const ComponentSource* pipeline);
 
 // The seed of stream `name`: SHA-256 of (seed, logical rank, name), first 8 bytes.
 std::uint64_t stream_seed(std::uint64_t seed, std::int64_t logical_rank, const std::string& name);

@@ -195,6 +195,20 @@ NamedTensors Instance::generate(const std::string& request_json, const NamedTens
   return std::move(out.tensors);
 }
 
+std::string Instance::presets() {
+  if (!plugin_.table.presets)
+    throw Error("plugin '" + plugin_.manifest.name + "' offers no init-model presets (it " +
+                    (YETO_HAS_FIELD(yeto_plugin_v1, &plugin_.table, presets)
+                         ? std::string("does not declare the 'presets' capability")
+                         : "was built against plugin ABI 1.0, which has no presets hook; rebuild it against this SDK") +
+                    ")",
+                ExitCode::not_available);
+  sdk::ErrorBuffer err;
+  CText out;
+  check(plugin_.table.presets(instance_, &out.sink, err.get()), err, plugin_.manifest.name, "presets");
+  return out.text;
+}
+
 NamedTensors component_forward(const yeto_component_v1& c, const NamedTensors& inputs, const std::string& options) {
   sdk::ErrorBuffer err;
   CInputs in(inputs);
@@ -210,6 +224,16 @@ NamedTensors component_parameters(const yeto_component_v1& c) {
   const yeto_status s = c.parameters(c.self, &out.sink, err.get());
   if (s != YETO_OK) throw Error(std::string("component ") + c.class_name + " parameters failed: " + err.message());
   return std::move(out.tensors);
+}
+
+void component_load_weights(const yeto_component_v1& c, const NamedTensors& weights, const std::string& options) {
+  sdk::ErrorBuffer err;
+  CInputs in(weights);
+  const yeto_status s = c.load_weights(c.self, &in.view, options.c_str(), err.get());
+  if (s != YETO_OK)
+    throw Error(std::string("component ") + c.class_name + " load_weights failed (" + sdk::status_name(s) +
+                    "): " + err.message(),
+                s == YETO_ERR_INVALID_ARGUMENT || s == YETO_ERR_NOT_FOUND ? ExitCode::bad_input : ExitCode::failure);
 }
 
 }  // namespace yeto::plugin

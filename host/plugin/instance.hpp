@@ -42,6 +42,8 @@ class Instance {
   void save_artifact(const std::string& dir, const std::string& metadata_json);
   std::string load_artifact(const std::string& dir);
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs);
+  // ABI 1.1 (capability "presets"): the plugin's init-model presets as JSON text.
+  std::string presets();
 
  private:
   const LoadedPlugin& plugin_;
@@ -52,5 +54,8 @@ class Instance {
 NamedTensors component_forward(const yeto_component_v1& c, const NamedTensors& inputs,
                                const std::string& options_json = "{}");
 NamedTensors component_parameters(const yeto_component_v1& c);
+// options_json: {"strict": bool}.
+void component_load_weights(const yeto_component_v1& c, const NamedTensors& weights,
+                            const std::string& options_json = R"({"strict": true})");
 
 }  // namespace yeto::plugin

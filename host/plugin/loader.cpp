@@ -515,6 +515,7 @@ const LoadedPlugin& load_file(const PluginFile& file, const LoaderOptions& optio
       {YETO_CAP_ARTIFACTS, "save_artifact", t.save_artifact != nullptr},
       {YETO_CAP_ARTIFACTS, "load_artifact", t.load_artifact != nullptr},
       {YETO_CAP_GENERATE, "generate", t.generate != nullptr},
+      {YETO_CAP_PRESETS, "presets", t.presets != nullptr},
   };
   for (const auto& n : needs)
     if ((n.cap == 0 || (ld.capabilities & n.cap)) && !n.present)
@@ -525,6 +526,7 @@ const LoadedPlugin& load_file(const PluginFile& file, const LoaderOptions& optio
 
   loaded->manifest = m;
   loaded->provenance = v.provenance;
+  loaded->host_api = host_api;
   if (v.provenance.dev_override)
     spdlog::warn("!!! DEVELOPMENT OVERRIDE: plugin '{}' {} loaded WITHOUT a trusted signature !!!", name, m.version);
   else

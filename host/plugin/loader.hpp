@@ -96,10 +96,13 @@ Verified verify(const PluginFile& file, const LoaderOptions& options);
 // A loaded plugin: its tables as the host sees them (copied, fields beyond what the plugin's
 // struct_size covers zeroed).
 struct LoadedPlugin {
-  yeto_plugin_v1 table{};
+  yeto_plugin_v1 table{};  // an ABI 1.0 plugin's table has the 1.1 fields (presets) NULL
   yeto_plugin_descriptor descriptor{};
   sign::Manifest manifest;
   Provenance provenance;
+  // The host API table the entry point received; the plugin keeps calling it for the life
+  // of the process (later pipelines rebind it: plugin::bind_host_api).
+  const yeto_host_api* host_api = nullptr;
 };
 
 // Steps 1-5 for `name` (a plugin name or alias). `host_api` is passed to the entry point and
@@ -128,7 +131,8 @@ std::vector<Provenance> loaded_plugins();
 // fingerprint and source, whether the development override was used).
 void record_provenance(io::Provenance& provenance);
 
-// Smallest sizes (through the last v1.0 field) the host accepts.
+// Smallest sizes (through the last v1.0 field) the host accepts: ABI 1.0 plugins load, their
+// tables simply lack the 1.1 fields.
 std::size_t min_plugin_table_size();
 std::size_t min_descriptor_size();
 

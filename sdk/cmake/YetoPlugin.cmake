@@ -9,7 +9,7 @@
 #     [FAMILIES <family...>]          model families served; default: <name>
 #     [ALIASES <alias...>]            model aliases this plugin serves
 #     [CAPABILITIES <cap...>]         pipeline components trainable encode_media encode_conditioning
-#                                     denoiser align loss_step artifacts generate
+#                                     denoiser align loss_step artifacts generate presets
 #     [LICENSE_NOTICE <text>] [LICENSE_MUST_ACKNOWLEDGE]
 #     [DESCRIPTION <text>]
 #     [KEY <secret key file>]         default: YETO_SIGNING_KEY, else a key generated in the build
@@ -129,7 +129,8 @@ function(yeto_add_plugin name)
       set(P_OUTPUT_DIRECTORY "${YETO_PLUGIN_DEFAULT_OUTPUT_DIRECTORY}")
     endif()
   endif()
-  set(known_caps pipeline components trainable encode_media encode_conditioning denoiser align loss_step artifacts generate)
+  set(known_caps pipeline components trainable encode_media encode_conditioning denoiser align loss_step artifacts generate
+                 presets)
   set(cap_expr "0ull")
   foreach(c IN LISTS P_CAPABILITIES)
     if(NOT c IN_LIST known_caps)

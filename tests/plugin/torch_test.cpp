@@ -289,3 +289,91 @@ TEST(PluginTorch, HostApiTensorsDlpackConfigAndRng) {
   EXPECT_EQ(p.table.denoise, nullptr);
   EXPECT_THROW(inst.denoise({}, "{}"), Error);
 }
+
+namespace {
+
+// A pipeline stand-in: one component "weights" whose parameters are `w`.
+struct OneComponent : plugin::ComponentSource {
+  explicit OneComponent(at::Tensor w) : weight(std::move(w)) {
+    table.struct_size = sizeof table;
+    table.abi_version = YETO_ABI_VERSION;
+    table.self = this;
+    table.class_name = "TestWeights";
+    table.parameters = [](void* self, const yeto_named_tensors_out* out, yeto_error*) -> yeto_status {
+      return out->push(out->context, "weight", sdk::to_handle(static_cast<OneComponent*>(self)->weight));
+    };
+  }
+  const yeto_component_v1* find_component(const std::string& name) const override {
+    return name == "weights" ? &table : nullptr;
+  }
+  std::vector<std::string> component_names() const override { return {"weights"}; }
+  at::Tensor weight;
+  yeto_component_v1 table{};
+};
+
+}  // namespace
+
+TEST(PluginTorch, ComponentGetAnswersFromTheBoundPipeline) {
+  const yeto_host_api* api = test_host_api("cpresets");
+  ASSERT_TRUE(YETO_HAS_FIELD(yeto_host_api, api, component_get));
+  sdk::ErrorBuffer err;
+  const yeto_component_v1* c = nullptr;
+  // Before any pipeline is bound.
+  EXPECT_EQ(api->component_get(api->host, "weights", &c, err.get()), YETO_ERR_NOT_FOUND);
+  EXPECT_TRUE(contains(err.message(), "no pipeline is loaded")) << err.message();
+
+  OneComponent first(torch::tensor({4.0f, 5.0f}));
+  plugin::HostApiOptions o;
+  o.plugin_name = "cpresets";
+  o.pipeline = &first;
+  plugin::bind_host_api(api, o);
+  ASSERT_EQ(api->component_get(api->host, "weights", &c, err.get()), YETO_OK) << err.message();
+  EXPECT_EQ(c, &first.table);
+  EXPECT_EQ(api->component_get(api->host, "weight", &c, err.get()), YETO_ERR_NOT_FOUND);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_TRUE(contains(err.message(), "did you mean 'weights'")) << err.message();
+  EXPECT_TRUE(contains(err.message(), "it has: weights")) << err.message();
+
+  // The plugin side: cpresets hands the pipeline component's parameters back as trainable.
+  TempDir tmp;
+  copy_variant("cpresets", tmp.path());
+  const auto& p = plugin::load("cpresets", options_for(tmp.path(), {build_public_key()}), api);
+  EXPECT_EQ(p.host_api, api);
+  plugin::Instance inst(p, "{}");
+  auto params = inst.trainable_parameters();
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].first, "weight");
+  EXPECT_EQ(params[0].second.data_ptr(), first.weight.data_ptr());
+  EXPECT_TRUE(contains(inst.presets(), "\"tiny\"")) << inst.presets();
+
+  // A second pipeline of the same plugin rebinds the table the plugin holds; closing it
+  // restores the first.
+  OneComponent second(torch::tensor({7.0f}));
+  o.pipeline = &second;
+  plugin::bind_host_api(api, o);
+  params = inst.trainable_parameters();
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].second.data_ptr(), second.weight.data_ptr());
+  plugin::unbind_host_api(api, &second);
+  EXPECT_EQ(inst.trainable_parameters()[0].second.data_ptr(), first.weight.data_ptr());
+  plugin::unbind_host_api(api, &first);
+  try {
+    inst.trainable_parameters();
+    FAIL() << "component_get answered without a pipeline";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "no pipeline is loaded")) << e.what();
+  }
+
+  // An ABI 1.0 plugin has no presets hook: the host says so instead of calling NULL.
+  copy_variant("cv10", tmp.path());
+  const auto& old = plugin::load("cv10", options_for(tmp.path(), {build_public_key()}), api);
+  plugin::Instance old_inst(old, "{}");
+  try {
+    old_inst.presets();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::not_available);
+    EXPECT_TRUE(contains(e.what(), "ABI 1.0")) << e.what();
+  }
+  EXPECT_EQ(old_inst.trainable_parameters()[0].first, "c.weight");
+}

@@ -81,7 +81,8 @@ TEST(Signing, VerdictsForTamperUnknownAndRevokedKeys) {
   const auto sig = sign::sign_plugin(lib, manifest, k);
   EXPECT_EQ(sig.name, "cbasic");
   EXPECT_EQ(sig.version, "1.2.3");
-  EXPECT_EQ(sig.abi, "1.0");
+  EXPECT_EQ(sig.abi, sign::abi_string(YETO_ABI_VERSION_MAJOR, YETO_ABI_VERSION_MINOR));
+  EXPECT_EQ(sig.abi, "1.1");
   const std::vector<sign::TrustedKey> trusted = {{k.public_key(), "k.public"}};
   EXPECT_EQ(sign::verify_plugin(lib, manifest, sig, trusted, {}).verdict, sign::Verdict::ok);
   // The signature file's text round-trips.
@@ -231,7 +232,7 @@ TEST_F(Trust, OtherAbiMajorInManifestIsRefusedBeforeOpening) {
   resign(c, k);
   const auto [code, msg] = try_load("cbasic", options_for(tmp_ / "plugins", {write_public_key(k, tmp_ / "k.public")}));
   EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_abi_mismatch)) << msg;
-  EXPECT_TRUE(contains(msg, "ABI 2.0")) << msg;
+  EXPECT_TRUE(contains(msg, "ABI 2.")) << msg;  // 2.<the SDK's minor>
   EXPECT_FALSE(marker_exists(marker_));
 }
 
@@ -239,7 +240,7 @@ TEST_F(Trust, OtherAbiMajorInTablesIsRefused) {
   copy_variant("cabi2", tmp_ / "plugins");
   const auto [code, msg] = try_load("cabi2", trusting_build(tmp_ / "plugins"));
   EXPECT_EQ(code, static_cast<int>(ExitCode::plugin_abi_mismatch)) << msg;
-  EXPECT_TRUE(contains(msg, "ABI 2.0")) << msg;
+  EXPECT_TRUE(contains(msg, "ABI 2.")) << msg;  // 2.<the SDK's minor>
 }
 
 TEST_F(Trust, LargerStructSizeFromNewerMinorIsAccepted) {
@@ -251,6 +252,27 @@ TEST_F(Trust, LargerStructSizeFromNewerMinorIsAccepted) {
   EXPECT_EQ(YETO_ABI_MINOR(p.descriptor.abi_version), 7u);
   EXPECT_STREQ(p.descriptor.name, "cfuture");
   EXPECT_NE(p.table.trainable_parameters, nullptr);
+}
+
+TEST_F(Trust, Abi10PluginLoadsWithoutThe11Fields) {
+  // Built against ABI 1.0: its hook table ends before `presets`.
+  copy_variant("cv10", tmp_ / "plugins");
+  const auto& p = plugin::load("cv10", trusting_build(tmp_ / "plugins"), bare_host_api());
+  EXPECT_EQ(p.table.struct_size, offsetof(yeto_plugin_v1, presets));
+  EXPECT_EQ(YETO_ABI_MINOR(p.table.abi_version), 0u);
+  EXPECT_FALSE(YETO_HAS_FIELD(yeto_plugin_v1, &p.table, presets));
+  EXPECT_EQ(p.table.presets, nullptr);
+  EXPECT_NE(p.table.trainable_parameters, nullptr);
+  EXPECT_EQ(p.host_api, bare_host_api());
+}
+
+TEST_F(Trust, PresetsCapabilityIsSignedAndLoaded) {
+  copy_variant("cpresets", tmp_ / "plugins");
+  const auto& p = plugin::load("cpresets", trusting_build(tmp_ / "plugins"), bare_host_api());
+  EXPECT_EQ(p.descriptor.capabilities, YETO_CAP_TRAINABLE | YETO_CAP_PRESETS);
+  EXPECT_EQ(p.manifest.capabilities, (std::vector<std::string>{"trainable", "presets"}));
+  EXPECT_EQ(sign::capability_bits({"presets"}), YETO_CAP_PRESETS);
+  EXPECT_NE(p.table.presets, nullptr);
 }
 
 TEST_F(Trust, TableSmallerThanAbi10IsRefused) {

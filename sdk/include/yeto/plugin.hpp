@@ -52,6 +52,101 @@ yeto_status guard(yeto_error* error, F&& f) noexcept {
   }
 }
 
+namespace detail {
+
+// Borrowed C view of named tensors for one call; `tensors` must outlive it.
+struct CView {
+  std::vector<const char*> names;
+  std::vector<yeto_tensor> handles;
+  yeto_named_tensors view{};
+  explicit CView(const NamedTensors& tensors) {
+    names.reserve(tensors.size());
+    handles.reserve(tensors.size());
+    for (const auto& [n, t] : tensors) {
+      names.push_back(n.c_str());
+      handles.push_back(t.defined() ? reinterpret_cast<yeto_tensor>(t.unsafeGetTensorImpl()) : nullptr);
+    }
+    view.struct_size = sizeof view;
+    view.abi_version = YETO_ABI_VERSION;
+    view.count = tensors.size();
+    view.names = names.data();
+    view.tensors = handles.data();
+  }
+  CView(const CView&) = delete;
+  CView& operator=(const CView&) = delete;
+};
+
+// A sink that adopts every pushed tensor into `tensors`.
+struct CCollect {
+  NamedTensors tensors;
+  yeto_named_tensors_out sink{};
+  CCollect() {
+    sink.struct_size = sizeof sink;
+    sink.abi_version = YETO_ABI_VERSION;
+    sink.context = this;
+    sink.push = [](void* ctx, const char* name, yeto_tensor t) -> yeto_status {
+      at::Tensor owned = adopt(t);  // owned in every case, also when refused
+      if (!name) return YETO_ERR_INVALID_ARGUMENT;
+      static_cast<CCollect*>(ctx)->tensors.emplace_back(name, std::move(owned));
+      return YETO_OK;
+    };
+  }
+  CCollect(const CCollect&) = delete;
+  CCollect& operator=(const CCollect&) = delete;
+};
+
+struct ComponentBox;
+inline void box_destroy(void* self);
+
+}  // namespace detail
+
+class Component;
+
+// A borrowed component (one of the pipeline's, from Host::component): valid until the
+// plugin instance is destroyed. Never destroy it.
+class ComponentRef {
+ public:
+  ComponentRef() = default;
+  explicit ComponentRef(const yeto_component_v1* c) : c_(c) {}
+  explicit operator bool() const { return c_ != nullptr; }
+  const yeto_component_v1* get() const { return c_; }
+  std::string class_name() const { return c_ && c_->class_name ? c_->class_name : ""; }
+
+  // options_json: a JSON object; host components want {"method": ...} (docs/PLUGIN_SDK.md,
+  // "Host components"). Throws Failure with the component's status and message.
+  NamedTensors forward(const NamedTensors& inputs, const std::string& options_json = "{}") const {
+    require();
+    detail::CView in(inputs);
+    detail::CCollect out;
+    ErrorBuffer err;
+    const yeto_status s = c_->forward(c_->self, &in.view, options_json.c_str(), &out.sink, err.get());
+    if (s != YETO_OK) fail(s, "component " + class_name() + " forward failed: " + err.message());
+    return std::move(out.tensors);
+  }
+  // Every parameter and buffer by Diffusers name (the live tensors, not copies).
+  NamedTensors parameters() const {
+    require();
+    detail::CCollect out;
+    ErrorBuffer err;
+    const yeto_status s = c_->parameters(c_->self, &out.sink, err.get());
+    if (s != YETO_OK) fail(s, "component " + class_name() + " parameters failed: " + err.message());
+    return std::move(out.tensors);
+  }
+
+  // The plugin's own Component object behind a component of one of its own classes
+  // (registered through sdk::ComponentRegistry in this library), or nullptr when this
+  // component is of another class, of another library, or not a C. `expected_class` is the
+  // Diffusers class name the plugin registered it under.
+  template <class C>
+  C* as(const std::string& expected_class) const;
+
+ private:
+  void require() const {
+    if (!c_) fail(YETO_ERR_INVALID_ARGUMENT, "empty component reference");
+  }
+  const yeto_component_v1* c_ = nullptr;
+};
+
 // ---- the host, as seen from a plugin ---------------------------------------------------
 
 class Host {
@@ -78,6 +173,27 @@ class Host {
     const std::uint64_t seed = api()->rng_seed(api()->host, rng);
     api()->rng_release(api()->host, rng);
     return seed;
+  }
+
+  // A component of the pipeline the host loaded for this plugin, by its model_index.json
+  // name ("vae", "text_encoder", "tokenizer", "scheduler", "transformer"). Throws
+  // Failure(YETO_ERR_NOT_FOUND) naming the pipeline's components when there is none.
+  static ComponentRef component(const std::string& name) {
+    if (!api() || !YETO_HAS_FIELD(yeto_host_api, api(), component_get) || !api()->component_get)
+      fail(YETO_ERR_UNSUPPORTED, "the host's API is older than ABI 1.1 and offers no component_get; "
+                                 "run this plugin with a newer yeto-host");
+    const yeto_component_v1* c = nullptr;
+    ErrorBuffer err;
+    const yeto_status s = api()->component_get(api()->host, name.c_str(), &c, err.get());
+    if (s != YETO_OK) fail(s, "host component_get(" + name + ") failed: " + err.message());
+    if (!c) fail(YETO_ERR_INTERNAL, "host component_get(" + name + ") returned no component");
+    return ComponentRef(c);
+  }
+  // True when the pipeline has a component of that name.
+  static bool has_component(const std::string& name) {
+    if (!api() || !YETO_HAS_FIELD(yeto_host_api, api(), component_get) || !api()->component_get) return false;
+    const yeto_component_v1* c = nullptr;
+    return api()->component_get(api()->host, name.c_str(), &c, nullptr) == YETO_OK && c != nullptr;
   }
 
   static yeto_text_out text_sink(std::string& out) {
@@ -167,11 +283,22 @@ inline const yeto_component_v1* box_component(std::unique_ptr<Component> impl, c
       static_cast<ComponentBox*>(self)->impl->load_weights(from_c(w), strict);
     });
   };
-  t.destroy = [](void* self) { delete static_cast<ComponentBox*>(self); };
+  t.destroy = &box_destroy;
   return &box.release()->table;
 }
 
+// A named function (not a lambda) so ComponentRef::as can recognise this library's boxes.
+inline void box_destroy(void* self) { delete static_cast<ComponentBox*>(self); }
+
 }  // namespace detail
+
+template <class C>
+C* ComponentRef::as(const std::string& expected_class) const {
+  if (!c_ || class_name() != expected_class || c_->destroy != &detail::box_destroy || !c_->self) return nullptr;
+  auto* box = static_cast<detail::ComponentBox*>(c_->self);
+  if (&box->table != c_) return nullptr;
+  return dynamic_cast<C*>(box->impl.get());
+}
 
 // Registers component classes with the host. A class is any Component subclass
 // constructible from (config_json, component_dir) where component_dir may be empty.
@@ -261,6 +388,9 @@ class Plugin {
     (void)request_json, (void)inputs;
     unsupported("generate");
   }
+  // ABI 1.1, capability "presets": the documented model shapes for `yeto-host init-model`,
+  // a JSON object {"<preset>": {"description", "model_index", "components": {name: {"config"}}}}.
+  virtual std::string presets() { unsupported("presets"); }
 };
 
 namespace detail {
@@ -351,6 +481,11 @@ void fill_hooks(yeto_plugin_v1& t, std::uint64_t caps) {
     t.generate = [](void* i, const char* request, const yeto_named_tensors* inputs, const yeto_named_tensors_out* out,
                     yeto_error* err) {
       return guard(err, [&] { to_c(self(i).generate(str(request), from_c(inputs)), out); });
+    };
+  }
+  if (caps & YETO_CAP_PRESETS) {
+    t.presets = [](void* i, const yeto_text_out* out, yeto_error* err) {
+      return guard(err, [&] { write_text(self(i).presets(), out); });
     };
   }
 }

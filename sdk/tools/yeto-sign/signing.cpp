@@ -181,7 +181,7 @@ SecretKey generate_key(const std::string& comment) {
 const std::vector<std::string>& capability_names() {
   static const std::vector<std::string> names = {"pipeline",  "components", "trainable", "encode_media",
                                                  "encode_conditioning", "denoiser", "align", "loss_step",
-                                                 "artifacts", "generate"};
+                                                 "artifacts", "generate", "presets"};
   return names;
 }
 

@@ -5,6 +5,9 @@
  *   TEST_NO_ENTRY        it exports no entry point
  *   TEST_VERSION="x"     its descriptor claims another version than its manifest
  *   TEST_SMALL           its hook table is smaller than ABI 1.0's
+ *   TEST_V10             it was built against ABI 1.0 (table ends before `presets`)
+ *   TEST_PRESETS         ABI 1.1: a presets hook, and its trainable parameters are those of
+ *                        the pipeline component "weights" (yeto_host_api.component_get)
  * Every variant's constructor appends a line to $YETO_TEST_MARKER when that is set, so a
  * test can tell whether the library was ever opened. */
 #include <stdio.h>
@@ -19,6 +22,8 @@
 #endif
 #ifdef TEST_FUTURE
 #define TEST_ABI YETO_MAKE_ABI_VERSION(TEST_ABI_MAJOR, 7)
+#elif defined(TEST_V10)
+#define TEST_ABI YETO_MAKE_ABI_VERSION(TEST_ABI_MAJOR, 0)
 #else
 #define TEST_ABI YETO_MAKE_ABI_VERSION(TEST_ABI_MAJOR, YETO_ABI_VERSION_MINOR)
 #endif
@@ -58,6 +63,29 @@ static yeto_status c_create(const char* config_json, void** instance, yeto_error
 
 static void c_destroy(void* instance) { (void)instance; }
 
+#ifdef TEST_PRESETS
+/* The parameters of the host pipeline's component "weights", passed straight through. */
+static yeto_status c_trainable(void* instance, const yeto_named_tensors_out* out, yeto_error* error) {
+  const yeto_component_v1* c = NULL;
+  yeto_status s;
+  (void)instance;
+  if (!g_host || !YETO_HAS_FIELD(yeto_host_api, g_host, component_get) || !g_host->component_get) {
+    set_error(error, "the host offers no component_get");
+    return YETO_ERR_UNSUPPORTED;
+  }
+  s = g_host->component_get(g_host->host, "weights", &c, error);
+  if (s != YETO_OK) return s;
+  return c->parameters(c->self, out, error);
+}
+
+static yeto_status c_presets(void* instance, const yeto_text_out* out, yeto_error* error) {
+  static const char text[] = "{\"tiny\": {\"description\": \"a C preset\", \"model_index\": {}, \"components\": {}}}";
+  (void)instance;
+  (void)error;
+  out->write(out->context, text, sizeof text - 1);
+  return YETO_OK;
+}
+#else
 /* One trainable tensor made through the host API: "c.weight" = [1, 2, 3]. */
 static yeto_status c_trainable(void* instance, const yeto_named_tensors_out* out, yeto_error* error) {
   static const float data[3] = {1.0f, 2.0f, 3.0f};
@@ -73,6 +101,7 @@ static yeto_status c_trainable(void* instance, const yeto_named_tensors_out* out
   if (s != YETO_OK) return s;
   return out->push(out->context, "c.weight", t);
 }
+#endif
 
 static const char* const g_families[] = {YETO_PLUGIN_INFO_FAMILIES NULL};
 static const char* const g_aliases[] = {YETO_PLUGIN_INFO_ALIASES NULL};
@@ -126,6 +155,8 @@ static yeto_status entry_impl(const yeto_host_api* host, const yeto_plugin_v1** 
 #endif
 #ifdef TEST_SMALL
   PLUG.struct_size = (uint32_t)offsetof(yeto_plugin_v1, generate);
+#elif defined(TEST_V10)
+  PLUG.struct_size = (uint32_t)offsetof(yeto_plugin_v1, presets);
 #else
   PLUG.struct_size = (uint32_t)sizeof g_plugin;
 #endif
@@ -134,6 +165,9 @@ static yeto_status entry_impl(const yeto_host_api* host, const yeto_plugin_v1** 
   PLUG.create = c_create;
   PLUG.destroy = c_destroy;
   PLUG.trainable_parameters = c_trainable;
+#ifdef TEST_PRESETS
+  PLUG.presets = c_presets;
+#endif
   *plugin = &PLUG;
   return YETO_OK;
 }
