@@ -1,16 +1,21 @@
 // The Yeto template plugin: the smallest plugin that trains.
 //
 // It registers one component class, "YetoTinyDenoiser" (a per-pixel channel mixer with a
-// timestep embedding), and implements the hooks a loss needs: pipeline planning, trainable
-// parameter discovery under canonical names, denoiser keyword contributions and forward,
+// timestep embedding and an optional prompt embedding), and implements the hooks a loss
+// needs: pipeline planning, trainable parameter discovery under canonical names, media and
+// prompt encoders (stand-ins for a VAE and a text encoder, so the host's generic learner
+// trains it from raw images and captions), denoiser keyword contributions and forward,
 // prediction/target alignment, a complete rows->loss step, and artifact save/load.
 // Copy this directory, rename the plugin in CMakeLists.txt and replace the model.
 #include <torch/torch.h>
 
 #include <yeto/plugin.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -26,15 +31,41 @@ int json_int(const std::string& json, const std::string& key, int fallback) {
   return std::stoi(json.substr(colon + 1));
 }
 
-// x: [B, C, H, W], t: [B] in [0, 1]  ->  [B, C, H, W]
+// The prompts of a JSON array of strings (["a", "b\"c"]); the template keeps clear of a JSON
+// dependency, so this reads just that shape (escapes other than \" and \\ are kept as written).
+std::vector<std::string> json_strings(const std::string& json) {
+  std::vector<std::string> out;
+  bool in = false;
+  std::string cur;
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (!in) {
+      if (c == '"') {
+        in = true;
+        cur.clear();
+      }
+    } else if (c == '\\' && i + 1 < json.size()) {
+      cur += json[++i];
+    } else if (c == '"') {
+      in = false;
+      out.push_back(cur);
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+// x: [B, C, H, W], t: [B] in [0, 1], optional prompt embedding e: [B, C]  ->  [B, C, H, W]
 struct TinyDenoiserImpl : torch::nn::Module {
   explicit TinyDenoiserImpl(int channels) {
     proj = register_module("proj", torch::nn::Linear(channels, channels));
     time_embed = register_parameter("time_embed", torch::zeros({channels}));
   }
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t) {
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& e = {}) {
     auto h = proj->forward(x.permute({0, 2, 3, 1}));                  // mix channels per pixel
     h = h + t.view({-1, 1, 1, 1}) * time_embed;                       // timestep conditioning
+    if (e.defined()) h = h + e.view({e.size(0), 1, 1, e.size(1)});    // prompt conditioning
     return torch::tanh(h).permute({0, 3, 1, 2}).contiguous();
   }
   torch::nn::Linear proj{nullptr};
@@ -71,6 +102,7 @@ class TinyDenoiserComponent : public yeto::sdk::Component {
     }
   }
   TinyDenoiser& model() { return model_; }
+  int channels() const { return static_cast<int>(model_->proj->options.in_features()); }
 
  private:
   TinyDenoiser model_;
@@ -102,13 +134,46 @@ class TemplatePlugin : public yeto::sdk::Plugin {
     return out;
   }
 
+  // Stand-in for a VAE: 2x2 average pooling of the RGB pixels in [-1, 1]; latent channel c
+  // is colour c for c < 3 and the mean brightness beyond. Deterministic, so "sample" and
+  // "seed" do not matter here (a real VAE samples its latent distribution with that seed).
+  NamedTensors encode_media(const NamedTensors& media, const std::string& /*options*/) override {
+    const auto& pixels = yeto::sdk::get(media, "pixel_values");
+    if (pixels.dim() != 4 || pixels.size(1) != 3)
+      yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "template encodes images [B, 3, H, W] only");
+    const auto rgb = torch::avg_pool2d(pixels.to(torch::kFloat), 2);
+    const auto grey = rgb.mean(1, true);
+    std::vector<torch::Tensor> channels;
+    for (int c = 0; c < denoiser().channels(); ++c) channels.push_back(c < 3 ? rgb.narrow(1, c, 1) : grey);
+    return {{"latents", torch::cat(channels, 1)}};
+  }
+
+  // Stand-in for a text encoder: a fixed embedding per prompt from its bytes (a centred
+  // histogram of byte values modulo the channel count), "prompt_embeds" [B, C].
+  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
+    const auto prompts = json_strings(prompts_json);
+    const int c = denoiser().channels();
+    std::vector<float> values;
+    for (const auto& prompt : prompts) {
+      std::vector<float> h(static_cast<std::size_t>(c), 0.0f);
+      for (unsigned char ch : prompt) h[ch % c] += 1.0f;
+      const float n = std::max<float>(1.0f, static_cast<float>(prompt.size()));
+      for (float v : h) values.push_back(v / n - 1.0f / static_cast<float>(c));
+    }
+    return {{"prompt_embeds", torch::tensor(values).view({static_cast<std::int64_t>(prompts.size()), c})}};
+  }
+
   NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& /*step*/) override {
     // The family's contribution: timesteps in [0, 1000] become the model's [0, 1].
     return {{"timestep", yeto::sdk::get(batch, "timesteps").to(torch::kFloat) / 1000.0}};
   }
 
   torch::Tensor denoise(const NamedTensors& inputs, const std::string& /*step*/) override {
-    return denoiser().model()->forward(yeto::sdk::get(inputs, "hidden_states"), yeto::sdk::get(inputs, "timestep"));
+    torch::Tensor embeds;
+    for (const auto& [name, t] : inputs)
+      if (name == "prompt_embeds") embeds = t;
+    return denoiser().model()->forward(yeto::sdk::get(inputs, "hidden_states"), yeto::sdk::get(inputs, "timestep"),
+                                       embeds);
   }
 
   std::pair<torch::Tensor, torch::Tensor> align(const torch::Tensor& prediction, const torch::Tensor& target,

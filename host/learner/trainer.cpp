@@ -1,0 +1,596 @@
+#include "learner/trainer.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+#include "core/metrics.hpp"
+#include "data/loader.hpp"
+#include "data/manifest.hpp"
+#include "data/options.hpp"
+#include "data/sampler.hpp"
+#include "data/source.hpp"
+#include "data/torch/batch.hpp"
+#include "io/provenance.hpp"
+#include "io/tensors.hpp"
+#include "learner/adamw.hpp"
+#include "learner/checkpoint.hpp"
+#include "learner/loss.hpp"
+#include "learner/micro_batch.hpp"
+#include "learner/outer_sync.hpp"
+#include "learner/routing.hpp"
+#include "learner/run_control.hpp"
+#include "learner/settings.hpp"
+#include "learner/timesteps.hpp"
+#include "plugin/host_api.hpp"
+#include "schedulers/scheduler.hpp"
+
+namespace yeto::learner {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+std::string eta_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+// The rows one run trains on and validates with, read once.
+struct RunData {
+  data::DataOptions options;
+  data::Manifest train;
+  std::vector<std::size_t> train_rows;  // indices into train.rows
+  std::optional<data::Manifest> val_manifest;  // validation.data, when set
+  std::vector<std::size_t> val_rows;           // indices into (val_manifest or train).rows
+  std::map<std::string, std::string> manifest_bad_rows;  // location -> reason
+  const data::Manifest& val_source() const { return val_manifest ? *val_manifest : train; }
+};
+
+void report_manifest_errors(const data::Manifest& m, data::BadRowPolicy policy,
+                            std::map<std::string, std::string>& counted) {
+  if (m.errors.empty()) return;
+  if (policy == data::BadRowPolicy::error) {
+    std::string msg = std::to_string(m.errors.size()) + " unusable row(s) in " + m.source.manifest.string() + ":";
+    for (std::size_t i = 0; i < m.errors.size() && i < 20; ++i) msg += "\n  " + m.errors[i].str();
+    if (m.errors.size() > 20) msg += "\n  ... and " + std::to_string(m.errors.size() - 20) + " more";
+    msg += "\nfix or remove them, or set data.on_bad_row = \"skip\" to train without them";
+    throw Error(msg, ExitCode::bad_input);
+  }
+  for (const auto& e : m.errors) {
+    spdlog::warn("skipping bad row: {}", e.str());
+    const auto text = e.str();
+    const auto where = text.substr(0, text.find(": "));
+    counted.emplace(where, text.size() > where.size() + 2 ? text.substr(where.size() + 2) : text);
+  }
+}
+
+RunData read_run_data(const config::Config& cfg, const Settings& s) {
+  RunData d;
+  d.options = data::data_options(cfg);
+  if (d.options.source.empty()) throw UsageError("data.path: no training data given (set data.path or --data)");
+  d.train = data::read_manifest(data::resolve_source(d.options), d.options);
+  report_manifest_errors(d.train, d.options.on_bad_row, d.manifest_bad_rows);
+  std::vector<std::size_t> all(d.train.rows.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (auto vopt = data::validation_data_options(cfg)) {
+    d.val_manifest = data::read_manifest(data::resolve_source(*vopt), *vopt);
+    report_manifest_errors(*d.val_manifest, d.options.on_bad_row, d.manifest_bad_rows);
+    d.train_rows = all;
+    for (std::size_t i = 0; i < d.val_manifest->rows.size(); ++i) d.val_rows.push_back(i);
+  } else if (s.validation_split > 0.0) {
+    // A seeded, order-independent hold-out: the same rows on every rank and restart.
+    std::vector<std::size_t> order = all;
+    data::SeededStream stream(s.seed, 0x76616c /* "val" */);
+    stream.shuffle(order);
+    auto n_val = static_cast<std::size_t>(std::llround(s.validation_split * static_cast<double>(order.size())));
+    n_val = std::clamp<std::size_t>(n_val, order.empty() ? 0 : 1, order.size() > 1 ? order.size() - 1 : 0);
+    d.val_rows.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n_val));
+    std::sort(d.val_rows.begin(), d.val_rows.end());
+    std::vector<bool> held(all.size(), false);
+    for (auto r : d.val_rows) held[r] = true;
+    for (auto r : all)
+      if (!held[r]) d.train_rows.push_back(r);
+  } else {
+    d.train_rows = all;
+  }
+  if (d.train_rows.empty())
+    throw Error("no usable training rows in " + d.train.source.manifest.string(), ExitCode::bad_input);
+  if (static_cast<std::int64_t>(d.val_rows.size()) > s.validation_max_rows)
+    d.val_rows.resize(static_cast<std::size_t>(s.validation_max_rows));
+  return d;
+}
+
+std::string stream_name(const char* what, std::int64_t step, std::int64_t micro) {
+  return std::string(what) + ":" + std::to_string(step) + ":" + std::to_string(micro);
+}
+
+class Loop {
+ public:
+  Loop(TrainModel& model, const config::Config& cfg, const RunOptions& options, OuterSync* sync)
+      : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)) {}
+
+  RunResult run(const std::function<void(io::Provenance&)>& record_provenance);
+
+ private:
+  std::uint64_t stream(const std::string& name) const {
+    return plugin::stream_seed(s_.seed, opt_.logical_rank, name);
+  }
+  data::Sample decode(const data::Manifest& m, std::size_t row) const {
+    return data::decode_row(m.rows.at(row), row, data_.options);
+  }
+  // Latents and conditioning of one collated batch (no gradients: the encoders are frozen).
+  NamedTensors encode(const data::TensorBatch& b, bool sample, std::uint64_t latent_seed, at::Tensor& latents);
+  // The weighted loss of one batch with timesteps / noise from `gen`.
+  at::Tensor batch_loss(const at::Tensor& latents, const NamedTensors& cond, at::Generator& gen);
+  double evaluate();
+  bool next_micro_batch(data::TensorBatch& out, std::int64_t& skipped_now);
+  void note_skipped(const data::Manifest& m, std::size_t row, const std::string& reason, std::int64_t& skipped_now);
+  void open_epoch();
+  void write_outputs_start(const std::function<void(io::Provenance&)>& record_provenance);
+  void checkpoint();
+  void truncate_metrics(std::int64_t after_step);
+
+  TrainModel& model_;
+  const config::Config& cfg_;
+  RunOptions opt_;
+  OuterSync* sync_;
+  Settings s_;
+  RunData data_;
+  NamedTensors trainable_;
+  std::unique_ptr<AdamW> adam_;
+  TrainState state_;
+  std::int64_t micro_ = 1;
+  std::int64_t accumulation_ = 1;
+  std::unique_ptr<data::Loader> loader_;
+  std::vector<data::TensorBatch> val_batches_;
+};
+
+NamedTensors Loop::encode(const data::TensorBatch& b, bool sample, std::uint64_t latent_seed, at::Tensor& latents) {
+  at::NoGradGuard no_grad;
+  NamedTensors cond;
+  if (b.pixel_values.defined()) {
+    latents = model_.encode_media(b.pixel_values, sample, latent_seed).to(at::kFloat);
+  } else {
+    auto it = b.tensors.find("latents");
+    if (it == b.tensors.end())
+      throw Error("row " + std::to_string(b.rows.empty() ? 0 : b.rows[0]) + ": neither media nor cached latents",
+                  ExitCode::bad_input);
+    latents = it->second.to(at::kFloat);
+  }
+  NamedTensors extra;
+  for (const auto& [name, t] : b.tensors)
+    if (name != "latents") extra.emplace_back(name, t);
+  const bool have_prompts =
+      std::any_of(b.prompts.begin(), b.prompts.end(), [](const std::string& p) { return !p.empty(); });
+  const bool cached_text = std::any_of(extra.begin(), extra.end(), [](const auto& e) { return e.first == "prompt_embeds"; });
+  if (have_prompts && !cached_text) {
+    cond = model_.encode_conditioning(b.prompts, extra);
+  } else {
+    cond = extra;
+  }
+  for (auto& [name, t] : cond) t = t.detach();
+  return cond;
+}
+
+at::Tensor Loop::batch_loss(const at::Tensor& latents, const NamedTensors& cond, at::Generator& gen) {
+  const auto& sched = model_.scheduler();
+  const std::int64_t b = latents.size(0);
+  const auto indices = sample_indices(s_.density, sched, b, gen);
+  const auto noise = at::randn(latents.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+  const auto tb = sched.training_batch(latents, noise, indices);
+
+  NamedTensors full = {{"noisy", tb.noisy}, {"timesteps", tb.timesteps}, {"sigmas", tb.sigma_t}};
+  for (const auto& c : cond) full.push_back(c);
+  const auto routes = route_by_boundary(tb.timesteps, model_.denoisers(), model_.boundary_timestep());
+  const auto pred = predict_routed(routes, b, [&](const std::string& denoiser, const at::Tensor& rows) {
+    NamedTensors sub;
+    const bool all = rows.numel() == b;
+    for (const auto& [name, t] : full) {
+      const bool batched = t.dim() > 0 && t.size(0) == b;
+      sub.emplace_back(name, all || !batched ? t : t.index_select(0, rows.to(t.device())));
+    }
+    NamedTensors inputs;
+    for (const auto& [name, t] : sub) {
+      if (name == "noisy") inputs.emplace_back("hidden_states", t);
+      else if (name != "sigmas") inputs.emplace_back(name, t);
+    }
+    for (auto& kw : model_.denoiser_kwargs(sub, denoiser)) inputs.push_back(std::move(kw));
+    return model_.denoise(inputs, denoiser);
+  });
+  const auto [p, t] = model_.align(pred, tb.target, model_.denoisers().front());
+  return weighted_loss(p, t.detach(), loss_weights(s_.weighting, s_.min_snr_gamma, tb));
+}
+
+double Loop::evaluate() {
+  if (val_batches_.empty()) return std::nan("");
+  at::NoGradGuard no_grad;
+  auto default_gen = at::detail::getDefaultCPUGenerator();
+  const auto saved = default_gen.get_state();
+  double total = 0.0;
+  std::int64_t count = 0;
+  for (std::size_t i = 0; i < val_batches_.size(); ++i) {
+    // Fixed timesteps, noise and latent samples per evaluation: val_loss tracks the model.
+    const auto idx = static_cast<std::int64_t>(i);
+    at::manual_seed(stream(stream_name("validation-torch", 0, idx)));
+    at::Tensor latents;
+    const auto cond = encode(val_batches_[i], false, stream(stream_name("validation-latent", 0, idx)), latents);
+    auto gen = make_generator(stream(stream_name("validation", 0, idx)));
+    const auto loss = batch_loss(latents, cond, gen);
+    total += loss.item<double>() * static_cast<double>(latents.size(0));
+    count += latents.size(0);
+  }
+  default_gen.set_state(saved);
+  return total / static_cast<double>(count);
+}
+
+void Loop::open_epoch() {
+  std::vector<data::ShapeKey> shapes;
+  shapes.reserve(data_.train_rows.size());
+  for (auto r : data_.train_rows) shapes.push_back(data::shape_of(data_.train.rows[r], data_.options));
+  data::SamplerOptions so;
+  so.seed = s_.seed;
+  so.epoch = static_cast<std::uint64_t>(state_.epoch);
+  so.rank = static_cast<int>(opt_.logical_rank);
+  so.world = opt_.world;
+  so.batch_size = micro_;
+  so.bucket_by_shape = data_.options.bucket_by_shape;
+  auto plan = data::plan_batches(shapes, so);
+  if (plan.empty())
+    throw Error("rank " + std::to_string(opt_.logical_rank) + " of " + std::to_string(opt_.world) +
+                    " has no training rows; add rows or use fewer ranks",
+                ExitCode::bad_input);
+  if (state_.batch_in_epoch >= static_cast<std::int64_t>(plan.size())) {
+    ++state_.epoch;
+    state_.batch_in_epoch = 0;
+    open_epoch();
+    return;
+  }
+  data::BatchPlan rest(plan.begin() + state_.batch_in_epoch, plan.end());
+  for (auto& batch : rest)
+    for (auto& r : batch) r = data_.train_rows[r];
+  data::LoaderOptions lo;
+  lo.workers = data_.options.workers;
+  lo.prefetch = data_.options.prefetch;
+  lo.on_bad_row = data_.options.on_bad_row;
+  lo.keep_empty_batches = true;  // an all-bad batch still advances the data position
+  loader_.reset();
+  loader_ = std::make_unique<data::Loader>(std::move(rest), [this](std::size_t row) { return decode(data_.train, row); },
+                                           lo);
+}
+
+bool Loop::next_micro_batch(data::TensorBatch& out, std::int64_t& skipped_now) {
+  for (;;) {
+    if (!loader_) open_epoch();
+    auto batch = loader_->next();
+    if (!batch) {
+      ++state_.epoch;
+      state_.batch_in_epoch = 0;
+      loader_.reset();
+      continue;
+    }
+    ++state_.batch_in_epoch;
+    for (const auto& sk : batch->skipped) note_skipped(data_.train, sk.row, sk.reason, skipped_now);
+    if (batch->samples.empty()) continue;
+    out = data::collate(batch->samples);
+    return true;
+  }
+}
+
+void Loop::note_skipped(const data::Manifest& m, std::size_t row, const std::string& reason,
+                        std::int64_t& skipped_now) {
+  const std::string where = m.rows.at(row).where();
+  if (state_.skipped.count(where)) return;  // reported once, in the epoch it was first met
+  std::string why = reason;
+  if (why.rfind(where, 0) == 0 && why.size() > where.size() + 2) why = why.substr(where.size() + 2);
+  spdlog::warn("skipping bad row: {}: {}", where, why);
+  state_.skipped.emplace(where, why);
+  state_.skipped_rows = static_cast<std::int64_t>(state_.skipped.size());
+  ++skipped_now;
+}
+
+void Loop::truncate_metrics(std::int64_t after_step) {
+  const fs::path p = opt_.run_dir / "metrics.jsonl";
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return;
+  std::istringstream in(read_file(p));
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("step", std::int64_t{0}) > after_step) continue;
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a record torn by a crash
+    }
+    kept += line + "\n";
+  }
+  atomic_write(p, kept);
+}
+
+void Loop::write_outputs_start(const std::function<void(io::Provenance&)>& record_provenance) {
+  fs::create_directories(opt_.run_dir);
+  atomic_write(opt_.run_dir / "config.toml", cfg_.to_toml(true));
+  io::Provenance prov;
+  prov.set_config(cfg_);
+  if (record_provenance) record_provenance(prov);
+  prov.set("learner", {{"model", model_.describe()},
+                       {"logical_rank", opt_.logical_rank},
+                       {"world", opt_.world},
+                       {"seed", s_.seed},
+                       {"micro_batch_size", micro_},
+                       {"gradient_accumulation", accumulation_},
+                       {"trainable_tensors", trainable_.size()},
+                       {"data", data_.train.source.manifest.string()}});
+  prov.write(opt_.run_dir / "provenance.json");
+}
+
+void Loop::checkpoint() {
+  const auto dir = save_checkpoint(opt_.run_dir, state_, trainable_, *adam_);
+  spdlog::info("checkpoint: {}", dir.string());
+}
+
+RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenance) {
+  if (opt_.run_dir.empty()) throw UsageError("train: --output RUN_DIR is required");
+  data_ = read_run_data(cfg_, s_);
+  state_.skipped = data_.manifest_bad_rows;
+  state_.skipped_rows = static_cast<std::int64_t>(state_.skipped.size());
+  state_.config_hash = cfg_.hash();
+  trainable_ = model_.trainable();
+  if (trainable_.empty()) throw Error(model_.describe() + " reports no trainable parameters");
+  std::int64_t n_params = 0;
+  for (auto& [name, t] : trainable_) {
+    if (!t.requires_grad()) t.set_requires_grad(true);
+    n_params += t.numel();
+  }
+  adam_ = std::make_unique<AdamW>(trainable_, s_.optimizer);
+
+  // Micro batch size: configured, or probed against the memory budget.
+  if (s_.micro_batch_size) {
+    micro_ = *s_.micro_batch_size;
+    accumulation_ = s_.gradient_accumulation;
+  } else {
+    ProbeRequest req;
+    req.effective_batch = s_.gradient_accumulation;
+    req.budget_mb = s_.memory_budget_mb;
+    std::map<data::ShapeKey, std::vector<std::size_t>> by_shape;
+    for (auto r : data_.train_rows) by_shape[data::shape_of(data_.train.rows[r], data_.options)].push_back(r);
+    for (const auto& [shape, rows] : by_shape) {
+      if (req.shapes.size() >= 8) break;
+      req.shapes.push_back({shape.str(), rows});
+    }
+    auto probe = [&](const std::vector<std::size_t>& rows) {
+      std::vector<data::Sample> samples;
+      for (auto r : rows) samples.push_back(decode(data_.train, r));
+      const auto b = data::collate(samples);
+      at::Tensor latents;
+      const auto cond = encode(b, true, stream("probe-latent"), latents);
+      auto gen = make_generator(stream("probe"));
+      auto loss = batch_loss(latents, cond, gen);
+      loss.backward();
+      adam_->zero_grad();
+    };
+    const auto decision = choose_micro_batch(req, probe);
+    micro_ = decision.micro_batch_size;
+    accumulation_ = decision.gradient_accumulation;
+    spdlog::info("micro_batch_size = auto: {}", decision.log);
+  }
+
+  // Resume.
+  std::optional<double> first_val, last_val;
+  bool resumed = false;
+  if (opt_.resume) {
+    if (auto dir = latest_checkpoint(opt_.run_dir)) {
+      const auto hash = state_.config_hash;
+      state_ = load_checkpoint(*dir, trainable_, *adam_);
+      if (state_.config_hash != hash)
+        spdlog::warn("resuming {} written with a different configuration (hash {} vs {})", dir->string(),
+                     state_.config_hash.substr(0, 12), hash.substr(0, 12));
+      state_.config_hash = hash;
+      truncate_metrics(state_.step);
+      resumed = true;
+      spdlog::info("resumed from {} at step {} (epoch {}, micro batch {})", dir->string(), state_.step, state_.epoch,
+                   state_.batch_in_epoch);
+    }
+  }
+  write_outputs_start(record_provenance);
+  RunMetrics metrics(opt_.run_dir, s_.tensorboard);
+
+  // Held-out batches, decoded once (fixed order).
+  {
+    const auto& m = data_.val_source();
+    for (std::size_t i = 0; i < data_.val_rows.size(); i += static_cast<std::size_t>(micro_)) {
+      std::vector<data::Sample> samples;
+      for (std::size_t j = i; j < std::min(data_.val_rows.size(), i + static_cast<std::size_t>(micro_)); ++j) {
+        try {
+          samples.push_back(decode(m, data_.val_rows[j]));
+        } catch (const Error& e) {
+          if (data_.options.on_bad_row == data::BadRowPolicy::error) throw;
+          std::int64_t ignored = 0;
+          note_skipped(m, data_.val_rows[j], e.what(), ignored);
+        }
+      }
+      if (!samples.empty()) val_batches_.push_back(data::collate(samples));
+    }
+    if (val_batches_.empty()) spdlog::info("no held-out rows (validation.data / validation.split): no val_loss");
+  }
+
+  spdlog::info("training {}: {} trainable tensors ({} parameters), {} rows ({} held out), micro batch {} x {} "
+               "accumulation, {} steps",
+               model_.describe(), trainable_.size(), n_params, data_.train_rows.size(), data_.val_rows.size(), micro_,
+               accumulation_, s_.max_steps);
+
+  if (sync_) sync_->start(trainable_);
+
+  RunControl control(opt_.run_dir, true);
+  RunResult result;
+  if (!resumed || state_.step == 0) {
+    const double v = evaluate();
+    if (std::isfinite(v)) {
+      first_val = last_val = v;
+      metrics.record({{"step", state_.step}, {"val_loss", v}});
+      spdlog::info("step {} val_loss {:.6f}", state_.step, v);
+    }
+  }
+
+  const auto t_run = Clock::now();
+  const std::int64_t start_step = state_.step;
+  const std::int64_t start_samples = state_.samples;
+  bool stop = false;
+  std::int64_t since_ckpt = 0;
+  while (state_.step < s_.max_steps && !stop) {
+    const auto t_step = Clock::now();
+    const std::int64_t step = state_.step + 1;
+    double t_data = 0, t_fwd = 0, t_bwd = 0, loss_sum = 0;
+    std::int64_t samples = 0, skipped_now = 0;
+    for (std::int64_t m = 0; m < accumulation_; ++m) {
+      auto t0 = Clock::now();
+      data::TensorBatch batch;
+      next_micro_batch(batch, skipped_now);
+      at::manual_seed(stream(stream_name("torch", step, m)));  // plugin-side randomness (dropout)
+      at::Tensor latents;
+      const auto cond = encode(batch, true, stream(stream_name("latent", step, m)), latents);
+      t_data += seconds_since(t0);
+      t0 = Clock::now();
+      auto gen = make_generator(stream(stream_name("noise", step, m)));
+      auto loss = batch_loss(latents, cond, gen);
+      t_fwd += seconds_since(t0);
+      t0 = Clock::now();
+      (loss / static_cast<double>(accumulation_)).backward();
+      t_bwd += seconds_since(t0);
+      loss_sum += loss.item<double>();
+      samples += latents.size(0);
+    }
+    auto t0 = Clock::now();
+    const double grad_norm = clip_grad_norm(trainable_, s_.max_grad_norm);
+    const double lr = learning_rate_at(s_.optimizer, step);
+    adam_->step(lr);
+    adam_->zero_grad();
+    const double t_opt = seconds_since(t0);
+    state_.step = step;
+    state_.samples += samples;
+    if (sync_) sync_->after_step(step, state_.samples, trainable_);
+
+    const double loss = loss_sum / static_cast<double>(accumulation_);
+    if (!std::isfinite(loss))
+      throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
+                  "; lower optimizer.learning_rate or check the data");
+    const double step_s = seconds_since(t_step);
+    nlohmann::json rec = {{"step", step},
+                          {"loss", loss},
+                          {"lr", lr},
+                          {"grad_norm", grad_norm},
+                          {"samples", state_.samples},
+                          {"epoch", state_.epoch},
+                          {"samples_per_s", static_cast<double>(samples) / std::max(step_s, 1e-9)},
+                          {"time_data_s", t_data},
+                          {"time_forward_s", t_fwd},
+                          {"time_backward_s", t_bwd},
+                          {"time_optimizer_s", t_opt},
+                          {"peak_rss_mb", peak_rss_mb()}};
+    if (skipped_now > 0) rec["skipped_rows"] = state_.skipped_rows;
+    const bool last = step == s_.max_steps;
+    if ((s_.validation_every > 0 && step % s_.validation_every == 0) || last) {
+      const double v = evaluate();
+      if (std::isfinite(v)) {
+        rec["val_loss"] = v;
+        if (!first_val) first_val = v;
+        last_val = v;
+      }
+    }
+    metrics.record(rec);
+    result.last_loss = loss;
+
+    if (opt_.console) {
+      const double elapsed = seconds_since(t_run);
+      const double done = static_cast<double>(step - start_step);
+      const double rate = done / std::max(elapsed, 1e-9);
+      const std::int64_t every = std::max<std::int64_t>(1, s_.max_steps / 20);
+      if (step % every == 0 || last || step == start_step + 1)
+        spdlog::info("step {}/{} loss {:.5f}{} lr {:.3g} |g| {:.3g} {:.2f} steps/s {:.1f} samples/s ETA {}", step,
+                     s_.max_steps, loss,
+                     rec.contains("val_loss") ? fmt::format(" val_loss {:.5f}", rec["val_loss"].get<double>()) : "",
+                     lr, grad_norm, rate, static_cast<double>(state_.samples - start_samples) / std::max(elapsed, 1e-9),
+                     eta_text(static_cast<double>(s_.max_steps - step) / std::max(rate, 1e-9)));
+    }
+
+    ++since_ckpt;
+    const Request req = control.poll();
+    // The syncer's budget cutoff is a normal end (terminal handshake and final save below),
+    // not an interruption.
+    const bool sync_cut = sync_ && sync_->stop_requested();
+    if (req == Request::save_quit) stop = true;
+    if (!last && !sync_cut &&
+        (stop || req == Request::save || (s_.checkpoint_every > 0 && step % s_.checkpoint_every == 0))) {
+      checkpoint();
+      since_ckpt = 0;
+    }
+    if (sync_cut && !stop) {
+      spdlog::info("the syncer announced the budget cutoff after step {}", step);
+      break;
+    }
+    if (stop && !last) {
+      if (control.signal_received() != 0)
+        spdlog::warn("signal {}: checkpoint written at step {}, stopping", control.signal_received(), step);
+      else
+        spdlog::info("stopping at step {} as asked; resume with the same command", step);
+      result.stopped_early = true;
+    }
+  }
+  loader_.reset();
+
+  if (!result.stopped_early) {
+    if (sync_ && !sync_->finish(trainable_)) spdlog::warn("no final cut from the syncer; saving the local weights");
+    if (since_ckpt > 0 || state_.step == 0 || !latest_checkpoint(opt_.run_dir)) checkpoint();
+    std::vector<std::pair<std::string, at::Tensor>> weights;
+    for (const auto& [name, t] : trainable_) weights.emplace_back(name, t.detach());
+    io::save_safetensors(opt_.run_dir / "lora.safetensors", weights,
+                         {{"yeto.step", std::to_string(state_.step)}, {"yeto.config_hash", state_.config_hash},
+                          {"yeto.tuning", s_.tuning}});
+    spdlog::info("done: {} steps, adapter {}", state_.step, (opt_.run_dir / "lora.safetensors").string());
+  }
+  if (state_.skipped_rows > 0) {
+    spdlog::warn("skipped {} bad row(s) under data.on_bad_row = skip:", state_.skipped_rows);
+    for (const auto& [where, why] : state_.skipped) spdlog::warn("  {}: {}", where, why);
+  }
+  for (const auto& [where, why] : state_.skipped) result.bad_rows.push_back(where + ": " + why);
+  result.steps = state_.step;
+  result.skipped_rows = state_.skipped_rows;
+  result.first_val_loss = first_val;
+  result.last_val_loss = last_val;
+  return result;
+}
+
+}  // namespace
+
+RunResult train(TrainModel& model, const config::Config& cfg, const RunOptions& options, OuterSync* sync,
+                const std::function<void(io::Provenance&)>& record_provenance) {
+  Loop loop(model, cfg, options, sync);
+  return loop.run(record_provenance);
+}
+
+}  // namespace yeto::learner
