@@ -1,0 +1,410 @@
+#include "sync/launch.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+#include "core/strings.hpp"
+#include "sync/clock.hpp"
+#include "sync/tape.hpp"
+
+extern char** environ;
+
+namespace yeto::sync {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+volatile std::sig_atomic_t g_signals = 0;
+extern "C" void on_launch_signal(int) { g_signals = g_signals + 1; }
+
+class Child {
+ public:
+  Child(std::string name, std::vector<std::string> argv, const fs::path& log) : name_(std::move(name)) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    // Own process group: a terminal's Ctrl-C reaches the launcher only, which forwards it.
+    posix_spawnattr_setpgroup(&at, 0);
+    // The launcher's SIGINT/SIGTERM handlers must not be inherited as "ignored" or altered.
+    sigset_t def;
+    sigemptyset(&def);
+    sigaddset(&def, SIGINT);
+    sigaddset(&def, SIGTERM);
+    posix_spawnattr_setsigdefault(&at, &def);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+    std::vector<char*> args;
+    for (auto& s : argv) args.push_back(s.data());
+    args.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, args[0], &fa, &at, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (rc != 0) throw Error("cannot start " + argv[0] + " (" + name_ + "): " + std::strerror(rc));
+  }
+  ~Child() {
+    // Only on the error paths of run_islands: never leave a child behind.
+    if (!status_ && pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      int st = 0;
+      waitpid(pid_, &st, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  bool running() const { return !status_; }
+  std::optional<int> poll() {
+    if (status_) return status_;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return status_;
+  }
+  void signal(int sig) const {
+    if (!status_) ::kill(pid_, sig);
+  }
+  const std::string& name() const { return name_; }
+  int status() const { return status_.value_or(-1); }
+
+ private:
+  std::string name_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+std::string log_tail(const fs::path& p, std::size_t max = 2000) {
+  std::string s;
+  try {
+    s = read_file(p);
+  } catch (const std::exception&) {
+    return "";
+  }
+  return s.size() > max ? "..." + s.substr(s.size() - max) : s;
+}
+
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// 32 random bytes, hex; kept when the run directory already has one (a resumed run).
+fs::path ensure_secret(const fs::path& run_dir) {
+  const fs::path p = run_dir / "run.secret";
+  if (fs::exists(p)) return p;
+  if (sodium_init() < 0) throw Error("libsodium failed to initialise");
+  unsigned char b[32];
+  randombytes_buf(b, sizeof b);
+  static const char* k = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : b) {
+    hex.push_back(k[c >> 4]);
+    hex.push_back(k[c & 15]);
+  }
+  atomic_write(p, hex + "\n");
+  ::chmod(p.c_str(), 0600);
+  return p;
+}
+
+struct SignalScope {
+  struct sigaction old_int {}, old_term {};
+  SignalScope() {
+    g_signals = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_launch_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalScope() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+std::vector<json> read_jsonl(const fs::path& p) {
+  if (!fs::exists(p)) return {};
+  return read_tape_records(p);
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+int LaunchResult::exit_code() const {
+  for (int c : island_exits)
+    if (c != 0) return c;
+  return syncer_exit;
+}
+
+LaunchResult run_islands(const IslandLaunch& L) {
+  if (L.islands < 1) throw UsageError("--islands must be at least 1");
+  if (!L.learner_argv || L.syncer_argv.empty()) throw Error("run_islands: no child commands");
+  fs::create_directories(L.run_dir);
+  const fs::path state = L.run_dir / "syncer";
+  fs::create_directories(state);
+  const fs::path secret = ensure_secret(L.run_dir);
+  std::error_code ec;
+  fs::remove(state / "port", ec);
+
+  SignalScope signals;
+  LaunchResult res;
+  auto syncer_cmd = [&](std::uint16_t port) {
+    std::vector<std::string> a = L.syncer_argv;
+    a.insert(a.end(), {"--listen", "127.0.0.1:" + std::to_string(port), "--run-secret-file", secret.string(),
+                       "--state-dir", state.string()});
+    return a;
+  };
+  auto syncer = std::make_unique<Child>("syncer", syncer_cmd(0), state / "syncer.log");
+  const double t0 = steady_now();
+  while (!fs::exists(state / "port")) {
+    if (syncer->poll())
+      throw Error("the syncer exited with code " + std::to_string(syncer->status()) + " before it listened:\n" +
+                  log_tail(state / "syncer.log"));
+    if (steady_now() - t0 > L.startup_timeout_s) {
+      syncer->signal(SIGKILL);
+      throw Error("the syncer did not bind a port within " + std::to_string(L.startup_timeout_s) + " s; see " +
+                  (state / "syncer.log").string());
+    }
+    sleep_ms(20);
+  }
+  const auto port = static_cast<std::uint16_t>(std::stoi(trim(read_file(state / "port"))));
+  spdlog::info("embedded run: syncer on 127.0.0.1:{} (state {}), {} island(s)", port, state.string(), L.islands);
+
+  std::vector<std::unique_ptr<Child>> islands;
+  for (std::uint32_t i = 0; i < L.islands; ++i) {
+    IslandSlot s;
+    s.index = i;
+    s.id = "island-" + std::to_string(i);
+    s.dir = L.run_dir / s.id;
+    s.syncer = "127.0.0.1:" + std::to_string(port);
+    s.secret = secret;
+    fs::create_directories(s.dir);
+    islands.push_back(std::make_unique<Child>(s.id, L.learner_argv(s), s.dir / "learner.log"));
+  }
+
+  int forwarded = 0;
+  double all_done_at = -1;
+  bool syncer_termed = false, syncer_killed = false;
+  for (;;) {
+    // Signals: the first to the syncer (final cut early), further ones to every child.
+    const int got = g_signals;
+    while (forwarded < got) {
+      ++forwarded;
+      if (forwarded == 1) {
+        spdlog::warn("embedded run: signal received: asking the syncer for the final cut (again to stop at once)");
+        syncer->signal(SIGTERM);
+      } else {
+        spdlog::warn("embedded run: second signal: stopping every island (each writes a checkpoint)");
+        for (auto& c : islands) c->signal(SIGTERM);
+        syncer->signal(SIGTERM);
+      }
+    }
+    bool any_running = false;
+    for (std::size_t i = 0; i < islands.size(); ++i) {
+      const bool was = islands[i]->running();
+      if (const auto code = islands[i]->poll(); code && was) {
+        if (*code == 0) spdlog::info("embedded run: {} finished", islands[i]->name());
+        else
+          spdlog::error("embedded run: {} exited with code {}; see {}", islands[i]->name(), *code,
+                        (L.run_dir / islands[i]->name() / "learner.log").string());
+      }
+      any_running = any_running || islands[i]->running();
+    }
+    const bool syncer_was = syncer->running();
+    if (const auto code = syncer->poll(); code && syncer_was) {
+      if (any_running && *code != 0 && forwarded == 0 && res.syncer_restarts < 3) {
+        // Restart on the same port: the islands reconnect and catch up from the checkpoint.
+        ++res.syncer_restarts;
+        spdlog::warn("embedded run: the syncer exited with code {}; restarting it from its checkpoint ({}/3)", *code,
+                     res.syncer_restarts);
+        syncer = std::make_unique<Child>("syncer", syncer_cmd(port), state / "syncer.log");
+      } else if (*code != 0) {
+        spdlog::error("embedded run: the syncer exited with code {}; see {}", *code,
+                      (state / "syncer.log").string());
+      }
+    }
+    if (!any_running && !syncer->running()) break;
+    if (!any_running) {
+      const double now = steady_now();
+      if (all_done_at < 0) all_done_at = now;
+      bool none_ok = true;
+      for (const auto& c : islands) none_ok = none_ok && c->status() != 0;
+      // Every island failed: nobody will acknowledge a cut, so do not wait for one.
+      if (!syncer_termed && (none_ok || now - all_done_at > L.syncer_grace_s)) {
+        spdlog::warn("embedded run: every island has exited but the syncer has not finished; stopping it");
+        syncer->signal(SIGTERM);
+        syncer_termed = true;
+      } else if (syncer_termed && !syncer_killed && now - all_done_at > 2 * L.syncer_grace_s) {
+        syncer->signal(SIGKILL);
+        syncer_killed = true;
+      }
+    }
+    sleep_ms(50);
+  }
+  res.syncer_exit = syncer->status();
+  for (const auto& c : islands) res.island_exits.push_back(c->status());
+  res.signals = forwarded;
+  return res;
+}
+
+json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
+  const auto tape = read_jsonl(run_dir / "syncer" / "tape.jsonl");
+  std::uint64_t merges = 0, merges_all = 0, rejects = 0;
+  std::map<std::int64_t, std::uint64_t> versions;
+  std::map<std::string, std::uint64_t> merged_by;
+  json final_cut = nullptr;
+  for (const auto& r : tape) {
+    const std::string ev = r.value("event", "");
+    if (ev == "merge") {
+      ++merges;
+      versions[r.value("fragment", std::int64_t{-1})] = r.value("version", std::uint64_t{0});
+      if (r.contains("learners") && r["learners"].size() >= islands) ++merges_all;
+      for (const auto& l : r["learners"]) ++merged_by[l.get<std::string>()];
+    } else if (ev == "reject") {
+      ++rejects;
+    } else if (ev == "final_cut") {
+      final_cut = {{"reason", r.value("reason", "")}, {"digest", r.value("digest", "")},
+                   {"outer_steps", r.value("outer_steps", std::uint64_t{0})}};
+    }
+  }
+  json s = {{"islands", islands}, {"outer_steps_merged", merges}, {"merges_with_every_island", merges_all},
+            {"rejects", rejects}, {"final_cut", final_cut}};
+  json fv = json::array();
+  for (const auto& [p, v] : versions) fv.push_back(v);
+  s["fragment_versions"] = fv;
+  if (fs::exists(run_dir / "syncer" / "final.json")) s["final"] = json::parse(read_file(run_dir / "syncer" / "final.json"));
+  json per = json::array();
+  double sent_total = 0, allreduce_total = 0;
+  for (std::uint32_t i = 0; i < islands; ++i) {
+    const std::string id = "island-" + std::to_string(i);
+    json isl = {{"id", id}, {"merged_pushes", merged_by.count(id) ? merged_by[id] : 0}};
+    for (const auto& e : read_jsonl(run_dir / id / "sync_events.jsonl")) {
+      const std::string ev = e.value("event", "");
+      if (ev == "closed") {
+        // The last life of the island: counts since its (re)start.
+        isl["steps"] = e.value("steps", std::uint64_t{0});
+        isl["bytes_sent"] = e.value("bytes_sent", std::uint64_t{0});
+        isl["bytes_received"] = e.value("bytes_received", std::uint64_t{0});
+        isl["pushes_sent"] = e.value("pushes_sent", std::uint64_t{0});
+        isl["numel"] = e.value("numel", std::uint64_t{0});
+      } else if (ev == "final_applied") {
+        isl["final_digest_matches"] = e.value("matches", false);
+      }
+    }
+    if (isl.contains("steps")) {
+      const double steps = isl["steps"].get<double>(), numel = isl["numel"].get<double>();
+      const double ar = islands > 1 ? steps * 2.0 * (islands - 1) / islands * 4.0 * numel : 0.0;
+      isl["allreduce_equivalent_bytes"] = ar;
+      sent_total += isl["bytes_sent"].get<double>();
+      allreduce_total += ar;
+    }
+    per.push_back(isl);
+  }
+  s["per_island"] = per;
+  s["bytes_sent_total"] = sent_total;
+  s["allreduce_equivalent_bytes_total"] = allreduce_total;
+  if (sent_total > 0 && allreduce_total > 0) s["allreduce_over_sent"] = allreduce_total / sent_total;
+  return s;
+}
+
+std::string format_summary(const json& s) {
+  std::ostringstream o;
+  o << "embedded run: " << s["islands"].get<std::uint32_t>() << " island(s)\n";
+  o << "  outer steps merged: " << s["outer_steps_merged"].get<std::uint64_t>() << " (fragment versions "
+    << s["fragment_versions"].dump() << "), " << s["merges_with_every_island"].get<std::uint64_t>()
+    << " with every island, " << s["rejects"].get<std::uint64_t>() << " refused frames\n";
+  if (!s["final_cut"].is_null())
+    o << "  final cut: " << s["final_cut"]["reason"].get<std::string>() << ", digest "
+      << s["final_cut"]["digest"].get<std::string>().substr(0, 16) << "…";
+  if (s.contains("final"))
+    o << ", acknowledged by " << s["final"]["acked"].size() << ", missing " << s["final"]["missing"].size();
+  o << "\n";
+  for (const auto& i : s["per_island"]) {
+    o << "  " << i["id"].get<std::string>() << ": ";
+    if (!i.contains("steps")) {
+      o << "no sync events\n";
+      continue;
+    }
+    o << i["steps"].get<std::uint64_t>() << " steps, " << i["merged_pushes"].get<std::uint64_t>()
+      << " pushes merged, sent " << human_bytes(i["bytes_sent"].get<double>()) << ", received "
+      << human_bytes(i["bytes_received"].get<double>());
+    if (i["allreduce_equivalent_bytes"].get<double>() > 0)
+      o << "; a data-parallel ring all-reduce would have sent "
+        << human_bytes(i["allreduce_equivalent_bytes"].get<double>());
+    o << "\n";
+  }
+  if (s.contains("allreduce_over_sent")) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f", s["allreduce_over_sent"].get<double>());
+    o << "  bytes sent by the islands: " << human_bytes(s["bytes_sent_total"].get<double>()) << " vs "
+      << human_bytes(s["allreduce_equivalent_bytes_total"].get<double>()) << " for all-reduce (" << buf
+      << "x less)\n";
+  }
+  return o.str();
+}
+
+int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
+  if (e.islands < 1) throw UsageError("--islands must be at least 1");
+  if (e.run_dir.empty()) throw UsageError("train --islands needs a run directory (--output DIR)");
+  std::vector<std::string> common;
+  if (e.config_file) common.insert(common.end(), {"--config", e.config_file->string()});
+  for (const auto& s : e.sets) common.insert(common.end(), {"--set", s});
+  if (!e.log_level.empty()) common.insert(common.end(), {"--log-level", e.log_level});
+  IslandLaunch L;
+  L.run_dir = e.run_dir;
+  L.islands = e.islands;
+  L.syncer_argv = {e.host_bin.string(), "syncer"};
+  L.syncer_argv.insert(L.syncer_argv.end(), common.begin(), common.end());
+  L.syncer_argv.insert(L.syncer_argv.end(), {"--set", "sync.islands=" + std::to_string(e.islands)});
+  L.learner_argv = [&](const IslandSlot& s) {
+    std::vector<std::string> a = {e.host_bin.string(), "learner"};
+    a.insert(a.end(), common.begin(), common.end());
+    a.insert(a.end(), {"--set", "sync.islands=" + std::to_string(e.islands), "--syncer", s.syncer,
+                       "--run-secret-file", s.secret.string(), "--learner-id", s.id, "--island-rank",
+                       std::to_string(s.index), "--output", s.dir.string()});
+    return a;
+  };
+  L.syncer_grace_s = cfg.get_number("sync.final_timeout_s") + 10;
+  const LaunchResult r = run_islands(L);
+  json summary = embedded_summary(e.run_dir, e.islands);
+  summary["syncer_exit"] = r.syncer_exit;
+  summary["island_exits"] = r.island_exits;
+  summary["syncer_restarts"] = r.syncer_restarts;
+  atomic_write(e.run_dir / "summary.json", summary.dump(2) + "\n");
+  std::fputs(format_summary(summary).c_str(), stdout);
+  std::printf("  exit codes: syncer %d, islands %s\n", r.syncer_exit, summary["island_exits"].dump().c_str());
+  std::fflush(stdout);
+  return r.exit_code();
+}
+
+}  // namespace yeto::sync
