@@ -243,6 +243,12 @@ MergeReport merge_adapter(const MergeOptions& o) {
   }
   ReadOptions ro;
   ro.known_modules = known;
+  // Layouts without a component in their names (PEFT, model-level files) address the denoiser.
+  for (const char* d : {"transformer", "unet", "prior"})
+    if (repo.component(d)) {
+      ro.component = d;
+      break;
+    }
   const Adapter adapter = read_adapter(o.adapter, ro);
 
   const auto mismatches = base_mismatches(adapter.record, model.repo, repo);

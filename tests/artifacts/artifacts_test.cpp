@@ -363,6 +363,45 @@ TEST(AdapterLayouts, UnreadableFilesAreRefusedNamingTheTensor) {
   EXPECT_NE(other.find("transformer.blocks.9.to_q.lora_A.weight"), std::string::npos) << other;
 }
 
+TEST(AdapterLayouts, ScalesFollowPeftPatternsAndDiffusersMetadata) {
+  yeto::test::TempDir tmp;
+  // PEFT: alpha_pattern / rank_pattern per module (PEFT's "(.*\.)?(key)$" rule), rsLoRA.
+  fs::create_directories(tmp / "peft");
+  json cfg = read_json(kLoraCase / "lora_peft" / kPeftConfigFile);
+  cfg["alpha_pattern"] = {{"transformer_blocks.0.attn.to_q", 16}};
+  tmp.write("peft/adapter_config.json", cfg.dump());
+  fs::copy_file(kLoraCase / "lora_peft" / kPeftWeightsFile, tmp / "peft" / kPeftWeightsFile);
+  Adapter a = read_adapter(tmp / "peft");
+  EXPECT_DOUBLE_EQ(a.modules.at("transformer.transformer_blocks.0.attn.to_q").scale, 4.0);
+  EXPECT_DOUBLE_EQ(a.modules.at("transformer.single_transformer_blocks.0.attn.to_q").scale, 2.0);
+  cfg["alpha_pattern"] = json::object();
+  cfg["use_rslora"] = true;
+  tmp.write("peft/adapter_config.json", cfg.dump());
+  EXPECT_DOUBLE_EQ(read_adapter(tmp / "peft").modules.begin()->second.scale, 4.0);  // 8 / sqrt(4)
+  cfg["use_rslora"] = false;
+  cfg["r"] = 8;
+  tmp.write("peft/adapter_config.json", cfg.dump());
+  EXPECT_NE(error_of([&] { read_adapter(tmp / "peft"); }).find("rank 4 but the config says r = 8"), std::string::npos);
+  cfg["r"] = 4;
+  cfg["use_dora"] = true;
+  tmp.write("peft/adapter_config.json", cfg.dump());
+  EXPECT_NE(error_of([&] { read_adapter(tmp / "peft"); }).find("DoRA"), std::string::npos);
+
+  // Diffusers >= 0.35 pipeline-level file with the config in its metadata ("transformer." keys).
+  const auto t = yeto::io::load_safetensors(kLoraCase / "lora_diffusers" / kDiffusersFile);
+  const std::vector<std::pair<std::string, at::Tensor>> v(t.begin(), t.end());
+  yeto::io::save_safetensors(tmp / "meta.safetensors", v,
+                             {{"format", "pt"},
+                              {"lora_adapter_metadata", json({{"transformer.r", 4}, {"transformer.lora_alpha", 8}}).dump()}});
+  const Adapter m = read_adapter(tmp / "meta.safetensors");
+  EXPECT_EQ(m.layout, Layout::diffusers);
+  for (const auto& [k, mod] : m.modules) EXPECT_DOUBLE_EQ(mod.scale, 2.0) << k;
+  // Without metadata Diffusers' scale 1; a caller-given alpha replaces it.
+  ReadOptions ro;
+  ro.alpha = 2.0;
+  EXPECT_DOUBLE_EQ(read_adapter(kLoraCase / "lora_diffusers", ro).modules.begin()->second.scale, 0.5);
+}
+
 TEST(Shards, SizesParseLikeHuggingFaceAndBadValuesAreRefused) {
   EXPECT_EQ(parse_size("2GB"), 2'000'000'000ull);
   EXPECT_EQ(parse_size("500MB"), 500'000'000ull);
