@@ -77,6 +77,8 @@ std::vector<KeyDef> build_schema() {
       B("data.bucket_by_shape", false, "Group rows by (frames, height, width) so shapes never mix within a micro batch.").flag("bucket-by-shape"),
       B("data.cache_latents", false, "Use precomputed latents (yeto-host cache) instead of encoding media every step.").flag("cache-latents"),
       B("data.cache_text_embeds", false, "Use precomputed text embeddings instead of running the text encoders.").flag("cache-text-embeds"),
+      I("data.cache_rows_per_shard", 64, "yeto-host cache: rows per safetensors shard (the unit an interrupted run resumes from).").range(1, 1000000),
+      I("data.cache_batch_size", 4, "yeto-host cache: rows per encoder call.").range(1, 4096),
       S("data.image_column", "image", "Manifest field holding an image path or inline base64 bytes.").flag("image-column"),
       S("data.video_column", "video", "Manifest field holding a video path, a frames directory or a list of images.").flag("video-column"),
       S("data.latent_column", "latents", "Manifest field holding cached latents (inline or a .pt/.npy/.safetensors path).").flag("latent-column"),

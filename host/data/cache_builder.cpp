@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -185,7 +184,7 @@ CacheRunStats build_cache(const Manifest& manifest, CacheEncoder& encoder, const
     std::string key, fingerprint;
   };
   std::vector<Todo> todo;
-  std::set<std::string> wanted;
+  std::map<std::string, std::string> wanted;  // key -> current fingerprint
   for (std::size_t i = 0; i < manifest.rows.size(); ++i) {
     const Row& row = manifest.rows[i];
     std::string key, fp;
@@ -198,7 +197,7 @@ CacheRunStats build_cache(const Manifest& manifest, CacheEncoder& encoder, const
       ++stats.failed;
       continue;
     }
-    if (!wanted.insert(key).second) continue;  // duplicate row (same media and prompt)
+    if (!wanted.emplace(key, fp).second) continue;  // duplicate row (same media and prompt)
     auto it = index.find(key);
     std::error_code ec;
     if (it != index.end() && it->second.fingerprint == fp && fs::is_regular_file(dir / it->second.shard, ec)) {
@@ -211,6 +210,18 @@ CacheRunStats build_cache(const Manifest& manifest, CacheEncoder& encoder, const
     if (o.data.on_bad_row == BadRowPolicy::error) throw Error(e.str(), ExitCode::bad_input);
     stats.errors.push_back(e.str());
     ++stats.failed;
+  }
+
+  if (o.max_rows > 0 && todo.size() > static_cast<std::size_t>(o.max_rows)) {
+    stats.remaining = static_cast<std::int64_t>(todo.size()) - o.max_rows;
+    todo.resize(static_cast<std::size_t>(o.max_rows));
+  }
+  if (progress) {
+    CacheProgress p;
+    p.starting = true;
+    p.total = static_cast<std::int64_t>(todo.size());
+    p.skipped = stats.skipped;
+    progress(p);
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -291,9 +302,9 @@ CacheRunStats build_cache(const Manifest& manifest, CacheEncoder& encoder, const
   index = read_cache_index(dir);
   std::string manifest_text;
   std::int64_t rows = 0;
-  for (const auto& key : wanted) {
+  for (const auto& [key, fingerprint] : wanted) {
     auto it = index.find(key);
-    if (it == index.end()) continue;
+    if (it == index.end() || it->second.fingerprint != fingerprint) continue;  // not encoded (yet) for this content
     const IndexEntry& e = it->second;
     json r = json::object();
     for (const auto& [tname, spec] : e.tensors) {
@@ -304,6 +315,7 @@ CacheRunStats build_cache(const Manifest& manifest, CacheEncoder& encoder, const
     manifest_text += r.dump() + "\n";
     ++rows;
   }
+  stats.rows = rows;
   atomic_write(dir / "manifest.jsonl", manifest_text);
   atomic_write(dir / kCacheContractFile, contract_to_json(profile, rows).dump(2) + "\n");
   return stats;

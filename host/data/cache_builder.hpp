@@ -94,9 +94,12 @@ struct CacheRunOptions {
   DataOptions data;
   std::int64_t rows_per_shard = 64;
   std::int64_t batch_size = 4;  // samples per encode() call
+  std::int64_t max_rows = 0;    // > 0: encode at most this many rows this run (the rest stays for a later run)
 };
 
+// Reported once before the first shard (starting) and after every shard.
 struct CacheProgress {
+  bool starting = false;
   std::int64_t done = 0;     // rows computed so far this run
   std::int64_t total = 0;    // rows to compute this run
   std::int64_t skipped = 0;  // rows already valid in the cache
@@ -108,6 +111,8 @@ struct CacheRunStats {
   std::int64_t computed = 0;
   std::int64_t skipped = 0;
   std::int64_t failed = 0;
+  std::int64_t remaining = 0;  // rows still to encode (left out by max_rows)
+  std::int64_t rows = 0;       // rows the cache now holds (valid for this dataset and model)
   std::vector<std::string> computed_keys;  // in the order they were encoded
   std::vector<std::string> errors;         // "<row location>: reason"
 };
