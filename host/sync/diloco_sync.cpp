@@ -57,6 +57,12 @@ struct DilocoSync::Impl {
     events->write(j);
   }
 
+  ~Impl() {
+    // The final cut was applied in after_step() but finish() was not called: still wait
+    // (bounded) until the syncer has our acknowledgement.
+    if (client && st.finished) client->close(o.client.timeouts.final_timeout_s);
+  }
+
   static bool in_place(const at::Tensor& t) {
     return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
   }
