@@ -19,6 +19,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -52,6 +53,7 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 struct OpenOptions {
   bool load_weights = true;  // false: random weights (shapes only), for init-model and planning
   bool prepare = true;       // false: stop after building components (no LoRA attached)
+  std::int64_t logical_rank = 0;  // the learner's logical rank: the plugin's RNG streams differ per rank
 };
 
 class Pipeline {

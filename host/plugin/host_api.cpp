@@ -224,7 +224,11 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
     return run(e, [&] {
       if (!name || !*name) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "rng_create: a stream needs a name");
       const auto o = ctx(host).current();
-      const std::uint64_t s = stream_seed(o->seed, o->logical_rank, std::string("plugin/") + o->plugin_name + "/" + name);
+      // LoRA initialisation is the same on every island and rank (DiLoCo starts all islands
+      // from one state): streams named lora_init* ignore the logical rank.
+      const std::string n = name;
+      const std::int64_t rank = n.rfind("lora_init", 0) == 0 ? 0 : o->logical_rank;
+      const std::uint64_t s = stream_seed(o->seed, rank, std::string("plugin/") + o->plugin_name + "/" + n);
       *out = reinterpret_cast<yeto_rng>(new Rng{s, s});
     });
   };

@@ -29,7 +29,7 @@ struct HostApiOptions {
   std::string plugin_name;          // tags the plugin's log lines
   nlohmann::json config_values;     // {key: value}, what config_get answers
   std::uint64_t seed = 0;           // diffusion.seed
-  std::int64_t logical_rank = 0;    // streams differ per (learner, island rank)
+  std::int64_t logical_rank = 0;    // streams differ per (learner, island rank), except lora_init*
   ComponentRegistry* components = nullptr;  // nullptr: ComponentRegistry::global()
   const ComponentSource* pipeline = nullptr;  // component_get answers from it; nullptr: none
 };

@@ -283,6 +283,23 @@ TEST(PluginTorch, HostApiTensorsDlpackConfigAndRng) {
   EXPECT_NE(api->rng_next_u64(api->host, a), api->rng_next_u64(api->host, c));
   for (auto g : {a, b, c}) api->rng_release(api->host, g);
   EXPECT_NE(plugin::stream_seed(7, 0, "x"), plugin::stream_seed(7, 1, "x"));
+  // Per logical rank, except the LoRA initialisation, which every island and rank shares.
+  {
+    plugin::HostApiOptions o1;
+    o1.plugin_name = "api-test";
+    o1.seed = 7;
+    o1.logical_rank = 3;
+    const yeto_host_api* ranked = plugin::make_host_api(o1);
+    yeto_rng r0 = nullptr, r3 = nullptr, l0 = nullptr, l3 = nullptr;
+    ASSERT_EQ(api->rng_create(api->host, "noise", &r0, err.get()), YETO_OK);
+    ASSERT_EQ(ranked->rng_create(ranked->host, "noise", &r3, err.get()), YETO_OK);
+    ASSERT_EQ(api->rng_create(api->host, "lora_init", &l0, err.get()), YETO_OK);
+    ASSERT_EQ(ranked->rng_create(ranked->host, "lora_init", &l3, err.get()), YETO_OK);
+    EXPECT_NE(api->rng_seed(api->host, r0), ranked->rng_seed(ranked->host, r3));
+    EXPECT_EQ(api->rng_seed(api->host, l0), ranked->rng_seed(ranked->host, l3));
+    for (auto g : {r0, l0}) api->rng_release(api->host, g);
+    for (auto g : {r3, l3}) ranked->rng_release(ranked->host, g);
+  }
   EXPECT_NE(plugin::stream_seed(7, 0, "x"), plugin::stream_seed(8, 0, "x"));
 
   // Undeclared hooks are NULL in the table (cbasic declares only "trainable").

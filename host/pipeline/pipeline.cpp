@@ -1,0 +1,438 @@
+#include "pipeline/pipeline.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "core/sha256.hpp"
+#include "core/strings.hpp"
+#include "io/aliases.hpp"
+#include "io/hub.hpp"
+#include "io/provenance.hpp"
+#include "io/repository.hpp"
+#include "io/tensors.hpp"
+#include "io/weight_source.hpp"
+#include "models/model_components.hpp"
+#include "pipeline/host_components.hpp"
+#include "plugin/components.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/instance.hpp"
+#include "plugin/loader.hpp"
+#include "schedulers/scheduler.hpp"
+#include "yeto/nn/state_dict.hpp"
+
+namespace yeto::pipeline {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Tensors per load_weights call are capped by bytes: a batch is the only float copy that
+// exists besides the component's own parameters.
+constexpr std::uint64_t kBatchBytes = 64ull << 20;
+
+struct Built {
+  std::string name;
+  std::string class_name;
+  std::string kind;
+  std::string origin;  // "host" or "plugin NAME"
+  fs::path dir;        // empty: none (a component the plan makes from its config only)
+  fs::path config_file;
+  json config = json::object();
+  std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> table;
+  std::shared_ptr<io::Component> host;  // host classes
+};
+
+std::string precision_name(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    default: return "fp32";
+  }
+}
+
+std::string device_name(const at::Device& d) {
+  return d.is_cuda() ? "cuda:" + std::to_string(d.has_index() ? d.index() : 0) : "cpu";
+}
+
+at::Device run_device(const config::Config& cfg) {
+  const std::string& d = cfg.get_string("run.device");
+  if (d == "cpu") return at::Device(at::kCPU);
+  if (d == "cuda") {
+    if (!at::hasCUDA())
+      throw UsageError("run.device = \"cuda\", but this build or machine has no CUDA device; use \"cpu\" or \"auto\"");
+    return at::Device(at::kCUDA, 0);
+  }
+  return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+}
+
+at::ScalarType run_dtype(const config::Config& cfg, const at::Device& device) {
+  const std::string& p = cfg.get_string("model.precision");
+  if (p == "fp32") return at::kFloat;
+  if (p == "bf16") return at::kBFloat16;
+  if (p == "fp16") return at::kHalf;
+  return device.is_cuda() ? at::kBFloat16 : at::kFloat;  // auto
+}
+
+json lora_targets(const std::vector<std::string>& t) {
+  if (t.size() == 1 && (t[0] == "auto" || t[0] == "attention" || t[0] == "all-linear")) return t[0];
+  return t;
+}
+
+std::string first_names(const std::vector<std::string>& v, std::size_t n = 6) {
+  std::vector<std::string> head(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size())));
+  std::string s = join(head, ", ");
+  if (v.size() > n) s += " and " + std::to_string(v.size() - n) + " more";
+  return s;
+}
+
+// Streams a component folder's weights into a C component, one tensor at a time (cast to
+// the run's dtype and device), handing them over in batches of at most kBatchBytes.
+void stream_weights(const Built& b, const yeto_component_v1& c, const std::string& variant, at::ScalarType dtype,
+                    const at::Device& device, const std::vector<std::string>& optional_missing) {
+  const std::string where = "component '" + b.name + "' (" + b.class_name + ", " + b.origin + ")";
+  const io::WeightSource ws = io::WeightSource::open(b.dir, variant);
+  std::map<std::string, at::Tensor> params;
+  for (auto& [n, t] : plugin::component_parameters(c)) params.emplace(n, t);
+  std::vector<std::string> unexpected, missing, mismatched;
+  for (const auto& n : ws.names()) {
+    const auto it = params.find(n);
+    if (it == params.end()) {
+      unexpected.push_back(n);
+      continue;
+    }
+    const auto loc = ws.locate(n);
+    if (loc.info->shape != it->second.sizes().vec())
+      mismatched.push_back(n + " (checkpoint " + io::shape_str(loc.info->shape) + ", component " +
+                           io::shape_str(it->second.sizes().vec()) + ")");
+  }
+  for (const auto& [n, t] : params)
+    if (!ws.has(n) && !nn::name_matches(n, optional_missing)) missing.push_back(n);
+  if (!unexpected.empty() || !missing.empty() || !mismatched.empty()) {
+    std::string msg = where + ": the weights in " + ws.root().string() + " do not match the component:";
+    if (!mismatched.empty()) msg += " shape mismatch for " + first_names(mismatched) + ";";
+    if (!missing.empty()) msg += " missing " + first_names(missing) + ";";
+    if (!unexpected.empty()) msg += " unexpected " + first_names(unexpected) + ";";
+    msg += " check that model_index.json / the plan names the right class and config for this folder";
+    throw Error(msg, ExitCode::bad_input);
+  }
+  plugin::NamedTensors batch;
+  std::uint64_t bytes = 0;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    try {
+      plugin::component_load_weights(c, batch, R"({"strict": true})");
+    } catch (const Error& e) {
+      throw Error(where + ": loading weights from " + ws.root().string() + " failed: " + e.what(), ExitCode::bad_input);
+    }
+    batch.clear();
+    bytes = 0;
+  };
+  for (const auto& n : ws.names()) {
+    const auto loc = ws.locate(n);
+    at::Tensor t = io::to_tensor(loc.file, *loc.info);
+    loc.file.release(*loc.info);
+    t = t.is_floating_point() ? t.to(device, dtype) : t.to(device);
+    bytes += static_cast<std::uint64_t>(t.numel()) * t.element_size();
+    batch.emplace_back(n, std::move(t));
+    if (bytes >= kBatchBytes) flush();
+  }
+  flush();
+}
+
+// Moves every floating parameter and buffer of a C component to the run's dtype and device
+// in place (set_data keeps the component's own tensors, so its modules see the change).
+void cast_component(const yeto_component_v1& c, at::ScalarType dtype, const at::Device& device) {
+  torch::NoGradGuard no_grad;
+  for (auto& [n, t] : plugin::component_parameters(c)) {
+    if (!t.defined()) continue;
+    const bool fp = t.is_floating_point();
+    if ((fp && t.scalar_type() != dtype) || t.device() != device)
+      t.set_data(fp ? t.to(device, dtype) : t.to(device));
+  }
+}
+
+}  // namespace
+
+struct Pipeline::State : plugin::ComponentSource {
+  std::string spec;
+  io::ResolvedModel resolved;
+  std::optional<io::DiffusersRepo> repo;
+  std::string model_id;
+  std::string model_commit;
+  fs::path model_dir;
+  const plugin::LoadedPlugin* loaded = nullptr;
+  const yeto_host_api* api = nullptr;
+  std::unique_ptr<plugin::Instance> instance;
+  json plan = json::object();
+  std::vector<Built> comps;
+  std::shared_ptr<schedulers::Scheduler> scheduler;
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::Device(at::kCPU);
+
+  const Built* find(const std::string& name) const {
+    for (const auto& b : comps)
+      if (b.name == name) return &b;
+    return nullptr;
+  }
+  const yeto_component_v1* find_component(const std::string& name) const override {
+    const Built* b = find(name);
+    return b ? b->table.get() : nullptr;
+  }
+  std::vector<std::string> component_names() const override {
+    std::vector<std::string> out;
+    for (const auto& b : comps) out.push_back(b.name);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  ~State() override {
+    if (api) plugin::unbind_host_api(api, this);
+    instance.reset();  // the plugin's borrowed components stay valid until its instance ends
+    comps.clear();
+  }
+};
+
+Pipeline::Pipeline() : s_(std::make_unique<State>()) {}
+Pipeline::~Pipeline() = default;
+
+std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOptions& options) {
+  ensure_builtin_components();
+  std::unique_ptr<Pipeline> p(new Pipeline());
+  State& s = *p->s_;
+
+  // 1. The model.
+  s.spec = cfg.get_string("model.id");
+  if (s.spec.empty())
+    throw UsageError("model.id is not set: name a local Diffusers directory, an org/name id in the Hugging Face "
+                     "cache or a built-in alias (--model, or [model] id = \"...\" in the run file)");
+  s.resolved = io::resolve_model(s.spec, cfg.get_string("model.revision"), io::hub_cache(cfg.get_path("model.hub_cache")));
+  s.model_dir = s.resolved.repo.path;
+  s.model_id = s.resolved.repo.local ? s.spec : s.resolved.repo.id;
+  s.model_commit = s.resolved.repo.commit;
+  s.repo = io::DiffusersRepo::open(s.model_dir);
+  s.device = run_device(cfg);
+  s.dtype = run_dtype(cfg, s.device);
+
+  // 2. The plugin, with a host API table bound to this pipeline.
+  const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
+  const std::string adapter = plugin::adapter_name(cfg, plugin::Catalog::scan(lo.dirs));
+  if (adapter.empty())
+    throw Error("model '" + s.spec + "' names no family plugin: set model.adapter (--diffusion-adapter NAME) to the "
+                    "plugin that serves it (`yeto-host plugins list` shows the installed ones)",
+                ExitCode::plugin_not_found);
+  plugin::HostApiOptions ho;
+  ho.plugin_name = adapter;
+  ho.config_values = plugin::config_values(cfg);
+  ho.seed = static_cast<std::uint64_t>(cfg.get_int("diffusion.seed"));
+  ho.logical_rank = options.logical_rank;
+  ho.pipeline = &s;
+  const yeto_host_api* api = plugin::make_host_api(ho);
+  s.api = api;  // unbinds on destruction whatever happens below
+  s.loaded = plugin::load_adapter(cfg, api);
+  if (!s.loaded) throw Error("no plugin loaded for model '" + s.spec + "'", ExitCode::plugin_not_found);
+  if (s.loaded->host_api && s.loaded->host_api != api) {
+    // Loaded before (an earlier pipeline in this process): rebind the table it holds.
+    plugin::unbind_host_api(api, &s);
+    plugin::bind_host_api(s.loaded->host_api, ho);
+    s.api = s.loaded->host_api;
+  }
+  const std::string origin = "plugin " + s.loaded->manifest.name;
+  s.instance = std::make_unique<plugin::Instance>(*s.loaded, ho.config_values.dump());
+
+  // 3. The plugin's component classes; then the host's, for component_create.
+  auto& creg = plugin::ComponentRegistry::global();
+  if (s.instance->has(YETO_CAP_COMPONENTS)) s.instance->register_components(creg);
+  register_host_classes(creg, io::ComponentRegistry::global());
+
+  // 4. The plan: model_index.json's components, with the plugin's entries on top.
+  json comps = json::object();
+  for (const auto& c : s.repo->components()) {
+    if (c.name.empty()) continue;
+    comps[c.name] = {{"class", c.class_name}, {"dir", c.dir.string()}};
+  }
+  if (s.instance->has(YETO_CAP_PIPELINE)) {
+    const std::string text = s.instance->load_pipeline(s.model_dir.string(), s.repo->model_index().dump());
+    json plan = json::parse(text, nullptr, false);
+    if (plan.is_discarded() || !plan.is_object())
+      throw Error("plugin '" + s.loaded->manifest.name + "' load_pipeline returned no JSON object: " + text.substr(0, 300),
+                  ExitCode::plugin_manifest);
+    if (plan.contains("components")) {
+      if (!plan["components"].is_object())
+        throw Error("plugin '" + s.loaded->manifest.name + "' plan: \"components\" must be an object",
+                    ExitCode::plugin_manifest);
+      for (const auto& [name, v] : plan["components"].items()) {
+        if (v.is_null()) {
+          comps.erase(name);
+          continue;
+        }
+        if (!v.is_object())
+          throw Error("plugin '" + s.loaded->manifest.name + "' plan: component '" + name + "' must be an object or null",
+                      ExitCode::plugin_manifest);
+        json& e = comps[name];
+        if (!e.is_object()) e = json::object();
+        for (const auto& [k, x] : v.items()) e[k] = x;
+      }
+    }
+    s.plan = plan;
+  }
+  s.plan["components"] = comps;
+
+  // 5. Build every planned component.
+  for (const auto& [name, e] : comps.items()) {
+    const std::string where = "model " + s.model_dir.string() + ", component '" + name + "'";
+    if (!e.contains("class") || !e["class"].is_string() || e["class"].get<std::string>().empty())
+      throw Error(where + ": the plan gives no class", ExitCode::bad_input);
+    Built b;
+    b.name = name;
+    b.class_name = e["class"].get<std::string>();
+    b.kind = e.contains("kind") && e["kind"].is_string() ? e["kind"].get<std::string>() : kind_for_component_name(name);
+    if (e.contains("dir") && e["dir"].is_string() && !e["dir"].get<std::string>().empty()) {
+      b.dir = e["dir"].get<std::string>();
+      if (b.dir.is_relative()) b.dir = s.model_dir / b.dir;
+      std::error_code ec;
+      if (!fs::is_directory(b.dir, ec))
+        throw Error(where + ": folder " + b.dir.string() + " does not exist", ExitCode::not_found);
+    }
+    if (const io::ComponentInfo* info = s.repo->component(name); info && info->dir == b.dir) {
+      b.config = info->config;
+      b.config_file = info->config_file;
+    } else if (!b.dir.empty()) {
+      for (const char* f : {"config.json", "scheduler_config.json", "tokenizer_config.json"})
+        if (fs::is_regular_file(b.dir / f)) {
+          b.config_file = b.dir / f;
+          b.config = io::read_json_file(b.config_file);
+          break;
+        }
+    }
+    if (e.contains("config") && e["config"].is_object())
+      for (const auto& [k, x] : e["config"].items()) b.config[k] = x;
+    std::vector<std::string> optional_missing;
+    if (e.contains("optional_missing") && e["optional_missing"].is_array())
+      for (const auto& x : e["optional_missing"])
+        if (x.is_string()) optional_missing.push_back(x.get<std::string>());
+
+    const std::string class_origin = creg.origin(b.class_name);
+    if (class_origin.rfind("plugin ", 0) == 0) {
+      // The plugin's class: random init, then the host streams the folder's weights in.
+      b.origin = class_origin;
+      expose_plugin_class(io::ComponentRegistry::global(), b.class_name, b.kind, creg);
+      b.table.reset(creg.create(b.class_name, b.config.dump(), ""));
+      cast_component(*b.table, s.dtype, s.device);
+      if (options.load_weights && !b.dir.empty()) {
+        // A weightless class (no parameters) in a folder without weights has nothing to load;
+        // anything else without weights is an error WeightSource reports.
+        const io::ComponentInfo* info = s.repo->component(name);
+        const bool known = info && info->dir == b.dir;
+        if (!known || info->has_weights || !plugin::component_parameters(*b.table).empty())
+          stream_weights(b, *b.table, s.repo->variant(), s.dtype, s.device, optional_missing);
+      }
+    } else {
+      b.origin = "host";
+      const auto model_classes = models::model_component_classes();
+      if (std::find(model_classes.begin(), model_classes.end(), b.class_name) != model_classes.end()) {
+        const std::string cfg_where = (b.config_file.empty() ? b.dir / "config.json" : b.config_file).string();
+        auto m = models::build_model_component(b.class_name, b.config, cfg_where);
+        m->module().to(s.device, s.dtype);
+        if (options.load_weights && !b.dir.empty())
+          models::load_component_weights(m->module(), b.class_name, io::WeightSource::open(b.dir, s.repo->variant()),
+                                         /*strict=*/true);
+        m->module().eval();
+        b.host = m;
+      } else {
+        io::ComponentSource src{b.class_name, b.dir, b.config, s.repo->variant()};
+        try {
+          b.host = io::ComponentRegistry::global().create(src);
+        } catch (const Error& x) {
+          throw Error(where + ": " + x.what() +
+                          (class_origin.empty() ? std::string(" (neither the host nor plugin '") +
+                                                      s.loaded->manifest.name + "' registers it)"
+                                                : std::string()),
+                      x.code());
+        }
+      }
+      b.table.reset(wrap_host_component(b.host));
+      if (name == "scheduler")
+        if (auto sch = std::dynamic_pointer_cast<schedulers::Scheduler>(b.host)) s.scheduler = sch;
+    }
+    spdlog::debug("pipeline: built {} ({}, {}) from {}", name, b.class_name, b.origin,
+                  b.dir.empty() ? std::string("its config") : b.dir.string());
+    s.comps.push_back(std::move(b));
+  }
+
+  // 6. Reachable from the plugin now (component_get); prepare.
+  if (options.prepare && s.instance->has(YETO_CAP_PIPELINE)) {
+    const json prep = {{"lora",
+                        {{"targets", lora_targets(cfg.get_list("lora.targets"))},
+                         {"r", cfg.get_int("lora.r")},
+                         {"alpha", cfg.get_number("lora.alpha")},
+                         {"dropout", cfg.get_number("lora.dropout")}}},
+                       {"tuning", cfg.get_string("tuning.mode")},
+                       {"precision", precision_name(s.dtype)},
+                       {"device", device_name(s.device)}};
+    s.instance->prepare(prep.dump());
+  }
+  spdlog::info("pipeline {} ready: {} components, plugin {} {}, {} on {}", s.model_id, s.comps.size(),
+               s.loaded->manifest.name, s.loaded->manifest.version, precision_name(s.dtype), device_name(s.device));
+  return p;
+}
+
+plugin::Instance& Pipeline::plugin() { return *s_->instance; }
+const plugin::LoadedPlugin& Pipeline::loaded_plugin() const { return *s_->loaded; }
+const io::DiffusersRepo& Pipeline::repo() const { return *s_->repo; }
+const fs::path& Pipeline::model_dir() const { return s_->model_dir; }
+const std::string& Pipeline::model_id() const { return s_->model_id; }
+const std::string& Pipeline::model_commit() const { return s_->model_commit; }
+const json& Pipeline::plan() const { return s_->plan; }
+
+const yeto_component_v1* Pipeline::component(const std::string& name) const { return s_->find_component(name); }
+
+std::vector<std::string> Pipeline::component_names() const { return s_->component_names(); }
+
+std::vector<std::string> Pipeline::denoisers() const {
+  std::vector<std::string> out;
+  for (const char* n : {"transformer", "transformer_2", "unet", "model"})
+    if (s_->find(n)) out.emplace_back(n);
+  return out;
+}
+
+std::shared_ptr<schedulers::Scheduler> Pipeline::scheduler() const { return s_->scheduler; }
+
+std::map<std::string, std::string> Pipeline::component_hashes() const {
+  std::map<std::string, std::string> out;
+  for (const auto& b : s_->comps) {
+    std::string record = "yeto-component v1\nclass " + b.class_name + "\n";
+    if (b.dir.empty()) {
+      record += "config " + sha256_hex(b.config.dump()) + "\n";
+    } else {
+      std::set<fs::path> files;
+      if (!b.config_file.empty()) files.insert(b.config_file.lexically_relative(b.dir));
+      for (const auto& f : io::weight_files_under(b.dir)) files.insert(f);
+      const io::ComponentInfo* info = s_->repo->component(b.name);
+      if (info && info->dir == b.dir)
+        for (const auto& f : info->tokenizer_files) files.insert(f.lexically_relative(b.dir));
+      for (const auto& f : files) record += f.generic_string() + " " + io::cached_sha256(b.dir / f) + "\n";
+    }
+    out[b.name] = sha256_hex(record);
+  }
+  return out;
+}
+
+void Pipeline::record_provenance(io::Provenance& provenance) const {
+  provenance.add_source("model", s_->spec, s_->resolved.repo);
+  json comps = json::object();
+  const auto hashes = component_hashes();
+  for (const auto& b : s_->comps)
+    comps[b.name] = {{"class", b.class_name}, {"origin", b.origin}, {"sha256", hashes.at(b.name)}};
+  provenance.set("model_components", comps);
+  provenance.set("model_precision", precision_name(s_->dtype));
+  plugin::record_provenance(provenance);
+}
+
+}  // namespace yeto::pipeline

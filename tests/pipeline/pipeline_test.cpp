@@ -1,0 +1,355 @@
+// Pipeline::open end to end on small Diffusers directories the tests write: a plugin
+// denoiser (the template's, or the probe plugin's) next to the host's VAE, CLIP text encoder,
+// tokenizer and scheduler copied from the flux-tiny fixture. Checks that weights really land
+// (against the safetensors files), that bf16 checkpoints stream in bf16, that the plugin
+// reaches the host components through component_get, and the errors a user can cause.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "io/component_registry.hpp"
+#include "io/provenance.hpp"
+#include "io/tensors.hpp"
+#include "pipeline/host_components.hpp"
+#include "pipeline/pipeline.hpp"
+#include "plugin/instance.hpp"
+#include "plugin/loader.hpp"
+#include "schedulers/scheduler.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace yeto;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kFluxTiny = fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny";
+
+bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+
+void write_json(const fs::path& p, const json& j) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << j.dump(2);
+}
+
+// A Diffusers directory: a 4-channel denoiser of `denoiser_class` with weights in `dtype`,
+// plus the flux-tiny VAE, CLIP text encoder, CLIP tokenizer and scheduler folders.
+fs::path write_model(const fs::path& dir, const std::string& denoiser_class, at::ScalarType dtype,
+                     bool template_layout) {
+  json index = {{"_class_name", "YetoTestPipeline"},
+                {"_diffusers_version", "0.33.1"},
+                {"transformer", {"yeto", denoiser_class}},
+                {"vae", {"diffusers", "AutoencoderKL"}},
+                {"text_encoder", {"transformers", "CLIPTextModel"}},
+                {"tokenizer", {"transformers", "CLIPTokenizer"}},
+                {"scheduler", {"diffusers", "FlowMatchEulerDiscreteScheduler"}}};
+  write_json(dir / "model_index.json", index);
+  write_json(dir / "transformer" / "config.json", {{"_class_name", denoiser_class}, {"in_channels", 4}});
+  torch::manual_seed(5);
+  std::vector<std::pair<std::string, at::Tensor>> w = {{"proj.weight", torch::randn({4, 4}).to(dtype)},
+                                                       {"proj.bias", torch::randn({4}).to(dtype)}};
+  if (template_layout) w.emplace_back("time_embed", torch::randn({4}).to(dtype));
+  io::save_safetensors(dir / "transformer" / "diffusion_pytorch_model.safetensors", w);
+  for (const char* c : {"vae", "text_encoder", "tokenizer", "scheduler"})
+    fs::copy(kFluxTiny / c, dir / c, fs::copy_options::recursive);
+  return dir;
+}
+
+std::vector<config::Override> base_overrides(const fs::path& model, const std::string& adapter,
+                                             const std::vector<fs::path>& plugin_dirs) {
+  std::string dirs = "[";
+  for (const auto& d : plugin_dirs) dirs += std::string(dirs.size() > 1 ? ", " : "") + "\"" + d.string() + "\"";
+  dirs += "]";
+  return {{"model.id", model.string(), "test"},
+          {"model.adapter", adapter, "test"},
+          {"plugins.dirs", dirs, "test"},
+          {"plugins.trusted_keys", "[\"" + std::string(YETO_BUILD_KEY_PUBLIC) + "\"]", "test"},
+          {"run.device", "cpu", "test"}};
+}
+
+config::Config make_config(std::vector<config::Override> o, const std::vector<config::Override>& extra = {}) {
+  o.insert(o.end(), extra.begin(), extra.end());
+  return config::Config::resolve(std::nullopt, o);
+}
+
+std::map<std::string, at::Tensor> params_of(const yeto_component_v1* c) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [n, t] : plugin::component_parameters(*c)) out[n] = t;
+  return out;
+}
+
+const at::Tensor& find(const plugin::NamedTensors& v, const std::string& name) {
+  for (const auto& [n, t] : v)
+    if (n == name) return t;
+  throw std::runtime_error("no output named " + name);
+}
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  fs::path stage_plugins() const { return fs::path(YETO_STAGE_DIR) / "plugins"; }
+  fs::path probe_plugins() const { return fs::path(YETO_PROBE_PLUGIN_DIR); }
+  test::TempDir tmp_;
+};
+
+}  // namespace
+
+TEST_F(PipelineTest, TemplateModelOpensWithEveryComponentAndItsWeights) {
+  const fs::path model = write_model(tmp_.path() / "tiny", "YetoTinyDenoiser", at::kFloat, true);
+  const auto cfg = make_config(base_overrides(model, "template", {stage_plugins()}));
+  auto p = pipeline::Pipeline::open(cfg);
+  EXPECT_EQ(p->loaded_plugin().manifest.name, "template");
+  EXPECT_EQ(p->model_dir(), model);
+  EXPECT_EQ(p->model_id(), model.string());
+  EXPECT_EQ(p->model_commit(), "");
+  EXPECT_EQ(p->component_names(),
+            (std::vector<std::string>{"scheduler", "text_encoder", "tokenizer", "transformer", "vae"}));
+  EXPECT_EQ(p->denoisers(), std::vector<std::string>{"transformer"});
+  EXPECT_EQ(p->component("unet"), nullptr);
+  EXPECT_EQ(p->plan()["components"]["transformer"]["class"], "YetoTinyDenoiser");
+
+  // The plugin's class, streamed from its folder: every tensor equals the file's.
+  const auto file = io::load_safetensors(model / "transformer" / "diffusion_pytorch_model.safetensors");
+  const auto denoiser = params_of(p->component("transformer"));
+  ASSERT_EQ(denoiser.size(), 3u);
+  for (const auto& [n, t] : file) {
+    ASSERT_TRUE(denoiser.count(n)) << n;
+    EXPECT_EQ(denoiser.at(n).scalar_type(), at::kFloat) << n;
+    EXPECT_TRUE(torch::equal(denoiser.at(n), t)) << n;
+  }
+  // A host class, built natively: its weights are the fixture's too.
+  const auto vae_file = io::load_safetensors(kFluxTiny / "vae" / "diffusion_pytorch_model.safetensors");
+  const auto vae = params_of(p->component("vae"));
+  ASSERT_TRUE(vae.count("encoder.conv_in.weight"));
+  EXPECT_TRUE(torch::equal(vae.at("encoder.conv_in.weight"), vae_file.at("encoder.conv_in.weight")));
+  EXPECT_EQ(std::string(p->component("vae")->class_name), "AutoencoderKL");
+  ASSERT_NE(pipeline::host_component_of(p->component("vae")), nullptr);
+
+  // The training scheduler is the repository's.
+  ASSERT_NE(p->scheduler(), nullptr);
+  EXPECT_EQ(p->scheduler()->num_train_timesteps(), 1000);
+
+  // The plugin instance is prepared and trains on it (the template makes its own denoiser).
+  EXPECT_EQ(p->plugin().trainable_parameters().size(), 3u);
+
+  // Hashes: one per component, stable, and they change with a weight file.
+  const auto h = p->component_hashes();
+  EXPECT_EQ(h.size(), 5u);
+  EXPECT_EQ(h.at("vae").size(), 64u);
+  EXPECT_EQ(p->component_hashes(), h);
+  EXPECT_NE(h.at("vae"), h.at("text_encoder"));
+
+  io::Provenance prov;
+  p->record_provenance(prov);
+  const json pj = prov.to_json();
+  ASSERT_TRUE(pj.contains("extra") && pj.at("extra").contains("model_components")) << pj.dump();
+  const json& mc = pj.at("extra").at("model_components");
+  EXPECT_EQ(mc.at("transformer").at("origin"), "plugin template");
+  EXPECT_EQ(mc.at("transformer").at("class"), "YetoTinyDenoiser");
+  EXPECT_EQ(mc.at("vae").at("origin"), "host");
+  EXPECT_EQ(mc.at("vae").at("sha256"), h.at("vae"));
+  EXPECT_TRUE(pj.at("extra").contains("plugin_trust")) << pj.dump();
+  ASSERT_FALSE(prov.sources().empty());
+  EXPECT_EQ(prov.sources()[0].role, "model");
+
+  // The plugin's class is visible in the host registry under the plan's kind.
+  EXPECT_EQ(io::ComponentRegistry::global().kind("YetoTinyDenoiser"), "denoiser");
+}
+
+TEST_F(PipelineTest, Bf16CheckpointStreamsInTheRunPrecision) {
+  const fs::path model = write_model(tmp_.path() / "bf16", "YetoTinyDenoiser", at::kBFloat16, true);
+  const auto file = io::load_safetensors(model / "transformer" / "diffusion_pytorch_model.safetensors");
+  ASSERT_EQ(file.at("proj.weight").scalar_type(), at::kBFloat16);
+  {
+    auto p = pipeline::Pipeline::open(
+        make_config(base_overrides(model, "template", {stage_plugins()}), {{"model.precision", "bf16", "test"}}));
+    const auto w = params_of(p->component("transformer"));
+    for (const auto& [n, t] : file) {
+      EXPECT_EQ(w.at(n).scalar_type(), at::kBFloat16) << n;
+      EXPECT_TRUE(torch::equal(w.at(n), t)) << n;
+    }
+    // Host modules run in the same precision.
+    EXPECT_EQ(params_of(p->component("vae")).at("encoder.conv_in.weight").scalar_type(), at::kBFloat16);
+  }
+  // auto on the CPU is float32: the bf16 values, widened exactly.
+  auto p = pipeline::Pipeline::open(make_config(base_overrides(model, "template", {stage_plugins()})));
+  const auto w = params_of(p->component("transformer"));
+  EXPECT_EQ(w.at("proj.weight").scalar_type(), at::kFloat);
+  EXPECT_TRUE(torch::equal(w.at("proj.weight"), file.at("proj.weight").to(at::kFloat)));
+}
+
+TEST_F(PipelineTest, PluginReachesHostComponentsThroughComponentGet) {
+  const fs::path model = write_model(tmp_.path() / "probe", "YetoProbeDenoiser", at::kFloat, false);
+  const auto cfg = make_config(base_overrides(model, "pipeprobe", {probe_plugins()}),
+                               {{"lora.r", "4", "test"}, {"lora.targets", "attention", "test"}});
+  auto p = pipeline::Pipeline::open(cfg);
+  auto& inst = p->plugin();
+
+  // prepare() got the run's options and found its own denoiser object behind the component.
+  const json seen = json::parse(inst.load_artifact(tmp_.path().string()));
+  EXPECT_EQ(seen["prepare"]["lora"]["r"], 4);
+  EXPECT_EQ(seen["prepare"]["lora"]["targets"], "attention");
+  EXPECT_EQ(seen["prepare"]["tuning"], "lora");
+  EXPECT_EQ(seen["prepare"]["precision"], "fp32");
+  EXPECT_EQ(seen["prepare"]["device"], "cpu");
+  EXPECT_EQ(seen["own"], true);
+  EXPECT_EQ(seen["foreign_is_own"], false);
+  EXPECT_EQ(seen["seen"], json({"transformer", "vae", "text_encoder", "tokenizer", "scheduler"}));
+
+  // The plugin's own object holds the weights the host streamed in.
+  const auto x = torch::randn({2, 4});
+  const auto own = inst.generate(R"({"op": "own"})", {{"hidden_states", x}});
+  const auto file = io::load_safetensors(model / "transformer" / "diffusion_pytorch_model.safetensors");
+  EXPECT_TRUE(torch::equal(find(own, "proj.weight"), file.at("proj.weight")));
+  EXPECT_TRUE(torch::allclose(find(own, "sample"), torch::addmm(file.at("proj.bias"), x, file.at("proj.weight").t())));
+
+  // VAE encode through the C ABI equals the host module called directly.
+  const auto pixels = torch::rand({1, 3, 16, 16}) * 2 - 1;
+  const auto enc = inst.generate(R"({"op": "encode"})", {{"pixel_values", pixels}});
+  const auto direct = plugin::component_forward(*p->component("vae"), {{"sample", pixels}}, R"({"method": "encode"})");
+  EXPECT_EQ(find(enc, "mean").sizes(), (std::vector<int64_t>{1, 16, 2, 2}));
+  EXPECT_TRUE(torch::equal(find(enc, "mean"), find(direct, "mean")));
+  EXPECT_TRUE(find(enc, "logvar").defined());
+  const auto dec = plugin::component_forward(*p->component("vae"), {{"latents", find(enc, "mean")}},
+                                             R"({"method": "decode"})");
+  EXPECT_EQ(find(dec, "sample").sizes(), pixels.sizes());
+
+  // Tokenizer, then text encoder with hidden states.
+  const auto text = inst.generate(R"({"op": "text", "prompts": ["a cat", "a photo of a dog"]})", {});
+  EXPECT_EQ(find(text, "input_ids").sizes(), (std::vector<int64_t>{2, 77}));
+  EXPECT_EQ(find(text, "input_ids").scalar_type(), at::kLong);
+  EXPECT_EQ(find(text, "attention_mask").sum().item<int64_t>() > 0, true);
+  EXPECT_EQ(find(text, "last_hidden_state").sizes(), (std::vector<int64_t>{2, 77, 24}));
+  EXPECT_EQ(find(text, "pooler_output").sizes(), (std::vector<int64_t>{2, 24}));
+  EXPECT_TRUE(find(text, "hidden_states.0").defined());
+  EXPECT_TRUE(find(text, "hidden_states.2").defined());  // 2 layers: embeddings + 2
+
+  // Scheduler timesteps through the ABI match the C++ scheduler's own.
+  const auto sched = inst.generate(R"({"op": "schedule", "steps": 4})", {});
+  EXPECT_EQ(find(sched, "timesteps").numel(), 4);
+  EXPECT_TRUE(torch::equal(find(sched, "timesteps"), p->scheduler()->timesteps()));
+  EXPECT_EQ(find(sched, "sigmas").numel(), 5);
+
+  // A component the pipeline lacks: NOT_FOUND with the names it has.
+  try {
+    inst.generate(R"({"op": "missing"})", {});
+    FAIL() << "component_get found a component that does not exist";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "no_such_component")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "it has: scheduler, text_encoder, tokenizer, transformer, vae")) << e.what();
+  }
+  // Host methods check their inputs and names.
+  try {
+    plugin::component_forward(*p->component("vae"), {{"latents", pixels}}, R"({"method": "encdoe"})");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "did you mean 'encode'")) << e.what();
+  }
+  try {
+    plugin::component_forward(*p->component("vae"), {}, R"({"method": "encode"})");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "needs input tensor 'sample'")) << e.what();
+  }
+
+  // Presets (ABI 1.1) through the SDK's C++ glue.
+  const json presets = json::parse(inst.presets());
+  EXPECT_EQ(presets["probe-tiny"]["components"]["transformer"]["config"]["in_channels"], 4);
+
+  // A second pipeline of the same plugin in this process: the plugin's host table is
+  // rebound to it, and back to the first when it closes.
+  {
+    const fs::path other = write_model(tmp_.path() / "probe2", "YetoProbeDenoiser", at::kFloat, false);
+    auto q = pipeline::Pipeline::open(make_config(base_overrides(other, "pipeprobe", {probe_plugins()})));
+    const auto w2 = io::load_safetensors(other / "transformer" / "diffusion_pytorch_model.safetensors");
+    EXPECT_TRUE(torch::equal(find(q->plugin().generate(R"({"op": "own"})", {{"hidden_states", x}}), "proj.weight"),
+                             w2.at("proj.weight")));
+  }
+  const auto again = inst.generate(R"({"op": "encode"})", {{"pixel_values", pixels}});
+  EXPECT_TRUE(torch::equal(find(again, "mean"), find(direct, "mean")));
+}
+
+TEST_F(PipelineTest, OpenWithoutWeightsOrPrepare) {
+  const fs::path model = write_model(tmp_.path() / "shapes", "YetoProbeDenoiser", at::kFloat, false);
+  pipeline::OpenOptions o;
+  o.load_weights = false;
+  o.prepare = false;
+  auto p = pipeline::Pipeline::open(make_config(base_overrides(model, "pipeprobe", {probe_plugins()})), o);
+  const auto file = io::load_safetensors(model / "transformer" / "diffusion_pytorch_model.safetensors");
+  const auto w = params_of(p->component("transformer"));
+  EXPECT_EQ(w.at("proj.weight").sizes(), file.at("proj.weight").sizes());
+  EXPECT_FALSE(torch::equal(w.at("proj.weight"), file.at("proj.weight")));
+  // Not prepared: the plugin never saw its components.
+  EXPECT_EQ(json::parse(p->plugin().load_artifact(tmp_.path().string()))["own"], false);
+}
+
+TEST_F(PipelineTest, ErrorsNameTheProblemWithTheirExitCodes) {
+  // A model that does not exist.
+  try {
+    pipeline::Pipeline::open(make_config(base_overrides(tmp_.path() / "nope", "template", {stage_plugins()})));
+    FAIL() << "opened a missing model";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::not_found) << e.what();
+    EXPECT_TRUE(contains(e.what(), "nope")) << e.what();
+  }
+  // No model at all.
+  try {
+    pipeline::Pipeline::open(config::Config());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::usage) << e.what();
+    EXPECT_TRUE(contains(e.what(), "model.id")) << e.what();
+  }
+
+  // A component class nobody implements.
+  const fs::path model = write_model(tmp_.path() / "unknown", "YetoTinyDenoiser", at::kFloat, true);
+  json index = json::parse(std::ifstream(model / "model_index.json"));
+  index["extra"] = {"diffusers", "NoSuchTransformer3DModel"};
+  write_json(model / "model_index.json", index);
+  write_json(model / "extra" / "config.json", {{"_class_name", "NoSuchTransformer3DModel"}});
+  try {
+    pipeline::Pipeline::open(make_config(base_overrides(model, "template", {stage_plugins()})));
+    FAIL() << "built an unknown class";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::bad_input) << e.what();
+    EXPECT_TRUE(contains(e.what(), "NoSuchTransformer3DModel")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "component 'extra'")) << e.what();
+  }
+
+  // Weights that do not fit the class: named, nothing loaded.
+  const fs::path bad = write_model(tmp_.path() / "bad", "YetoTinyDenoiser", at::kFloat, false);  // no time_embed
+  try {
+    pipeline::Pipeline::open(make_config(base_overrides(bad, "template", {stage_plugins()})));
+    FAIL() << "loaded a checkpoint that lacks a parameter";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::bad_input) << e.what();
+    EXPECT_TRUE(contains(e.what(), "missing time_embed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "component 'transformer'")) << e.what();
+  }
+
+  // An unsigned copy of the plugin is refused before it is opened.
+  const fs::path unsigned_dir = tmp_.path() / "unsigned";
+  fs::create_directories(unsigned_dir);
+  for (const char* f : {"template.so", "template.yeto.json"}) fs::copy_file(stage_plugins() / f, unsigned_dir / f);
+  const fs::path good = write_model(tmp_.path() / "good", "YetoTinyDenoiser", at::kFloat, true);
+  try {
+    pipeline::Pipeline::open(make_config(base_overrides(good, "template", {unsigned_dir})));
+    FAIL() << "loaded an unsigned plugin";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::plugin_unsigned) << e.what();
+    EXPECT_TRUE(contains(e.what(), "unsigned")) << e.what();
+  }
+  // A plugin name that does not exist.
+  try {
+    pipeline::Pipeline::open(make_config(base_overrides(good, "templat", {stage_plugins()})));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::plugin_not_found) << e.what();
+    EXPECT_TRUE(contains(e.what(), "did you mean 'template'")) << e.what();
+  }
+}
