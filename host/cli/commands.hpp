@@ -23,6 +23,8 @@ void register_sync_commands(Registry& r);     // syncer (host/sync)
 void register_parity_commands(Registry& r);   // check-parity (host/parity)
 void register_io_commands(Registry& r);       // inspect (host/io)
 void register_data_commands(Registry& r);     // data check (host/data)
+void register_cache_commands(Registry& r);    // cache (host/data/torch)
+void register_initmodel_commands(Registry& r);  // init-model (host/initmodel)
 void register_plugin_commands(Registry& r);   // plugins (host/plugin)
 
 }  // namespace yeto::cli

@@ -29,9 +29,6 @@ void register_planned_commands(Registry& r) {
   planned(r, "export", "Export a trained adapter in Diffusers, PEFT and ComfyUI layouts.", "adapter export", true);
   planned(r, "merge", "Fold an adapter into its base model and write sharded safetensors.", "adapter merging", true);
   planned(r, "sample", "Generate images or videos from a base model and an adapter.", "sampling", true);
-  planned(r, "cache", "Precompute latents and text embeddings for a dataset.", "the latent/text cache", true);
-  planned(r, "init-model", "Write a randomly initialised tiny model repository in Diffusers layout.",
-          "model initialisation", false);
 }
 
 }  // namespace yeto::cli

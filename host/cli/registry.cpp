@@ -6,6 +6,8 @@ Registry build_registry() {
   Registry r;
   register_builtin_commands(r);
   register_data_commands(r);
+  register_cache_commands(r);
+  register_initmodel_commands(r);
   register_io_commands(r);
   register_parity_commands(r);
   register_planned_commands(r);

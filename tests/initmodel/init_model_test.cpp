@@ -54,7 +54,10 @@ TEST_F(InitModelFlux, WritesACompleteDiffusersRepository) {
   std::set<std::string> seen;
   for (const auto& c : j["components"]) {
     seen.insert(c["name"].get<std::string>());
-    EXPECT_TRUE(c["registered"].get<bool>()) << c.dump();
+    // inspect does not load plugins: the plugin's own denoiser class is checked by opening
+    // the pipeline (ThePipelineOpensAndItsTokenizersAndEncodersRun); every host class is
+    // implemented here.
+    if (c["name"] != "transformer") EXPECT_TRUE(c["registered"].get<bool>()) << c.dump();
     EXPECT_EQ(c["validation"], "ok") << c.dump();
   }
   EXPECT_EQ(seen, (std::set<std::string>{"scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae"}));
@@ -75,15 +78,13 @@ TEST_F(InitModelFlux, TheSameSeedGivesTheSameWeights) {
 TEST_F(InitModelFlux, ThePipelineOpensAndItsTokenizersAndEncodersRun) {
   ASSERT_EQ(result_->exit_code, 0) << result_->all();
   TempDir t;
-  std::ofstream(t / "a.png", std::ios::binary);  // replaced below by a real PNG
-  // A 16x16 grey PNG (stored, uncompressed zlib) is more than the test needs to write by
-  // hand; use the ffmpeg CLI the data tests already rely on.
+  // A 16x16 grey PNG from the ffmpeg CLI the data tests already rely on.
   ASSERT_EQ(test::run_process({"ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
                                "color=c=gray:s=16x16", "-frames:v", "1", (t / "a.png").string()})
                 .exit_code,
             0);
   std::ofstream(t / "train.jsonl") << "{\"image\": \"a.png\", \"prompt\": \"a photo of a cat\"}\n";
-  const auto r = test::run_host({"cache", "--model", model().string(), "--data", (t / "train.jsonl").string(), "--height", "16",
+  const auto r = test::run_host({"cache", "--model", model().string(), "--diffusion-adapter", "flux", "--data", (t / "train.jsonl").string(), "--height", "16",
                                  "--width", "16", "--set", "run.device=cpu", "--output", (t / "cache").string(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const json contract = json::parse(read_file(t / "cache/yeto_diffusion_cache.json"));
