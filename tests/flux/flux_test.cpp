@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "flux_family.hpp"
 #include "flux_latents.hpp"
 #include "flux_transformer.hpp"
 #include "io/tensors.hpp"
@@ -151,4 +152,141 @@ TEST(FluxTransformer, LoraOnAttentionKeepsOutputUntilTrained) {
   const auto paths = yeto::nn::add_lora(*c.model, {"to_q", "to_k", "to_v", "to_out.0"}, lc);
   EXPECT_EQ(paths.size(), 7u);  // double block: to_q/k/v/out.0; single block: to_q/k/v
   EXPECT_TRUE(at::allclose(run(c), before));  // B = 0 at init
+}
+
+// ---- LoRA parity: Diffusers and PEFT adapter files on the transformer ------------------------
+
+namespace {
+
+void check_lora_file(const std::string& file, const std::string& prefix, double alpha, const std::string& expected) {
+  ModelCase c = load_case("flux-lora");
+  yeto::nn::LoraConfig lc;
+  lc.r = 4;
+  lc.alpha = alpha;
+  lc.init = "zeros";
+  const auto tensors = yeto::io::load_safetensors(case_dir("flux-lora") / file);
+  const auto paths = yeto::nn::load_lora_state_dict(*c.model, tensors, lc, "default", prefix);
+  EXPECT_EQ(paths.size(), 7u) << file;
+  torch::NoGradGuard ng;
+  expect_close(run(c), c.expected.at(expected), c.info.at("compare").at(expected), "flux-lora " + file);
+}
+
+}  // namespace
+
+TEST(FluxLora, BaseModelMatches) {
+  ModelCase c = load_case("flux-lora");
+  torch::NoGradGuard ng;
+  expect_close(run(c), c.expected.at("sample_base"), c.info.at("compare").at("sample_base"), "flux-lora base");
+}
+
+TEST(FluxLora, DiffusersFileWithAdapterAlpha) {
+  check_lora_file("lora_diffusers/pytorch_lora_weights.safetensors", "transformer.", 8.0, "sample_lora");
+}
+
+TEST(FluxLora, DiffusersFileWithoutAlphaIsScaleOne) {
+  check_lora_file("lora_diffusers/pytorch_lora_weights.safetensors", "transformer.", 4.0, "sample_lora_alpha_eq_rank");
+}
+
+TEST(FluxLora, ModelLevelAndPeftFiles) {
+  check_lora_file("lora_model_level/pytorch_lora_weights.safetensors", "", 8.0, "sample_lora");
+  check_lora_file("lora_peft/adapter_model.safetensors", "base_model.model.", 8.0, "sample_lora");
+}
+
+// ---- the family's torch-free helpers ------------------------------------------------------------
+
+TEST(FluxFamily, PlanFromTheTinyRepository) {
+  const auto dir = (fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny").string();
+  const auto plan = yeto::flux::plan_from_model_index(dir, read_json(fs::path(dir) / "model_index.json"));
+  const auto& comps = plan.at("components");
+  EXPECT_EQ(comps.size(), 7u);
+  EXPECT_EQ(comps.at("transformer").at("class"), "FluxTransformer2DModel");
+  EXPECT_EQ(comps.at("tokenizer_2").at("class"), "T5TokenizerFast");
+  EXPECT_EQ(comps.at("vae").at("dir"), dir + "/vae");
+}
+
+TEST(FluxFamily, PlanErrorsNameFileAndKey) {
+  auto index = read_json(fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny" / "model_index.json");
+  index.erase("text_encoder_2");
+  try {
+    yeto::flux::plan_from_model_index("/m", index);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("/m/model_index.json"), std::string::npos) << m;
+    EXPECT_NE(m.find("text_encoder_2"), std::string::npos) << m;
+  }
+  index = read_json(fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny" / "model_index.json");
+  index["transformer"] = {"diffusers", "SD3Transformer2DModel"};
+  try {
+    yeto::flux::plan_from_model_index("/m", index);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("SD3Transformer2DModel"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FluxFamily, LinspaceIsNumpys) {
+  // np.linspace(1, 1/4, 4) and np.linspace(1, 1/28, 28)[[1, 27]] (values printed by NumPy 1.24).
+  const auto s4 = yeto::flux::linspace(1.0, 0.25, 4);
+  ASSERT_EQ(s4.size(), 4u);
+  EXPECT_EQ(s4[0], 1.0);
+  EXPECT_EQ(s4[1], 0.75);
+  EXPECT_EQ(s4[2], 0.5);
+  EXPECT_EQ(s4[3], 0.25);
+  const auto s28 = yeto::flux::linspace(1.0, 1.0 / 28, 28);
+  EXPECT_EQ(s28.back(), 1.0 / 28);
+  EXPECT_EQ(s28[1], 0.9642857142857143);
+  EXPECT_EQ(s28[13], 0.53571428571428581);
+  EXPECT_EQ(s28[26], 0.071428571428571508);
+  EXPECT_EQ(yeto::flux::linspace(1.0, 1.0, 1), std::vector<double>{1.0});
+}
+
+TEST(FluxFamily, LoraTargetsAndRequest) {
+  EXPECT_EQ(yeto::flux::resolve_lora_targets("attention").patterns.size(), 8u);
+  EXPECT_EQ(yeto::flux::resolve_lora_targets("auto").patterns.size(), 12u);
+  EXPECT_TRUE(yeto::flux::resolve_lora_targets("all-linear").all_linear);
+  EXPECT_EQ(yeto::flux::resolve_lora_targets(nlohmann::json::array({"to_q", "proj_mlp"})).patterns,
+            (std::vector<std::string>{"to_q", "proj_mlp"}));
+  EXPECT_THROW(yeto::flux::resolve_lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
+  EXPECT_THROW(yeto::flux::resolve_lora_targets(nlohmann::json::array()), std::invalid_argument);
+
+  const auto r = yeto::flux::parse_generate_request(
+      {{"prompts", {"a"}}, {"seed", 42}, {"steps", 4}, {"height", 64}, {"width", 96}, {"max_sequence_length", 32}});
+  EXPECT_EQ(r.seed, 42u);
+  EXPECT_EQ(r.steps, 4);
+  EXPECT_EQ(r.width, 96);
+  EXPECT_EQ(r.max_sequence_length, 32);
+  EXPECT_THROW(yeto::flux::parse_generate_request({{"prompts", nlohmann::json::array()}}), std::invalid_argument);
+  EXPECT_THROW(yeto::flux::parse_generate_request({{"prompts", {"a"}}, {"steps", 0}}), std::invalid_argument);
+  EXPECT_THROW(yeto::flux::parse_generate_request({{"prompts", {"a"}}, {"max_sequence_length", 513}}),
+               std::invalid_argument);
+  EXPECT_EQ(yeto::flux::resolve_precision("auto", "cpu"), "fp32");
+  EXPECT_EQ(yeto::flux::resolve_precision("auto", "cuda:0"), "bf16");
+  EXPECT_THROW(yeto::flux::resolve_precision("int8", "cpu"), std::invalid_argument);
+}
+
+TEST(FluxFamily, TinyPresetIsTheTinyRepositorysShapes) {
+  const auto p = yeto::flux::presets();
+  ASSERT_TRUE(p.contains("tiny"));
+  ASSERT_TRUE(p.contains("mid"));
+  const auto repo = fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny";
+  const auto& comps = p.at("tiny").at("components");
+  for (const char* name : {"transformer", "vae"}) {
+    auto want = read_json(repo / name / "config.json");
+    auto got = comps.at(name).at("config");
+    want.erase("_diffusers_version");
+    EXPECT_EQ(got, want) << name;
+  }
+  for (const char* name : {"text_encoder", "text_encoder_2"}) {
+    auto want = read_json(repo / name / "config.json");
+    want.erase("output_past");  // generation-only keys of the transformers T5 config
+    want.erase("use_cache");
+    EXPECT_EQ(comps.at(name).at("config"), want) << name;
+  }
+  auto sched = read_json(repo / "scheduler" / "scheduler_config.json");
+  sched.erase("_diffusers_version");
+  EXPECT_EQ(comps.at("scheduler").at("config"), sched);
+  // Both presets build: the mid transformer's config is consistent.
+  const auto mid = yeto::flux::FluxTransformerConfig::from_json(p.at("mid").at("components").at("transformer").at("config"));
+  EXPECT_EQ(mid.inner_dim(), 384);
 }

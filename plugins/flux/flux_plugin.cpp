@@ -1,0 +1,511 @@
+// The Flux family plugin (FLUX.1 dev / schnell): the FluxTransformer2DModel component class
+// and the FluxPipeline semantics as plugin hooks, written against the SDK only (yeto/plugin.hpp,
+// sdk/nn). The host loads the repository's other components (VAE, CLIP, T5, tokenizers,
+// scheduler) from the plan load_pipeline returns; this plugin reaches them through
+// yeto_host_api.component_get and calls their documented forward() methods.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <yeto/plugin.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "flux_family.hpp"
+#include "flux_latents.hpp"
+#include "flux_transformer.hpp"
+#include "yeto/nn/linear.hpp"
+
+namespace {
+
+using nlohmann::json;
+using yeto::sdk::fail;
+using yeto::sdk::Host;
+using yeto::sdk::NamedTensors;
+namespace flux = yeto::flux;
+
+constexpr const char* kLoraAdapter = "default";
+
+json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
+  }
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse_json(s.str(), path);
+}
+
+// A run-configuration value from the host, or `fallback` when there is no host or no such key.
+std::string host_config_string(const std::string& key, const std::string& fallback) {
+  if (!Host::api() || !Host::api()->config_get) return fallback;
+  try {
+    const auto j = json::parse(Host::config_json(key));
+    return j.is_string() ? j.get<std::string>() : fallback;
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+at::ScalarType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+at::Device device_of(const std::string& device) {
+  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
+  try {
+    return at::Device(device);
+  } catch (const c10::Error&) {
+    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
+  }
+}
+
+std::string device_name(const at::Device& d) { return d.str(); }
+
+// ---- host components -------------------------------------------------------------------
+
+NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
+  const auto c = Host::component(component);
+  try {
+    return c.forward(inputs, options.dump());
+  } catch (const yeto::sdk::Failure& e) {
+    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
+  }
+}
+
+const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
+  for (const auto& [n, t] : out)
+    if (n == name) return t;
+  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
+}
+
+// ---- the transformer component -----------------------------------------------------------
+
+class TransformerComponent : public yeto::sdk::Component {
+ public:
+  TransformerComponent(const std::string& config_json, const std::string& dir)
+      : model_(nullptr) {
+    const std::string where = dir.empty() ? std::string("FluxTransformer2DModel config") : dir + "/config.json";
+    try {
+      model_ = flux::FluxTransformer2DModel(flux::FluxTransformerConfig::from_json(parse_json(config_json, where)));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
+    }
+    // Built directly in the run's precision and device, so a bf16 checkpoint streamed in by
+    // the host never has a float32 copy of the whole model.
+    const auto device = device_of(host_config_string("run.device", "auto"));
+    const auto precision = flux::resolve_precision(host_config_string("model.precision", "auto"), device_name(device));
+    model_->to(device, dtype_of(precision));
+    model_->eval();
+  }
+
+  NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
+    using yeto::sdk::get;
+    using yeto::sdk::has;
+    const auto dtype = model_->x_embedder->weight.scalar_type();
+    const auto dev = model_->x_embedder->weight.device();
+    auto to = [&](const at::Tensor& t) { return t.to(dev, dtype); };
+    const at::Tensor guidance = has(in, "guidance") ? get(in, "guidance").to(dev) : at::Tensor();
+    auto out = model_->forward(to(get(in, "hidden_states")), to(get(in, "encoder_hidden_states")),
+                               to(get(in, "pooled_projections")), get(in, "timestep").to(dev),
+                               get(in, "img_ids").to(dev), get(in, "txt_ids").to(dev), guidance);
+    return {{"sample", out}};
+  }
+
+  NamedTensors parameters() override {
+    NamedTensors out;
+    for (const auto& p : model_->named_parameters()) out.emplace_back(p.key(), p.value());
+    for (const auto& b : model_->named_buffers()) out.emplace_back(b.key(), b.value());
+    return out;
+  }
+
+  // Streams are welcome: the host may call this once per tensor. Strict loading refuses names
+  // the model does not have; shapes must always match. Completeness is the caller's check
+  // (parameters() lists every name).
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    at::NoGradGuard no_grad;
+    auto params = model_->named_parameters();
+    auto buffers = model_->named_buffers();
+    for (const auto& [name, t] : weights) {
+      at::Tensor* dst = params.find(name);
+      if (!dst) dst = buffers.find(name);
+      if (!dst) {
+        if (strict)
+          fail(YETO_ERR_INVALID_ARGUMENT,
+               "FluxTransformer2DModel has no parameter '" + name + "' (is this a FLUX.1 transformer checkpoint?)");
+        continue;
+      }
+      if (dst->sizes() != t.sizes())
+        fail(YETO_ERR_INVALID_ARGUMENT, "FluxTransformer2DModel tensor '" + name + "': checkpoint shape " +
+                                            c10::str(t.sizes()) + ", model shape " + c10::str(dst->sizes()));
+      dst->copy_(t);
+    }
+  }
+
+  flux::FluxTransformer2DModel& model() { return model_; }
+
+ private:
+  flux::FluxTransformer2DModel model_;
+};
+
+// ---- the plugin ----------------------------------------------------------------------------
+
+struct Conditioning {
+  at::Tensor clip_ids, t5_ids, pooled, embeds;
+};
+
+class FluxPlugin : public yeto::sdk::Plugin {
+ public:
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
+    json plan;
+    try {
+      plan = flux::plan_from_model_index(model_dir, index);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    model_dir_ = model_dir;
+    vae_config_ = read_json_file(model_dir + "/vae/config.json");
+    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+    const auto tok = model_dir + "/tokenizer/tokenizer_config.json";
+    clip_max_length_ = 77;
+    if (std::ifstream(tok).good()) {
+      const auto t = read_json_file(tok);
+      if (t.contains("model_max_length") && t["model_max_length"].is_number_integer() &&
+          t["model_max_length"].get<std::int64_t>() > 0 && t["model_max_length"].get<std::int64_t>() < 100000)
+        clip_max_length_ = t["model_max_length"].get<std::int64_t>();
+    }
+    return plan.dump();
+  }
+
+  std::string presets() override { return flux::presets().dump(); }
+
+  void register_components(yeto::sdk::ComponentRegistry& registry) override {
+    registry.add<TransformerComponent>("FluxTransformer2DModel");
+  }
+
+  void prepare(const std::string& options_json) override {
+    const auto o = parse_json(options_json, "prepare options");
+    auto& model = transformer();
+    const auto device = device_of(o.value("device", std::string("auto")));
+    const auto precision = flux::resolve_precision(o.value("precision", std::string("auto")), device_name(device));
+    model->to(device, dtype_of(precision));
+    tuning_ = o.value("tuning", std::string("lora"));
+    if (tuning_ != "lora" && tuning_ != "full")
+      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
+    if (tuning_ == "full") {
+      for (auto& p : model->parameters()) p.set_requires_grad(true);
+      return;
+    }
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
+    yeto::nn::LoraConfig cfg;
+    try {
+      cfg.r = lora.value("r", std::int64_t{16});
+      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
+      cfg.dropout = lora.value("dropout", 0.0);
+      cfg.init = lora.value("init", std::string("kaiming"));
+    } catch (const json::exception& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
+    }
+    if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
+    flux::LoraTargets targets;
+    try {
+      targets = flux::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    std::vector<std::string> patterns = targets.patterns;
+    if (targets.all_linear)
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
+        if (path != "proj_out") patterns.push_back(path);
+    bool already = false;
+    for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
+      already = already || layer->has_adapter(kLoraAdapter);
+    if (already) return;  // prepared before: keep the adapter (and its trained values)
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init") : 0);
+    try {
+      lora_paths_ = yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
+    }
+  }
+
+  NamedTensors trainable_parameters() override {
+    auto& model = transformer();
+    std::map<std::string, at::Tensor> sorted;
+    if (tuning_ == "full") {
+      for (const auto& p : model->named_parameters()) sorted.emplace("transformer." + p.key(), p.value());
+    } else {
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+        if (!layer->has_adapter(kLoraAdapter)) continue;
+        sorted.emplace("transformer." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
+        sorted.emplace("transformer." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
+      }
+      if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
+    }
+    NamedTensors out;
+    for (auto& [name, t] : sorted) out.emplace_back(name, t);
+    return out;
+  }
+
+  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
+    const auto& px = yeto::sdk::get(media, "pixel_values");
+    if (px.dim() != 4 || px.size(1) != 3)
+      fail(YETO_ERR_INVALID_ARGUMENT, "flux encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
+                                      "[-1, 1], got " + c10::str(px.sizes()) + " (FLUX.1 has no video VAE)");
+    const auto o = parse_json(options_json, "encode_media options");
+    const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
+    auto z = output(out, "mean", "vae");
+    if (o.value("sample", false)) {
+      const auto logvar = output(out, "logvar", "vae").clamp(-30.0, 20.0);
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
+      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
+      z = z + at::exp(0.5 * logvar) * eps;
+    }
+    return {{"latents", ((z.to(at::kFloat) - shift_factor()) * scaling_factor())}};
+  }
+
+  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
+    const auto p = parse_json(prompts_json, "encode_conditioning prompts");
+    std::vector<std::string> prompts;
+    if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
+    for (const auto& s : p) {
+      if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
+      prompts.push_back(s.get<std::string>());
+    }
+    const auto c = encode_prompts(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
+  }
+
+  NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& step_json) override {
+    const auto& noisy = yeto::sdk::get(batch, "noisy");
+    check_latents(noisy, "noisy");
+    const auto& embeds = yeto::sdk::get(batch, "prompt_embeds");
+    const auto step = parse_json(step_json, "denoiser_kwargs step");
+    NamedTensors out = {{"img_ids", flux::latent_image_ids(noisy.size(2) / 2, noisy.size(3) / 2)},
+                        {"txt_ids", flux::text_ids(embeds.size(1))}};
+    if (transformer()->config().guidance_embeds)
+      out.emplace_back("guidance", at::full({noisy.size(0)}, step.value("guidance", 3.5), at::kFloat));
+    return out;
+  }
+
+  at::Tensor denoise(const NamedTensors& in, const std::string& /*step_json*/) override {
+    using yeto::sdk::get;
+    using yeto::sdk::has;
+    const auto& x = get(in, "hidden_states");
+    check_latents(x, "hidden_states");
+    const auto& embeds = get(in, "prompt_embeds");
+    const auto img_ids = has(in, "img_ids") ? get(in, "img_ids") : flux::latent_image_ids(x.size(2) / 2, x.size(3) / 2);
+    const auto txt_ids = has(in, "txt_ids") ? get(in, "txt_ids") : flux::text_ids(embeds.size(1));
+    at::Tensor guidance;
+    if (transformer()->config().guidance_embeds)
+      guidance = has(in, "guidance") ? get(in, "guidance") : at::full({x.size(0)}, 3.5, at::kFloat);
+    const auto t = get(in, "timesteps").to(at::kFloat) / 1000.0;
+    const auto pred = run_transformer(flux::pack_latents(x), embeds, get(in, "pooled_prompt_embeds"), t, img_ids,
+                                      txt_ids, guidance);
+    return unpack(pred, x.size(2), x.size(3)).to(at::kFloat);
+  }
+
+  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
+                                          const std::string& /*step_json*/) override {
+    if (prediction.sizes() != target.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, "flux align: prediction " + c10::str(prediction.sizes()) + " and target " +
+                                          c10::str(target.sizes()) + " differ in shape");
+    return {prediction.to(at::kFloat), target.to(at::kFloat)};
+  }
+
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    flux::GenerateRequest r;
+    try {
+      r = flux::parse_generate_request(parse_json(request_json, "generate request"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    at::NoGradGuard no_grad;
+    NamedTensors trace;
+    auto record = [&](const std::string& name, const at::Tensor& t) {
+      if (r.trace) trace.emplace_back(name, t.detach().clone());
+    };
+    const auto& cfg = transformer()->config();
+    const auto batch = static_cast<std::int64_t>(r.prompts.size());
+
+    // 1. Text conditioning.
+    const auto cond = encode_prompts(r.prompts, r.max_sequence_length);
+    record("clip_input_ids", cond.clip_ids);
+    record("t5_input_ids", cond.t5_ids);
+    record("pooled_prompt_embeds", cond.pooled);
+    record("prompt_embeds", cond.embeds);
+
+    // 2. Latents: the unpacked shape, noise from a CPU generator seeded like torch.Generator("cpu").manual_seed.
+    const auto vsf = vae_scale_factor();
+    const auto h = 2 * (r.height / (vsf * 2)), w = 2 * (r.width / (vsf * 2));
+    if (h < 2 || w < 2)
+      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be at least " + std::to_string(vsf * 2));
+    const auto channels = cfg.in_channels / 4;
+    at::Tensor noise;
+    if (yeto::sdk::has(inputs, "latents")) {
+      noise = yeto::sdk::get(inputs, "latents").to(at::kFloat);
+      if (noise.sizes() != at::IntArrayRef({batch, channels, h, w}))
+        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " +
+                                            c10::str(at::IntArrayRef({batch, channels, h, w})) + ", got " +
+                                            c10::str(noise.sizes()));
+    } else {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+      noise = at::randn({batch, channels, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
+    }
+    const auto text_ids = flux::text_ids(cond.embeds.size(1));
+    const auto image_ids = flux::latent_image_ids(h / 2, w / 2);
+    auto latents = flux::pack_latents(noise);
+    record("text_ids", text_ids);
+    record("latent_image_ids", image_ids);
+    record("initial_latents", latents);
+
+    // 3. Schedule: sigmas linspace(1, 1/N, N), dynamic shift mu from the image sequence length.
+    const auto sigmas_in = flux::linspace(1.0, 1.0 / static_cast<double>(r.steps), r.steps);
+    const double mu = flux::calculate_shift(latents.size(1), sched_int("base_image_seq_len", 256),
+                                            sched_int("max_image_seq_len", 4096), sched_number("base_shift", 0.5),
+                                            sched_number("max_shift", 1.15));
+    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"sigmas", sigmas_in}, {"mu", mu}});
+    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kFloat);
+    const auto sigmas = output(schedule, "sigmas", "scheduler").to(at::kFloat);
+    record("mu", at::scalar_tensor(mu, at::kDouble));
+    record("sigmas", sigmas);
+    record("timesteps", timesteps);
+    at::Tensor guidance;
+    if (cfg.guidance_embeds) {
+      guidance = at::full({batch}, r.guidance, at::kFloat);
+      record("guidance", guidance);
+    }
+
+    // 4. Denoising loop.
+    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
+      const auto p = "step." + std::to_string(i) + ".";
+      const auto t = timesteps[i];
+      const auto timestep = t.expand({batch}).to(at::kFloat);
+      record(p + "latents", latents);
+      record(p + "timestep", timestep);
+      record(p + "transformer_timestep", timestep / 1000);
+      record(p + "sigma", sigmas.narrow(0, i, 1));
+      record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
+      const auto noise_pred =
+          run_transformer(latents, cond.embeds, cond.pooled, timestep / 1000, image_ids, text_ids, guidance)
+              .to(at::kFloat);
+      record(p + "noise_pred", noise_pred);
+      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
+                            {{"method", "step"}}),
+                       "prev_sample", "scheduler");
+    }
+    record("final_latents", latents);
+
+    // 5. Decode.
+    const auto unpacked = flux::unpack_latents(latents, r.height, r.width, vsf);
+    record("final_latents_unpacked", unpacked);
+    const auto vae_input = unpacked / scaling_factor() + shift_factor();
+    record("vae_input", vae_input);
+    const auto image = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae");
+    record("image", image);
+    const auto images = (image.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
+    record("image_postprocessed", images);
+
+    NamedTensors out = {{"images", images}};
+    for (auto& nt : trace) out.push_back(std::move(nt));
+    return out;
+  }
+
+ private:
+  flux::FluxTransformer2DModel& transformer() {
+    const auto c = Host::component("transformer");
+    auto* impl = c.as<TransformerComponent>("FluxTransformer2DModel");
+    if (!impl)
+      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
+                                          ", not a FluxTransformer2DModel built by the flux plugin");
+    return impl->model();
+  }
+
+  at::Tensor run_transformer(const at::Tensor& packed, const at::Tensor& embeds, const at::Tensor& pooled,
+                             const at::Tensor& timestep, const at::Tensor& img_ids, const at::Tensor& txt_ids,
+                             const at::Tensor& guidance) {
+    auto& model = transformer();
+    const auto dtype = model->x_embedder->weight.scalar_type();
+    const auto dev = model->x_embedder->weight.device();
+    return model->forward(packed.to(dev, dtype), embeds.to(dev, dtype), pooled.to(dev, dtype), timestep.to(dev),
+                          img_ids.to(dev), txt_ids.to(dev), guidance.defined() ? guidance.to(dev) : guidance);
+  }
+
+  Conditioning encode_prompts(const std::vector<std::string>& prompts, std::int64_t max_sequence_length) {
+    Conditioning c;
+    const json tok = {{"method", "tokenize"}, {"text", prompts}, {"padding", "max_length"}, {"truncation", true}};
+    json clip_tok = tok;
+    clip_tok["max_length"] = clip_max_length_;
+    c.clip_ids = output(call("tokenizer", {}, clip_tok), "input_ids", "tokenizer").to(at::kLong);
+    // FluxPipeline calls both encoders with the ids only (no attention mask).
+    c.pooled = output(call("text_encoder", {{"input_ids", c.clip_ids}}, {{"method", "encode"}}), "pooler_output",
+                      "text_encoder")
+                   .to(at::kFloat);
+    json t5_tok = tok;
+    t5_tok["max_length"] = max_sequence_length;
+    c.t5_ids = output(call("tokenizer_2", {}, t5_tok), "input_ids", "tokenizer_2").to(at::kLong);
+    c.embeds = output(call("text_encoder_2", {{"input_ids", c.t5_ids}}, {{"method", "encode"}}), "last_hidden_state",
+                      "text_encoder_2")
+                   .to(at::kFloat);
+    return c;
+  }
+
+  void check_latents(const at::Tensor& x, const std::string& name) {
+    const auto channels = transformer()->config().in_channels / 4;
+    if (x.dim() != 4 || x.size(1) != channels || x.size(2) % 2 != 0 || x.size(3) % 2 != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "flux: '" + name + "' must be unpacked latents [B, " + std::to_string(channels) +
+                                          ", h, w] with even h and w, got " + c10::str(x.sizes()));
+  }
+
+  at::Tensor unpack(const at::Tensor& packed, std::int64_t h, std::int64_t w) {
+    const auto vsf = vae_scale_factor();
+    return flux::unpack_latents(packed, h * vsf, w * vsf, vsf);
+  }
+
+  std::int64_t vae_scale_factor() const {
+    const auto& b = vae_config_.contains("block_out_channels") ? vae_config_["block_out_channels"] : json();
+    if (!b.is_array() || b.empty()) return 8;
+    return std::int64_t{1} << (b.size() - 1);
+  }
+  double vae_number(const char* key, double fallback) const {
+    const auto it = vae_config_.find(key);
+    return it != vae_config_.end() && it->is_number() ? it->get<double>() : fallback;
+  }
+  double scaling_factor() const { return vae_number("scaling_factor", 0.3611); }
+  double shift_factor() const { return vae_number("shift_factor", 0.1159); }
+  double sched_number(const char* key, double fallback) const {
+    const auto it = scheduler_config_.find(key);
+    return it != scheduler_config_.end() && it->is_number() ? it->get<double>() : fallback;
+  }
+  std::int64_t sched_int(const char* key, std::int64_t fallback) const {
+    const auto it = scheduler_config_.find(key);
+    return it != scheduler_config_.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+  }
+
+  std::string model_dir_;
+  json vae_config_ = json::object();
+  json scheduler_config_ = json::object();
+  std::int64_t clip_max_length_ = 77;
+  std::int64_t max_sequence_length_ = 512;
+  std::string tuning_ = "lora";
+  std::vector<std::string> lora_paths_;
+};
+
+}  // namespace
+
+YETO_PLUGIN(FluxPlugin)
