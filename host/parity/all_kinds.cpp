@@ -4,6 +4,7 @@
 
 #include "models/model_parity.hpp"
 #include "parity/pipeline_helpers.hpp"
+#include "parity/plugin_kinds.hpp"
 #include "schedulers/scheduler_parity.hpp"
 #include "text/text_parity.hpp"
 
@@ -16,6 +17,7 @@ void register_all_parity_kinds() {
     schedulers::register_scheduler_parity_kinds();
     models::register_model_parity_kinds();
     text::register_text_parity_kinds();
+    register_plugin_parity_kinds();
   });
 }
 
