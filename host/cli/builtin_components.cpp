@@ -16,6 +16,9 @@ void register_tokenizer_components(io::ComponentRegistry& registry);
 namespace yeto::models {
 void register_model_components(io::ComponentRegistry& registry);
 }
+namespace yeto::pipeline {
+void install_plugin_class_loader();
+}
 
 namespace yeto::cli {
 
@@ -23,6 +26,7 @@ void register_builtin_components(io::ComponentRegistry& registry) {
   schedulers::register_scheduler_components(registry);
   text::register_tokenizer_components(registry);
   models::register_model_components(registry);
+  pipeline::install_plugin_class_loader();  // inspect shows the family plugin's classes
 }
 
 }  // namespace yeto::cli

@@ -14,6 +14,8 @@
 #include "io/component_registry.hpp"
 #include "io/repository.hpp"
 #include "io/safetensors.hpp"
+#include "plugin/class_loader.hpp"
+#include "plugin/components.hpp"
 
 namespace yeto::cli {
 namespace {
@@ -70,7 +72,8 @@ Inspection inspect_repo(const DiffusersRepo& repo, bool deep) {
   for (const auto& c : repo.components()) {
     json cj = {{"name", c.name}, {"library", c.library}, {"class_name", c.class_name},
                {"dir", c.dir.string()}, {"registered", ComponentRegistry::global().has(c.class_name)},
-               {"kind", ComponentRegistry::global().kind(c.class_name)}};
+               {"kind", ComponentRegistry::global().kind(c.class_name)},
+               {"origin", plugin::ComponentRegistry::global().origin(c.class_name)}};
     cj["config_file"] = c.config_file.empty() ? "" : c.config_file.filename().string();
     cj["config"] = config_summary(c.config, 12);
     json tok = json::array();
@@ -140,7 +143,11 @@ void print_text(const json& j) {
       const std::string name = c["name"].get<std::string>().empty() ? "(model)" : c["name"].get<std::string>();
       o << "\n" << name << ": " << c["class_name"].get<std::string>();
       if (!c["library"].get<std::string>().empty()) o << " [" << c["library"].get<std::string>() << "]";
-      o << (c["registered"].get<bool>() ? "  implemented (" + c["kind"].get<std::string>() + ")" : "  no implementation registered")
+      const std::string origin = c.value("origin", std::string());
+      o << (c["registered"].get<bool>()
+                ? "  implemented (" + c["kind"].get<std::string>() +
+                      (origin.empty() || origin == "host" ? std::string() : ", served by " + origin) + ")"
+                : "  no implementation registered")
         << "\n";
       if (!c["config_file"].get<std::string>().empty()) {
         std::vector<std::string> kv;
@@ -221,6 +228,7 @@ int run_inspect(CommandContext& ctx) {
         j["alias"] = {{"alias", m.alias->alias}, {"hub_id", m.alias->hub_id}, {"family", m.alias->family},
                       {"plugin", m.alias->plugin}};
       const DiffusersRepo repo = DiffusersRepo::open(m.repo.path, ctx.value("variant"));
+      plugin::load_model_classes(cfg, spec, repo);  // the family plugin's classes, if the run names one
       Inspection in = inspect_repo(repo, true);
       j.update(in.j);
       code = in.exit_code;

@@ -2,13 +2,23 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <map>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
+#include "config/config.hpp"
 #include "core/strings.hpp"
+#include "io/aliases.hpp"
+#include "io/repository.hpp"
 #include "models/model_components.hpp"
+#include "plugin/class_loader.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/instance.hpp"
+#include "plugin/loader.hpp"
 #include "schedulers/scheduler.hpp"
 #include "text/tokenizer_components.hpp"
 #include "yeto/nn/state_dict.hpp"
@@ -390,9 +400,56 @@ void expose_plugin_class(io::ComponentRegistry& host, const std::string& class_n
                          plugin::ComponentRegistry& source) {
   const std::string origin = source.origin(class_name);
   if (origin.empty() || origin == "host") return;  // not a plugin class: the host's own stays
-  host.add(class_name, kind, [class_name, &source](const io::ComponentSource& src) -> std::shared_ptr<io::Component> {
-    const auto* t = source.create(class_name, src.config.dump(), src.dir.string());
-    return std::make_shared<PluginComponent>(class_name, source.origin(class_name), t);
+  host.add(
+      class_name, kind,
+      [class_name, &source](const io::ComponentSource& src) -> std::shared_ptr<io::Component> {
+        const auto* t = source.create(class_name, src.config.dump(), src.dir.string());
+        return std::make_shared<PluginComponent>(class_name, source.origin(class_name), t);
+      });
+}
+
+void install_plugin_class_loader() {
+  plugin::set_model_class_loader([](const config::Config& cfg, const std::string& spec,
+                                    const io::DiffusersRepo& repo) {
+    try {
+      const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
+      const plugin::Catalog catalog = plugin::Catalog::scan(lo.dirs);
+      std::string name = cfg.get_string("model.adapter");
+      if (name.empty()) {
+        if (const io::ModelAlias* a = io::find_alias(spec); a && !a->plugin.empty()) name = a->plugin;
+      }
+      if (name.empty())
+        for (const auto& p : catalog.plugins)
+          if (std::find(p.manifest.aliases.begin(), p.manifest.aliases.end(), spec) != p.manifest.aliases.end())
+            name = p.manifest.name;
+      if (name.empty()) name = plugin::adapter_name(cfg, catalog);
+      if (name.empty()) return;
+      plugin::HostApiOptions ho;
+      ho.plugin_name = name;
+      ho.config_values = plugin::config_values(cfg);
+      const plugin::LoadedPlugin& loaded = plugin::load(name, lo, plugin::make_host_api(ho));
+      plugin::Instance inst(loaded, ho.config_values.dump());
+      auto& creg = plugin::ComponentRegistry::global();
+      if (inst.has(YETO_CAP_COMPONENTS)) inst.register_components(creg);
+      // Kinds: the plan's, else from the component names that use a class.
+      std::map<std::string, std::string> kinds;
+      for (const auto& c : repo.components())
+        if (!c.name.empty()) kinds.emplace(c.class_name, kind_for_component_name(c.name));
+      if (inst.has(YETO_CAP_PIPELINE)) {
+        const json plan = json::parse(inst.load_pipeline(repo.dir().string(), repo.model_index().dump()), nullptr, false);
+        if (plan.is_object() && plan.contains("components") && plan["components"].is_object())
+          for (const auto& [n, e] : plan["components"].items())
+            if (e.is_object() && e.contains("class") && e["class"].is_string())
+              kinds[e["class"].get<std::string>()] =
+                  e.contains("kind") && e["kind"].is_string() ? e["kind"].get<std::string>() : kind_for_component_name(n);
+      }
+      const std::string origin = "plugin " + loaded.manifest.name;
+      for (const auto& cls : creg.names())
+        if (creg.origin(cls) == origin)
+          expose_plugin_class(io::ComponentRegistry::global(), cls, kinds.count(cls) ? kinds[cls] : "component", creg);
+    } catch (const std::exception& e) {
+      spdlog::warn("the model's plugin classes are not shown: {}", e.what());
+    }
   });
 }
 

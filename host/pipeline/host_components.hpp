@@ -40,6 +40,14 @@ void register_host_classes(plugin::ComponentRegistry& target, const io::Componen
 void expose_plugin_class(io::ComponentRegistry& host, const std::string& class_name, const std::string& kind,
                          plugin::ComponentRegistry& source);
 
+// Installs the model class loader (plugin/class_loader.hpp): for a model (and run config) it loads
+// the plugin that serves it (model.adapter, else the built-in alias's plugin, else a plugin
+// whose manifest lists the model among its aliases) through the trusted loader, registers its
+// classes and exposes them under the kinds its plan gives them, so `yeto-host inspect` shows
+// e.g. FluxTransformer2DModel as served by plugin flux. A plugin that cannot be loaded is
+// reported as a warning; its classes then show as not implemented.
+void install_plugin_class_loader();
+
 // The io::Component made by an exposed plugin class's factory.
 class PluginComponent : public io::Component {
  public:

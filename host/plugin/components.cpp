@@ -1,5 +1,7 @@
 #include "plugin/components.hpp"
 
+#include "plugin/class_loader.hpp"
+
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "yeto/status.hpp"
@@ -102,6 +104,31 @@ const yeto_component_registry* ComponentRegistry::c_registry(const std::string& 
     });
   };
   return &o->table;
+}
+
+namespace {
+std::mutex& loader_mutex() {
+  static std::mutex m;
+  return m;
+}
+ModelClassLoader& loader_slot() {
+  static auto* l = new ModelClassLoader();
+  return *l;
+}
+}  // namespace
+
+void set_model_class_loader(ModelClassLoader loader) {
+  std::lock_guard lock(loader_mutex());
+  loader_slot() = std::move(loader);
+}
+
+void load_model_classes(const config::Config& cfg, const std::string& model_spec, const io::DiffusersRepo& repo) {
+  ModelClassLoader l;
+  {
+    std::lock_guard lock(loader_mutex());
+    l = loader_slot();
+  }
+  if (l) l(cfg, model_spec, repo);
 }
 
 }  // namespace yeto::plugin

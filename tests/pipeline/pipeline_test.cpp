@@ -15,9 +15,12 @@
 #include "core/error.hpp"
 #include "io/component_registry.hpp"
 #include "io/provenance.hpp"
+#include "io/repository.hpp"
 #include "io/tensors.hpp"
 #include "pipeline/host_components.hpp"
 #include "pipeline/pipeline.hpp"
+#include "plugin/class_loader.hpp"
+#include "plugin/components.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
 #include "schedulers/scheduler.hpp"
@@ -98,6 +101,29 @@ class PipelineTest : public ::testing::Test {
 };
 
 }  // namespace
+
+// First in this file: nothing has loaded the probe plugin yet.
+TEST_F(PipelineTest, InspectSeesTheFamilyPluginsClasses) {
+  const fs::path model = write_model(tmp_.path() / "inspect", "YetoProbeDenoiser", at::kFloat, false);
+  auto& reg = io::ComponentRegistry::global();
+  ASSERT_FALSE(reg.has("YetoProbeDenoiser"));
+  pipeline::install_plugin_class_loader();
+  const auto repo = io::DiffusersRepo::open(model);
+  // The run names no plugin: nothing is loaded.
+  plugin::load_model_classes(config::Config(), model.string(), repo);
+  EXPECT_FALSE(reg.has("YetoProbeDenoiser"));
+  const auto cfg = make_config(base_overrides(model, "pipeprobe", {probe_plugins()}));
+  plugin::load_model_classes(cfg, model.string(), repo);
+  ASSERT_TRUE(reg.has("YetoProbeDenoiser"));
+  EXPECT_EQ(reg.kind("YetoProbeDenoiser"), "denoiser");
+  EXPECT_EQ(plugin::ComponentRegistry::global().origin("YetoProbeDenoiser"), "plugin pipeprobe");
+  // Its io factory constructs the class through the plugin.
+  auto c = reg.create(io::ComponentSource{"YetoProbeDenoiser", "", {{"in_channels", 3}}, ""});
+  auto* pc = dynamic_cast<pipeline::PluginComponent*>(c.get());
+  ASSERT_NE(pc, nullptr);
+  EXPECT_EQ(pc->origin(), "plugin pipeprobe");
+  EXPECT_EQ(params_of(pc->table()).at("proj.weight").sizes(), (std::vector<int64_t>{3, 3}));
+}
 
 TEST_F(PipelineTest, TemplateModelOpensWithEveryComponentAndItsWeights) {
   const fs::path model = write_model(tmp_.path() / "tiny", "YetoTinyDenoiser", at::kFloat, true);
