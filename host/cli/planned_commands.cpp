@@ -27,7 +27,6 @@ void register_planned_commands(Registry& r) {
           "the LoRA learner", true);
   planned(r, "learner", "Run one learner island that syncs with a remote syncer.", "the learner client", true);
   planned(r, "export", "Export a trained adapter in Diffusers, PEFT and ComfyUI layouts.", "adapter export", true);
-  planned(r, "merge", "Fold an adapter into its base model and write sharded safetensors.", "adapter merging", true);
 }
 
 }  // namespace yeto::cli

@@ -14,6 +14,7 @@ Registry build_registry() {
   register_sync_commands(r);
   register_plugin_commands(r);
   register_sample_commands(r);
+  register_artifacts_commands(r);
   return r;
 }
 
