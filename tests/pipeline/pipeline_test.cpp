@@ -25,6 +25,7 @@
 #include "plugin/loader.hpp"
 #include "schedulers/scheduler.hpp"
 #include "support/temp_dir.hpp"
+#include "yeto/status.hpp"
 
 using namespace yeto;
 namespace fs = std::filesystem;
@@ -182,6 +183,35 @@ TEST_F(PipelineTest, TemplateModelOpensWithEveryComponentAndItsWeights) {
   EXPECT_TRUE(pj.at("extra").contains("plugin_trust")) << pj.dump();
   ASSERT_FALSE(prov.sources().empty());
   EXPECT_EQ(prov.sources()[0].role, "model");
+
+  // Host classes through the plugin's host API (component_create): a T5 encoder and its
+  // tokenizer from the flux-tiny fixture, owned by the caller.
+  const yeto_host_api* api = p->loaded_plugin().host_api;
+  ASSERT_NE(api, nullptr);
+  sdk::ErrorBuffer err;
+  const auto read = [](const fs::path& f) { return json::parse(std::ifstream(f)).dump(); };
+  const yeto_component_v1* t5 = nullptr;
+  const yeto_component_v1* tok = nullptr;
+  ASSERT_EQ(api->component_create(api->host, "T5EncoderModel", read(kFluxTiny / "text_encoder_2" / "config.json").c_str(),
+                                  (kFluxTiny / "text_encoder_2").c_str(), &t5, err.get()),
+            YETO_OK)
+      << err.message();
+  ASSERT_EQ(api->component_create(api->host, "T5TokenizerFast", "{}", (kFluxTiny / "tokenizer_2").c_str(), &tok,
+                                  err.get()),
+            YETO_OK)
+      << err.message();
+  std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> t5_owner(t5), tok_owner(tok);
+  const auto ids = plugin::component_forward(*tok, {}, R"({"text": ["a tiny cat"], "max_length": 16})");
+  EXPECT_EQ(find(ids, "input_ids").sizes(), (std::vector<int64_t>{1, 16}));
+  const auto t5_out = plugin::component_forward(*t5, {{"input_ids", find(ids, "input_ids")}}, "{}");
+  EXPECT_EQ(find(t5_out, "last_hidden_state").size(1), 16);
+  const auto t5_file = io::load_safetensors(kFluxTiny / "text_encoder_2" / "model-00001-of-00002.safetensors");
+  const auto t5_params = params_of(t5);
+  std::size_t compared = 0;
+  for (const auto& [n, t] : t5_file)
+    if (t5_params.count(n)) compared += torch::equal(t5_params.at(n), t) ? 1 : 0;
+  EXPECT_GT(compared, 0u);
+  EXPECT_EQ(api->component_create(api->host, "NoSuchEncoder", "{}", nullptr, &t5, err.get()), YETO_ERR_NOT_FOUND);
 
   // The plugin's class is visible in the host registry under the plan's kind.
   EXPECT_EQ(io::ComponentRegistry::global().kind("YetoTinyDenoiser"), "denoiser");
