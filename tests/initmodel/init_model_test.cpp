@@ -57,7 +57,9 @@ TEST_F(InitModelFlux, WritesACompleteDiffusersRepository) {
     // inspect does not load plugins: the plugin's own denoiser class is checked by opening
     // the pipeline (ThePipelineOpensAndItsTokenizersAndEncodersRun); every host class is
     // implemented here.
-    if (c["name"] != "transformer") EXPECT_TRUE(c["registered"].get<bool>()) << c.dump();
+    if (c["name"] != "transformer") {
+      EXPECT_TRUE(c["registered"].get<bool>()) << c.dump();
+    }
     EXPECT_EQ(c["validation"], "ok") << c.dump();
   }
   EXPECT_EQ(seen, (std::set<std::string>{"scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae"}));
