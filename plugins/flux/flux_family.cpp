@@ -195,7 +195,7 @@ json presets() {
   out["tiny"] = preset(
       "The shapes of the tests' flux-tiny repository: 2 double + 2 single blocks, 2 heads x 16 (inner 32), "
       "rope [4, 6, 6], guidance-distilled; VAE [8, 16, 16, 16] (scale factor 8, 16 latent channels); CLIP hidden 24 "
-      "(2 layers); T5 d_model 32 (2 layers). About 0.3 M transformer parameters.",
+      "(2 layers); T5 d_model 32 (2 layers). About 0.2 M transformer parameters.",
       transformer_config(2, 2, 2, 16, {4, 6, 6}, 32, 24), vae_config({8, 16, 16, 16}, 4, 64), clip_config(24, 2, 3, 96),
       t5_config(32, 8, 4, 80, 2));
   out["mid"] = preset(
