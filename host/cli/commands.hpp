@@ -26,6 +26,7 @@ void register_data_commands(Registry& r);     // data check (host/data)
 void register_cache_commands(Registry& r);    // cache (host/data/torch)
 void register_initmodel_commands(Registry& r);  // init-model (host/initmodel)
 void register_plugin_commands(Registry& r);   // plugins (host/plugin)
+void register_learner_commands(Registry& r);  // train (host/learner)
 void register_sample_commands(Registry& r);   // sample (host/sample)
 void register_artifacts_commands(Registry& r);  // merge, export (host/artifacts)
 

@@ -23,8 +23,6 @@ void planned(Registry& r, const std::string& name, const std::string& summary, c
 }  // namespace
 
 void register_planned_commands(Registry& r) {
-  planned(r, "train", "Train the run the config describes (embedded syncer + N islands with --islands).",
-          "the LoRA learner", true);
   planned(r, "learner", "Run one learner island that syncs with a remote syncer.", "the learner client", true);
   planned(r, "export", "Export a trained adapter in Diffusers, PEFT and ComfyUI layouts.", "adapter export", true);
 }

@@ -13,6 +13,7 @@ Registry build_registry() {
   register_planned_commands(r);
   register_sync_commands(r);
   register_plugin_commands(r);
+  register_learner_commands(r);
   register_sample_commands(r);
   register_artifacts_commands(r);
   return r;

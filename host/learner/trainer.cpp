@@ -569,8 +569,7 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     std::vector<std::pair<std::string, at::Tensor>> weights;
     for (const auto& [name, t] : trainable_) weights.emplace_back(name, t.detach());
     io::save_safetensors(opt_.run_dir / "lora.safetensors", weights,
-                         {{"yeto.step", std::to_string(state_.step)}, {"yeto.config_hash", state_.config_hash},
-                          {"yeto.tuning", s_.tuning}});
+                         {{"yeto.step", std::to_string(state_.step)}, {"yeto.tuning", s_.tuning}});
     spdlog::info("done: {} steps, adapter {}", state_.step, (opt_.run_dir / "lora.safetensors").string());
   }
   if (state_.skipped_rows > 0) {

@@ -1,0 +1,49 @@
+// `yeto-host train`: one learner island without a syncer.
+#include "cli/commands.hpp"
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "learner/learner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdint>
+#include <string>
+
+namespace yeto::cli {
+namespace {
+
+int run_train(CommandContext& ctx) {
+  const auto& cfg = ctx.config();
+  if (cfg.get_int("sync.islands") > 1)
+    throw Error("sync.islands > 1 needs the embedded syncer, which this build does not have; train one island",
+                ExitCode::not_available);
+  learner::RunOptions options;
+  options.run_dir = cfg.get_path("run.output");
+  if (ctx.has("no-resume")) options.resume = false;
+  const auto result = learner::run(cfg, options, nullptr);
+  if (result.stopped_early) spdlog::info("stopped at step {}; run the same command again to resume", result.steps);
+  return 0;
+}
+
+}  // namespace
+
+void register_learner_commands(Registry& r) {
+  Command c;
+  c.name = "train";
+  c.summary = "Train the run the config describes (embedded syncer + N islands with --islands).";
+  c.description =
+      "Trains LoRA adapters (or, with tuning.mode = \"full\", every denoiser parameter) on the model model.id names, "
+      "with the family plugin that serves it, on the rows data.path names. Writes into --output RUN_DIR: config.toml "
+      "(the resolved configuration), provenance.json, metrics.jsonl (one record per step: loss, lr, grad_norm, "
+      "samples_per_s, step-time split, peak RSS; val_loss on evaluation steps), tensorboard/ event files, "
+      "checkpoints/ (resumable: LoRA, optimizer, data position) and, at the end, lora.safetensors. A run directory "
+      "holding a checkpoint is resumed from it (bit-identical to an uninterrupted run) unless --no-resume is given. "
+      "SIGTERM / SIGINT, or a file named save_quit in RUN_DIR, write a checkpoint and stop; a file named save writes "
+      "one and continues.";
+  c.run_config = true;
+  c.options = {{"no-resume", "", "Start from step 0 even when RUN_DIR holds a checkpoint (it is overwritten)."}};
+  c.run = run_train;
+  r.add(std::move(c));
+}
+
+}  // namespace yeto::cli
