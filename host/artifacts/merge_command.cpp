@@ -38,7 +38,10 @@ int run_merge(CommandContext& ctx) {
 
 }  // namespace
 
+void register_export_command(Registry& r);  // export_command.cpp
+
 void register_artifacts_commands(Registry& r) {
+  register_export_command(r);
   Command c;
   c.name = "merge";
   c.summary = "Fold an adapter into its base model and write sharded safetensors.";

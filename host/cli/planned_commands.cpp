@@ -24,7 +24,6 @@ void planned(Registry& r, const std::string& name, const std::string& summary, c
 
 void register_planned_commands(Registry& r) {
   planned(r, "learner", "Run one learner island that syncs with a remote syncer.", "the learner client", true);
-  planned(r, "export", "Export a trained adapter in Diffusers, PEFT and ComfyUI layouts.", "adapter export", true);
 }
 
 }  // namespace yeto::cli

@@ -1,0 +1,153 @@
+// `yeto-host export --checkpoint PATH [--model M --lora-r R --lora-alpha A --lora-targets T
+// --fragments F --fragment-pattern P] --output-dir DIR [--format comfyui]`: rebuilds the run's
+// exact trainable layout through its plugin and writes the checkpoint's adapter directory.
+// The run's recorded configuration (RUN_DIR/config.toml) supplies every setting; a flag that
+// contradicts it is refused.
+#include <ctime>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "artifacts/export.hpp"
+#include "artifacts/export_settings.hpp"
+#include "artifacts/merge.hpp"
+#include "cli/commands.hpp"
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+#include "core/sha256.hpp"
+#include "core/strings.hpp"
+#include "core/version.hpp"
+#include "data/cache_contract.hpp"
+#include "io/aliases.hpp"
+#include "io/repository.hpp"
+#include "pipeline/pipeline.hpp"
+#include "plugin/instance.hpp"
+#include "plugin/loader.hpp"
+
+namespace yeto::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json config_section(const json& all, const std::vector<std::string>& prefixes) {
+  json out = json::object();
+  for (const auto& [k, v] : all.items())
+    for (const auto& p : prefixes)
+      if (k.rfind(p, 0) == 0) out[k] = v.at("value");
+  return out;
+}
+
+int run_export(CommandContext& ctx) {
+  const std::string checkpoint_arg = ctx.value("checkpoint");
+  if (checkpoint_arg.empty()) throw UsageError("export needs --checkpoint PATH (syncer state, learner checkpoint or run directory)");
+  const std::string output = ctx.value("output-dir");
+  if (output.empty()) throw UsageError("export needs --output-dir DIR");
+  const std::string format = ctx.value("format", "diffusers");
+  if (format != "diffusers" && format != "comfyui")
+    throw UsageError("--format '" + format + "': expected diffusers (the default: Diffusers + PEFT layouts) or comfyui "
+                     "(also comfyui_lora.safetensors)");
+  const fs::path checkpoint = artifacts::resolve_checkpoint(checkpoint_arg);
+
+  const artifacts::ResolvedExportConfig rc =
+      artifacts::resolve_export_config(checkpoint, ctx.args().config_file, ctx.args().overrides);
+  const config::Config& cfg = rc.config;
+
+  pipeline::OpenOptions open;
+  open.load_weights = false;  // only the layout is needed: shapes, names, plugin
+  const auto pipe = pipeline::Pipeline::open(cfg, open);
+  std::vector<artifacts::TrainableTensor> expected;
+  for (const auto& [name, t] : pipe->plugin().trainable_parameters()) expected.push_back({name, t.sizes().vec()});
+  if (expected.empty()) throw Error("the plugin reports no trainable tensors for this configuration", ExitCode::failure);
+  const std::string component = expected.front().name.substr(0, expected.front().name.find('.'));
+
+  artifacts::ExportRequest rq;
+  rq.checkpoint = checkpoint;
+  rq.expected = std::move(expected);
+  rq.settings = artifacts::export_settings(cfg);
+  rq.output_dir = output;
+  rq.comfyui = format == "comfyui";
+  if (const auto* c = pipe->component(component)) {
+    for (const auto& [name, t] : plugin::component_parameters(*c)) {
+      if (t.dim() != 2 || name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) continue;
+      if (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos) continue;
+      rq.candidate_modules.push_back(component + "." + name.substr(0, name.size() - 7));
+    }
+  }
+  const auto& repo = pipe->repo();
+  if (const auto* info = repo.single_model() ? &repo.components().front() : repo.component(component))
+    rq.base_model_class = info->class_name;
+
+  const io::ResolvedModel resolved =
+      io::resolve_model(cfg.get_string("model.id"), cfg.get_string("model.revision"),
+                        io::hub_cache(cfg.get_path("model.hub_cache")));
+  const json all = cfg.to_json();
+  json record = json::object();
+  record["base_model"] = artifacts::base_model_record(cfg.get_string("model.id"), resolved.repo, repo, {component});
+  record["base_model"]["class_name"] = rq.base_model_class;
+  record["plugin"] = pipe->loaded_plugin().provenance.to_json();
+  record["lora"] = {{"r", rq.settings.r},
+                    {"alpha", rq.settings.alpha},
+                    {"dropout", cfg.get_number("lora.dropout")},
+                    {"targets", cfg.get_list("lora.targets")}};
+  record["loss"] = config_section(all, {"diffusion.", "tuning."});
+  record["fragments"] = {{"count", rq.settings.fragments}, {"pattern", rq.settings.fragment_pattern}};
+  const std::string data = cfg.get_string("data.path");
+  const fs::path contract = fs::path(data) / data::kCacheContractFile;
+  std::error_code ec;
+  if (!data.empty() && fs::exists(contract, ec)) {
+    record["cache_contract"] = json::parse(read_file(contract));
+  } else {
+    record["cache_contract"] = nullptr;
+  }
+  const BuildInfo& b = build_info();
+  record["export"] = {{"time", now_utc()},
+                      {"host", {{"version", b.version}, {"git_commit", b.git_commit}, {"torch", b.torch_version}}},
+                      {"checkpoint", checkpoint.string()},
+                      {"checkpoint_sha256", sha256_file(checkpoint)},
+                      {"run_config", rc.recorded_file.empty() ? json(nullptr) : json(rc.recorded_file.string())},
+                      {"config_hash", cfg.hash()}};
+  rq.record = record;
+
+  const artifacts::ExportReport r = artifacts::export_adapter(rq);
+  std::cout << "exported " << r.modules << " LoRA modules of " << r.component << " (r " << rq.settings.r << ", alpha "
+            << rq.settings.alpha << ") to " << output << ": " << join(r.files, ", ") << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void register_export_command(Registry& r) {
+  Command c;
+  c.name = "export";
+  c.summary = "Export a trained adapter in Diffusers, PEFT and ComfyUI layouts.";
+  c.description =
+      "Rebuilds the exact trainable layout of the run (canonical tensor names and shapes from the model, the plugin, "
+      "the LoRA and the fragment settings), checks the checkpoint against it and writes --output-dir with "
+      "pytorch_lora_weights.safetensors (Diffusers, alpha/r folded in), adapter_config.json + "
+      "adapter_model.safetensors (PEFT) and yeto_diffusion_adapter.json (base model and commit, modules, recipes, "
+      "plugin, provenance); --format comfyui adds comfyui_lora.safetensors. --checkpoint takes the syncer's "
+      "checkpoint.bin or state directory, a learner checkpoint (trainable.safetensors or its directory) or a run "
+      "directory. The run's recorded config.toml (found next to the checkpoint or up to three directories above) "
+      "supplies every setting; flags are only needed without one, and a flag that contradicts it is refused. A "
+      "checkpoint that does not fit the settings fails naming the setting. See docs/ARTIFACTS.md.";
+  c.run_config = true;
+  c.options = {
+      {"checkpoint", "PATH", "Syncer checkpoint, learner checkpoint or run directory.", false, 0},
+      {"output-dir", "DIR", "Adapter directory to write.", false, 0},
+      {"format", "FORMAT", "diffusers (default: Diffusers + PEFT layouts) or comfyui (also ComfyUI naming).", false, 0},
+  };
+  c.run = run_export;
+  r.add(std::move(c));
+}
+
+}  // namespace yeto::cli
