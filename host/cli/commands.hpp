@@ -20,6 +20,7 @@ void register_builtin_components(io::ComponentRegistry& registry);
 void register_builtin_commands(Registry& r);  // version, config
 void register_planned_commands(Registry& r);  // commands whose machinery lands later
 void register_sync_commands(Registry& r);     // syncer (host/sync)
+void register_sync_learner_commands(Registry& r);  // learner (host/sync)
 void register_parity_commands(Registry& r);   // check-parity (host/parity)
 void register_io_commands(Registry& r);       // inspect (host/io)
 void register_data_commands(Registry& r);     // data check (host/data)

@@ -12,6 +12,7 @@ Registry build_registry() {
   register_parity_commands(r);
   register_planned_commands(r);
   register_sync_commands(r);
+  register_sync_learner_commands(r);
   register_plugin_commands(r);
   register_learner_commands(r);
   register_sample_commands(r);

@@ -3,6 +3,7 @@
 #include "config/config.hpp"
 #include "core/error.hpp"
 #include "learner/learner.hpp"
+#include "sync/train_islands.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -14,9 +15,19 @@ namespace {
 
 int run_train(CommandContext& ctx) {
   const auto& cfg = ctx.config();
-  if (cfg.get_int("sync.islands") > 1)
-    throw Error("sync.islands > 1 needs the embedded syncer, which this build does not have; train one island",
-                ExitCode::not_available);
+  std::int64_t islands = cfg.get_int("sync.islands");
+  if (ctx.has("islands")) {
+    const std::string v = ctx.value("islands");
+    std::size_t used = 0;
+    try {
+      islands = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size() || islands < 1)
+      throw UsageError("--islands: expected a number of learner islands (1 or more), got '" + v + "'");
+  }
+  if (islands > 1) return run_train_islands(ctx, static_cast<std::uint32_t>(islands));
   learner::RunOptions options;
   options.run_dir = cfg.get_path("run.output");
   if (ctx.has("no-resume")) options.resume = false;
@@ -41,7 +52,8 @@ void register_learner_commands(Registry& r) {
       "SIGTERM / SIGINT, or a file named save_quit in RUN_DIR, write a checkpoint and stop; a file named save writes "
       "one and continues.";
   c.run_config = true;
-  c.options = {{"no-resume", "", "Start from step 0 even when RUN_DIR holds a checkpoint (it is overwritten)."}};
+  c.options = {{"no-resume", "", "Start from step 0 even when RUN_DIR holds a checkpoint (it is overwritten)."},
+               {"islands", "N", "Run a syncer and N learner islands as child processes (embedded local mode)."}};
   c.run = run_train;
   r.add(std::move(c));
 }

@@ -1,0 +1,104 @@
+// `yeto-host train --islands 2` end to end: the embedded syncer and two real learner islands
+// training the tiny Flux repository (tests/fixtures/repos/flux-tiny) on a generated dataset.
+// Checks the tape (merges with both islands), the terminal handshake (both islands end with
+// LoRA weights bit-identical to the syncer's final cut and acknowledged) and the summary.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.hpp"
+#include "dataset.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+#include "sync/tape.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string run_toml(int steps) {
+  const fs::path repo = fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
+  return "[run]\nthreads = 1\n"
+         "[model]\nid = \"" + repo.string() + "\"\nadapter = \"flux\"\nprecision = \"fp32\"\n"
+         "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
+         "[lora]\nr = 4\nalpha = 4.0\n"
+         "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
+         "[optimizer]\nlearning_rate = 0.002\nweight_decay = 0.0\nwarmup_steps = 1\n"
+         "[diffusion]\nseed = 5\n"
+         "[sync]\nfragments = 2\ninner_steps = 2\nquorum = 2\nheartbeat_s = 0.2\nlearner_timeout_s = 3\n"
+         "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n";
+}
+
+// The float32 tensors of a safetensors file, concatenated in sorted-name (canonical) order.
+std::string canonical_bytes(const fs::path& file) {
+  const std::string s = yeto::read_file(file);
+  std::uint64_t n = 0;
+  std::memcpy(&n, s.data(), 8);
+  const json h = json::parse(s.substr(8, n));
+  std::map<std::string, std::pair<std::size_t, std::size_t>> spans;
+  for (const auto& [name, t] : h.items()) {
+    if (name == "__metadata__") continue;
+    EXPECT_EQ(t["dtype"], "F32") << name;
+    spans[name] = {t["data_offsets"][0].get<std::size_t>(), t["data_offsets"][1].get<std::size_t>()};
+  }
+  std::string out;
+  for (const auto& [name, o] : spans) out += s.substr(8 + n + o.first, o.second - o.first);
+  return out;
+}
+
+TEST(TrainIslands, TwoFluxIslandsMergeAndEndOnTheFinalCut) {
+  yeto::test::TempDir dir;
+  yeto::learner::test::write_dataset(dir / "data", 12, {}, 32);
+  dir.write("run.toml", run_toml(8));
+  const fs::path run = dir / "run";
+  const auto r = yeto::test::run_host(
+      {"train", "--islands", "2", "--config", (dir / "run.toml").string(), "--output", run.string()});
+  auto logs = [&] {
+    std::string s = r.all();
+    for (const char* f : {"syncer/syncer.log", "island-0/learner.log", "island-1/learner.log"})
+      if (fs::exists(run / f)) s += std::string("\n==== ") + f + "\n" + yeto::read_file(run / f);
+    return s;
+  };
+  ASSERT_EQ(r.exit_code, 0) << logs();
+  EXPECT_NE(r.out.find("outer steps merged"), std::string::npos) << r.out;
+  std::cout << r.out;
+
+  std::set<std::string> merged;
+  std::size_t merges = 0;
+  std::string reason;
+  for (const auto& rec : yeto::sync::read_tape_records(run / "syncer" / "tape.jsonl")) {
+    if (rec["event"] == "merge") {
+      ++merges;
+      for (const auto& l : rec["learners"]) merged.insert(l.get<std::string>());
+    }
+    if (rec["event"] == "final_cut") reason = rec["reason"];
+  }
+  EXPECT_GE(merges, 4u) << logs();
+  EXPECT_EQ(merged, (std::set<std::string>{"island-0", "island-1"}));
+  EXPECT_EQ(reason, "learners_done");
+
+  const json fin = json::parse(yeto::read_file(run / "syncer" / "final.json"));
+  EXPECT_EQ(fin["acked"].size(), 2u) << fin.dump();
+  EXPECT_TRUE(fin["missing"].empty()) << fin.dump();
+  const std::string cut = yeto::read_file(run / "syncer" / "final_cut.bin");
+  ASSERT_GT(cut.size(), 0u);
+  for (const char* island : {"island-0", "island-1"}) {
+    ASSERT_TRUE(fs::exists(run / island / "lora.safetensors")) << logs();
+    EXPECT_TRUE(canonical_bytes(run / island / "lora.safetensors") == cut) << island;
+  }
+  const json s = json::parse(yeto::read_file(run / "summary.json"));
+  EXPECT_EQ(s["island_exits"], json::array({0, 0}));
+  for (const auto& i : s["per_island"]) {
+    EXPECT_EQ(i["steps"], 8) << s.dump();
+    EXPECT_TRUE(i["final_digest_matches"].get<bool>()) << s.dump();
+  }
+  EXPECT_GT(s["allreduce_over_sent"].get<double>(), 1.0) << s.dump();
+}
+
+}  // namespace
