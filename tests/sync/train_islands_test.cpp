@@ -22,7 +22,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string run_toml(int steps) {
+std::string run_toml(int steps, const std::string& sync_extra = "") {
   const fs::path repo = fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
   return "[run]\nthreads = 1\n"
          "[model]\nid = \"" + repo.string() + "\"\nadapter = \"flux\"\nprecision = \"fp32\"\n"
@@ -32,7 +32,7 @@ std::string run_toml(int steps) {
          "[optimizer]\nlearning_rate = 0.002\nweight_decay = 0.0\nwarmup_steps = 1\n"
          "[diffusion]\nseed = 5\n"
          "[sync]\nfragments = 2\ninner_steps = 2\nquorum = 2\nheartbeat_s = 0.2\nlearner_timeout_s = 3\n"
-         "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n";
+         "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n" + sync_extra;
 }
 
 // The float32 tensors of a safetensors file, concatenated in sorted-name (canonical) order.
@@ -99,6 +99,28 @@ TEST(TrainIslands, TwoFluxIslandsMergeAndEndOnTheFinalCut) {
     EXPECT_TRUE(i["final_digest_matches"].get<bool>()) << s.dump();
   }
   EXPECT_GT(s["allreduce_over_sent"].get<double>(), 1.0) << s.dump();
+}
+
+// The syncer's budget ends the run long before train.max_steps: both islands stop on the
+// cut, overwrite their weights from it, acknowledge and save the cut as their adapter.
+TEST(TrainIslands, TheSyncerBudgetEndsBothIslandsOnTheFinalCut) {
+  yeto::test::TempDir dir;
+  yeto::learner::test::write_dataset(dir / "data", 12, {}, 32);
+  dir.write("run.toml", run_toml(400, "budget_outer_steps = 4\n"));
+  const fs::path run = dir / "run";
+  const auto r = yeto::test::run_host(
+      {"train", "--islands", "2", "--config", (dir / "run.toml").string(), "--output", run.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const json s = json::parse(yeto::read_file(run / "summary.json"));
+  EXPECT_EQ(s["final_cut"]["reason"], "budget_outer_steps") << s.dump();
+  EXPECT_EQ(s["outer_steps_merged"], 4) << s.dump();
+  EXPECT_EQ(s["final"]["acked"].size(), 2u) << s.dump();
+  const std::string cut = yeto::read_file(run / "syncer" / "final_cut.bin");
+  for (const char* island : {"island-0", "island-1"}) {
+    ASSERT_TRUE(fs::exists(run / island / "lora.safetensors")) << r.all();
+    EXPECT_TRUE(canonical_bytes(run / island / "lora.safetensors") == cut) << island;
+  }
+  for (const auto& i : s["per_island"]) EXPECT_LT(i["steps"].get<int>(), 400) << s.dump();
 }
 
 }  // namespace
