@@ -57,6 +57,7 @@ std::vector<KeyDef> build_schema() {
       B("model.trust_remote_code", false, "Accepted for compatibility; Yeto never executes code shipped in a model repository, so this only silences that warning.").flag("trust-remote-code"),
       P("model.hub_cache", "", "Hugging Face hub cache directory; empty: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."),
       C("model.precision", "auto", {"auto", "fp32", "bf16", "fp16"}, "Compute precision of the frozen base; LoRA weights and the loss stay float32. auto: bf16 where supported, else fp32."),
+      I("model.max_sequence_length", 0, "Text tokens the family's sequence encoder (e.g. T5) is given in training and caching; 0: the family's default (FLUX.1: 512).").flag("max-sequence-length").range(0, 4096),
 
       // [plugins]
       L("plugins.dirs", {"plugins"}, "Directories searched for signed plugins (relative paths: from the config file, then the install)."),

@@ -58,6 +58,16 @@ std::string host_config_string(const std::string& key, const std::string& fallba
   }
 }
 
+std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
+  if (!Host::api() || !Host::api()->config_get) return fallback;
+  try {
+    const auto j = json::parse(Host::config_json(key));
+    return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
 at::ScalarType dtype_of(const std::string& precision) {
   if (precision == "bf16") return at::kBFloat16;
   if (precision == "fp16") return at::kHalf;
@@ -203,6 +213,11 @@ class FluxPlugin : public yeto::sdk::Plugin {
     const auto device = device_of(o.value("device", std::string("auto")));
     const auto precision = flux::resolve_precision(o.value("precision", std::string("auto")), device_name(device));
     model->to(device, dtype_of(precision));
+    const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
+    if (max_len < 0 || max_len > 512)
+      fail(YETO_ERR_INVALID_ARGUMENT, "model.max_sequence_length must be 0 (FLUX.1's 512) or at most 512, got " +
+                                          std::to_string(max_len));
+    max_sequence_length_ = max_len == 0 ? 512 : max_len;
     tuning_ = o.value("tuning", std::string("lora"));
     if (tuning_ != "lora" && tuning_ != "full")
       fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
