@@ -341,14 +341,6 @@ const config::Config& CommandContext::config() {
   return *config_;
 }
 
-std::function<int(CommandContext&)> not_available(const std::string& what) {
-  return [what](CommandContext& ctx) {
-    if (ctx.command().run_config) ctx.config();  // bad configuration still fails first
-    spdlog::error("yeto-host {}: {} is not part of this build yet; nothing was run.", ctx.command().name, what);
-    return static_cast<int>(ExitCode::not_available);
-  };
-}
-
 int run_main(const Registry& registry, const std::vector<std::string>& argv) {
   try {
     log::setup(log::Options{});

@@ -90,8 +90,4 @@ std::string command_help(const Command& command);
 // Runs the whole program: parse, dispatch, report errors. Returns the exit code.
 int run_main(const Registry& registry, const std::vector<std::string>& argv);
 
-// A command whose machinery is not in this build: resolves its config (so bad input still
-// fails as it will later), then says so and exits with ExitCode::not_available.
-std::function<int(CommandContext&)> not_available(const std::string& what);
-
 }  // namespace yeto::cli

@@ -18,7 +18,6 @@ void register_builtin_components(io::ComponentRegistry& registry);
 
 // Registration functions, one per area (each defined next to the code it drives).
 void register_builtin_commands(Registry& r);  // version, config
-void register_planned_commands(Registry& r);  // commands whose machinery lands later
 void register_sync_commands(Registry& r);     // syncer (host/sync)
 void register_sync_learner_commands(Registry& r);  // learner (host/sync)
 void register_parity_commands(Registry& r);   // check-parity (host/parity)

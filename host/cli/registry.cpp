@@ -10,7 +10,6 @@ Registry build_registry() {
   register_initmodel_commands(r);
   register_io_commands(r);
   register_parity_commands(r);
-  register_planned_commands(r);
   register_sync_commands(r);
   register_sync_learner_commands(r);
   register_plugin_commands(r);
