@@ -364,6 +364,13 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
   if (trainable_.empty()) throw Error(model_.describe() + " reports no trainable parameters");
   std::int64_t n_params = 0;
   for (auto& [name, t] : trainable_) {
+    // Mixed precision keeps float32 masters: the optimizer state, checkpoints and the syncer's
+    // pseudo-gradients are float32 whatever the base computes in.
+    if (t.scalar_type() != at::kFloat)
+      throw Error(model_.describe() + ": trainable tensor '" + name + "' is " + std::string(c10::toString(t.scalar_type())) +
+                  "; the learner needs float32 master weights (the plugin's prepare must keep trainable tensors "
+                  "float32 under model.precision = \"" + cfg_.get_string("model.precision") + "\")",
+                  ExitCode::failure);
     if (!t.requires_grad()) t.set_requires_grad(true);
     n_params += t.numel();
   }
@@ -514,7 +521,10 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
                           {"peak_rss_mb", peak_rss_mb()}};
     if (skipped_now > 0) rec["skipped_rows"] = state_.skipped_rows;
     const bool last = step == s_.max_steps;
-    if ((s_.validation_every > 0 && step % s_.validation_every == 0) || last) {
+    // The syncer's budget cutoff is a normal end (terminal handshake and final save below),
+    // not an interruption: like max_steps, it ends with an evaluation.
+    const bool sync_cut = sync_ && sync_->stop_requested();
+    if ((s_.validation_every > 0 && step % s_.validation_every == 0) || last || sync_cut) {
       const double v = evaluate();
       if (std::isfinite(v)) {
         rec["val_loss"] = v;
@@ -530,7 +540,7 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
       const double done = static_cast<double>(step - start_step);
       const double rate = done / std::max(elapsed, 1e-9);
       const std::int64_t every = std::max<std::int64_t>(1, s_.max_steps / 20);
-      if (step % every == 0 || last || step == start_step + 1)
+      if (step % every == 0 || last || sync_cut || step == start_step + 1)
         spdlog::info("step {}/{} loss {:.5f}{} lr {:.3g} |g| {:.3g} {:.2f} steps/s {:.1f} samples/s ETA {}", step,
                      s_.max_steps, loss,
                      rec.contains("val_loss") ? fmt::format(" val_loss {:.5f}", rec["val_loss"].get<double>()) : "",
@@ -540,9 +550,6 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
 
     ++since_ckpt;
     const Request req = control.poll();
-    // The syncer's budget cutoff is a normal end (terminal handshake and final save below),
-    // not an interruption.
-    const bool sync_cut = sync_ && sync_->stop_requested();
     if (req == Request::save_quit) stop = true;
     if (!last && !sync_cut &&
         (stop || req == Request::save || (s_.checkpoint_every > 0 && step % s_.checkpoint_every == 0))) {

@@ -38,11 +38,12 @@ struct Toml {
   std::string train;      // extra [train] lines
   std::string diffusion;  // extra [diffusion] lines
   std::string micro = "4";
+  std::string split = "0.25";  // validation.split
 };
 
 std::string run_toml(const Toml& t) {
   return "[data]\npath = \"data/train.jsonl\"\nheight = 16\nwidth = 16\nworkers = 1\n" + t.data +
-         "[validation]\nsplit = 0.25\nmax_rows = 8\nevery = " + std::to_string(t.validation_every) +
+         "[validation]\nsplit = " + t.split + "\nmax_rows = 8\nevery = " + std::to_string(t.validation_every) +
          "\n[train]\nmax_steps = " + std::to_string(t.steps) + "\nmicro_batch_size = " + t.micro +
          "\ncheckpoint_every = 4\nmax_grad_norm = 1.0\n" + t.train +
          "[optimizer]\nlearning_rate = 0.03\nweight_decay = 0.0\nschedule = \"cosine\"\nwarmup_steps = 2\n"
@@ -104,6 +105,24 @@ class DropFileAtStep final : public OuterSync {
  private:
   fs::path dir_;
   std::int64_t step_;
+};
+
+// The syncer's budget cutoff announced once step `step` is done.
+class CutoffAfterStep final : public OuterSync {
+ public:
+  explicit CutoffAfterStep(std::int64_t step) : step_(step) {}
+  void start(const Trainable&) override {}
+  void after_step(std::int64_t step, std::int64_t, const Trainable&) override { cut_ = cut_ || step >= step_; }
+  bool stop_requested() const override { return cut_; }
+  bool finish(const Trainable&) override {
+    finished = true;
+    return true;
+  }
+  bool finished = false;
+
+ private:
+  std::int64_t step_;
+  bool cut_ = false;
 };
 
 TEST(LearnerLoop, ValLossDropsAndTheRunDirectoryIsComplete) {
@@ -210,6 +229,40 @@ TEST(LearnerLoop, SigtermAndKillNineThenResumeAreBitIdentical) {
   EXPECT_EQ(want, read_file(kill.out() / "lora.safetensors"));
   EXPECT_EQ(losses(full.out()), losses(term.out()));
   EXPECT_EQ(losses(full.out()), losses(kill.out()));
+}
+
+// A run the syncer cuts off before max_steps still ends with an evaluation, so the last
+// metrics record carries val_loss; without validation configured it carries none.
+TEST(LearnerLoop, SyncerCutoffEvaluatesAtTheLastStep) {
+  {
+    Toml t;
+    t.steps = 10;
+    t.validation_every = 4;
+    TrialRun run(run_toml(t));
+    CutoffAfterStep cut(3);
+    const auto r = run.train(&cut);
+    EXPECT_EQ(r.steps, 3);
+    EXPECT_FALSE(r.stopped_early) << "a budget cutoff is a normal end";
+    EXPECT_TRUE(cut.finished);
+    EXPECT_TRUE(fs::exists(run.out() / "lora.safetensors"));
+    const auto val = losses(run.out(), "val_loss");
+    ASSERT_EQ(val.size(), 2u) << read_file(run.out() / "metrics.jsonl");
+    EXPECT_TRUE(val.count(0) && val.count(3)) << read_file(run.out() / "metrics.jsonl");
+    ASSERT_TRUE(r.last_val_loss);
+    EXPECT_EQ(*r.last_val_loss, val.at(3));
+    EXPECT_EQ(losses(run.out()).rbegin()->first, 3);
+  }
+  {
+    Toml t;
+    t.steps = 10;
+    t.split = "0.0";
+    TrialRun run(run_toml(t));
+    CutoffAfterStep cut(2);
+    const auto r = run.train(&cut);
+    EXPECT_EQ(r.steps, 2);
+    EXPECT_FALSE(r.last_val_loss);
+    EXPECT_TRUE(losses(run.out(), "val_loss").empty());
+  }
 }
 
 TEST(LearnerLoop, BadRowsAreReportedWithTheirRowNumbersUnderBothPolicies) {
