@@ -1,18 +1,26 @@
-// `yeto-host sample`: text-to-image generation with a model's family plugin, written as PNG.
+// `yeto-host sample`: generation with a model's family plugin (optionally with a LoRA adapter folded in),
+// written as PNG, MP4 or a frames directory.
 #include <ATen/ATen.h>
 
 #include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
+#include "config/config.hpp"
 #include "core/error.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/instance.hpp"
 #include "runtime/torch_runtime.hpp"
+#include "sample/fold_adapter.hpp"
+#include "sample/media.hpp"
 #include "sample/png.hpp"
 
 namespace yeto::sample {
@@ -43,38 +51,80 @@ double real(const cli::CommandContext& ctx, const std::string& option, double fa
   }
 }
 
-// [3, H, W] in [0, 1] -> H*W*3 bytes, rounded as Diffusers' numpy_to_pil ((x * 255).round()).
-std::vector<std::uint8_t> to_rgb8(const at::Tensor& image) {
-  const auto bytes = (image.detach().to(at::kFloat).cpu().clamp(0, 1) * 255).round().to(at::kByte).permute({1, 2, 0})
+// [3, F, H, W] (or [3, H, W]) in [0, 1] -> F*H*W*3 bytes, frame-major, rounded as Diffusers'
+// numpy_to_pil ((x * 255).round()).
+std::vector<std::uint8_t> to_rgb8(const at::Tensor& media) {
+  const at::Tensor v = media.dim() == 3 ? media.unsqueeze(1) : media;
+  const auto bytes = (v.detach().to(at::kFloat).cpu().clamp(0, 1) * 255).round().to(at::kByte).permute({1, 2, 3, 0})
                          .contiguous();
   const auto* p = bytes.data_ptr<std::uint8_t>();
   return std::vector<std::uint8_t>(p, p + bytes.numel());
 }
 
+enum class Format { png, mp4, frames };
+
+Format output_format(const cli::CommandContext& ctx, const std::string& output) {
+  const std::string ext = std::filesystem::path(output).extension().string();
+  const bool dir = !output.empty() && (output.back() == '/' || std::filesystem::is_directory(output));
+  if (ctx.has("format")) {
+    const std::string f = ctx.value("format");
+    if (f == "frames") return Format::frames;
+    if (f != "png" && f != "mp4")
+      throw UsageError("--format '" + f + "': expected png, mp4 or frames");
+    if (dir || ext != "." + f)
+      throw UsageError("--format " + f + " with --output " + output + ": the output must end in ." + f +
+                       " (or drop --format to choose by the extension)");
+    return f == "png" ? Format::png : Format::mp4;
+  }
+  if (dir) return Format::frames;
+  if (ext == ".png") return Format::png;
+  if (ext == ".mp4") return Format::mp4;
+  throw UsageError("--output " + output + ": cannot tell the format from '" + ext +
+                   "'; end it in .png (images), .mp4 (a clip) or '/' (a directory of PNG frames), or pass --format");
+}
+
+// The frames directory of prompt `index` of `count`: DIR itself, or DIR-000, DIR-001, ...
+std::filesystem::path frames_dir(std::string output, std::size_t index, std::size_t count) {
+  while (output.size() > 1 && output.back() == '/') output.pop_back();
+  if (count == 1) return output;
+  std::string number = std::to_string(index);
+  if (number.size() < 3) number.insert(0, 3 - number.size(), '0');
+  return output + "-" + number;
+}
+
 int run_sample(cli::CommandContext& ctx) {
-  if (ctx.has("adapter-dir"))
-    throw Error("sample --adapter-dir: loading a trained adapter directory is not in this build yet; sample the "
-                "base model (omit --adapter-dir)",
-                ExitCode::not_available);
-  std::vector<std::string> prompts = ctx.values("prompt");
+  std::vector<PromptEntry> prompts;
+  for (const auto& p : ctx.values("prompt")) prompts.push_back({p, std::nullopt});
   if (ctx.has("prompts")) {
     if (!prompts.empty()) throw UsageError("sample: give either --prompt or --prompts, not both");
-    prompts = read_prompts_file(ctx.value("prompts"));
+    prompts = read_prompt_entries(ctx.value("prompts"));
   }
   if (prompts.empty()) throw UsageError("sample: give a prompt (--prompt TEXT) or a prompts file (--prompts FILE)");
-  if (!ctx.has("output")) throw UsageError("sample: --output PATH (the PNG to write) is required");
-  const std::filesystem::path output = ctx.value("output");
+  if (!ctx.has("output")) throw UsageError("sample: --output PATH (.png, .mp4 or a directory/) is required");
+  const std::string output = ctx.value("output");
+  const Format format = output_format(ctx, output);
 
-  nlohmann::json request = {{"seed", number<std::uint64_t>(ctx, "seed", 0, 0)},
-                            {"steps", number<std::int64_t>(ctx, "steps", 28, 1)},
+  const std::uint64_t seed = number<std::uint64_t>(ctx, "seed", 0, 0);
+  nlohmann::json request = {{"steps", number<std::int64_t>(ctx, "steps", 28, 1)},
                             {"guidance", real(ctx, "guidance", 3.5)},
                             {"height", number<std::int64_t>(ctx, "height", 1024, 16)},
                             {"width", number<std::int64_t>(ctx, "width", 1024, 16)}};
   if (ctx.has("max-sequence-length"))
     request["max_sequence_length"] = number<std::int64_t>(ctx, "max-sequence-length", 512, 1);
+  std::optional<std::int64_t> num_frames;
+  if (ctx.has("num-frames")) request["num_frames"] = *(num_frames = number<std::int64_t>(ctx, "num-frames", 1, 1));
+  const double fps = real(ctx, "fps", 16.0);
+  if (!(fps > 0)) throw UsageError("--fps: must be positive, got " + ctx.value("fps"));
+  if (ctx.has("fps")) request["fps"] = fps;
 
   const config::Config& cfg = ctx.config();
   if (cfg.get_string("model.id").empty()) throw UsageError("sample: --model (model.id) is required");
+  const std::filesystem::path adapter_dir = ctx.value("adapter-dir");
+  if (ctx.has("adapter-dir")) {
+    if (!std::filesystem::exists(adapter_dir))
+      throw Error("--adapter-dir " + adapter_dir.string() + ": no such file or directory", ExitCode::not_found);
+    check_adapter_plugin(adapter_dir, cfg);  // before any plugin loads
+  }
   runtime::configure_threads(static_cast<int>(cfg.get_int("run.threads")));
   pipeline::OpenOptions open;
   open.prepare = false;
@@ -82,19 +132,53 @@ int run_sample(cli::CommandContext& ctx) {
   if (!pipe->plugin().has(YETO_CAP_GENERATE))
     throw Error("sample: plugin '" + pipe->loaded_plugin().manifest.name + "' does not implement generation",
                 ExitCode::not_available);
+  if (ctx.has("adapter-dir")) {
+    const FoldReport folded = fold_adapter(*pipe, cfg, adapter_dir);
+    spdlog::info("sample: folded {} LoRA modules of {} from {} into the model", folded.modules, folded.components,
+                 adapter_dir.string());
+  }
 
-  // One generation per prompt, each from the same seed: a prompt's picture does not depend on
-  // the other prompts of the run.
+  // One generation per prompt, each from its own seed (the prompts file's, else --seed): a
+  // prompt's picture does not depend on the other prompts of the run.
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    request["prompts"] = nlohmann::json::array({prompts[i]});
+    request["prompts"] = nlohmann::json::array({prompts[i].prompt});
+    request["seed"] = prompts[i].seed.value_or(seed);
     const auto out = pipe->plugin().generate(request.dump(), {});
-    at::Tensor images;
+    at::Tensor media;
     for (const auto& [n, t] : out)
-      if (n == "images") images = t;
-    if (!images.defined() || images.dim() != 4 || images.size(0) != 1 || images.size(1) != 3)
-      throw Error("sample: the plugin returned no 'images' [1, 3, H, W] tensor", ExitCode::failure);
-    const auto path = output_path(output, i, prompts.size());
-    write_png(path, to_rgb8(images[0]), static_cast<int>(images.size(2)), static_cast<int>(images.size(3)));
+      if (n == "video" || (n == "images" && !media.defined())) media = t;
+    const bool video = media.defined() && media.dim() == 5;
+    if (!media.defined() || (media.dim() != 4 && !video) || media.size(0) != 1 || media.size(1) != 3)
+      throw Error("sample: the plugin returned neither 'images' [1, 3, H, W] nor 'video' [1, 3, F, H, W]",
+                  ExitCode::failure);
+    const int frames = video ? static_cast<int>(media.size(2)) : 1;
+    const int height = static_cast<int>(media.size(-2)), width = static_cast<int>(media.size(-1));
+    if (num_frames && video && *num_frames != frames)
+      spdlog::info("sample: the plugin's shape rules changed --num-frames {} to {} frames", *num_frames, frames);
+    if (num_frames && !video && *num_frames != 1)
+      spdlog::info("sample: --num-frames {} asked, the plugin generated one image", *num_frames);
+    const auto rgb = to_rgb8(media[0]);
+    std::filesystem::path path;
+    switch (format) {
+      case Format::png:
+        if (video)
+          throw Error("sample: the plugin generated a " + std::to_string(frames) + "-frame video; write it as .mp4 or "
+                      "a frames directory (--output DIR/), not as PNG",
+                      ExitCode::bad_input);
+        path = output_path(output, i, prompts.size());
+        write_png(path, rgb, height, width);
+        break;
+      case Format::mp4: {
+        path = output_path(output, i, prompts.size());
+        const std::string codec = write_mp4(path, rgb, frames, height, width, fps);
+        spdlog::info("sample: {} frame(s) {}x{} at {} fps, encoder {}", frames, width, height, fps, codec);
+        break;
+      }
+      case Format::frames:
+        path = frames_dir(output, i, prompts.size());
+        write_frames(path, rgb, frames, height, width);
+        break;
+    }
     std::cout << path.string() << "\n";
   }
   return 0;
@@ -108,26 +192,34 @@ namespace yeto::cli {
 void register_sample_commands(Registry& r) {
   Command c;
   c.name = "sample";
-  c.summary = "Generate images from a base model with its family plugin and write PNG files.";
+  c.summary = "Generate images or clips from a base model (optionally with an adapter) and write PNG, MP4 or frames.";
   c.description =
       "Runs the family plugin's sampling pipeline (for Flux: CLIP + T5 conditioning, flow-match Euler steps with the "
-      "dynamic shift, VAE decode) and writes each image as PNG. The initial noise is drawn exactly as Diffusers draws "
-      "it on CPU (torch.Generator('cpu').manual_seed(SEED), randn of the unpacked latent shape), so a prompt and seed "
-      "give the same picture as the Diffusers pipeline. With several prompts (--prompt repeated, or --prompts FILE "
-      "with one prompt per line) each prompt is generated on its own from the same seed and written to "
-      "<stem>-000<ext>, <stem>-001<ext>, ... beside --output. The model is --model (model.id); the plugin is the one "
-      "its alias names or --diffusion-adapter. model.precision auto samples in float32 on CPU.";
+      "dynamic shift, VAE decode). The initial noise is drawn exactly as Diffusers draws it on CPU "
+      "(torch.Generator('cpu').manual_seed(SEED), randn of the unpacked latent shape), so a prompt and seed give the "
+      "same picture as the Diffusers pipeline. --adapter-dir DIR folds a LoRA adapter (any layout `merge` reads) into "
+      "the denoiser weights first, W += scale * B @ A as `merge` does; an adapter recorded for another base model is "
+      "refused, and the plugin an adapter records is never loaded implicitly (pass --diffusion-adapter NAME). The "
+      "output format follows --output: .png (images; a video is refused), .mp4 (H.264 through libx264 when FFmpeg has "
+      "it, else MPEG-4 part 2; an image is a 1-frame clip), or a directory ending in '/' (or --format frames) of "
+      "frame-00000.png, ... With several prompts (--prompt repeated, or --prompts FILE with one prompt per line or "
+      "JSON lines {\"prompt\": ..., \"seed\": N}) each prompt is generated on its own from its seed (else --seed) and "
+      "written to <stem>-000<ext>, ... (DIR-000/, ... for frames). The model is --model (model.id); the plugin is the "
+      "one its alias names or --diffusion-adapter. model.precision auto samples in float32 on CPU.";
   c.run_config = true;
   c.options = {{"prompt", "TEXT", "Prompt (repeatable).", true},
-               {"prompts", "FILE", "File with one prompt per line."},
-               {"seed", "S", "Seed of the initial noise (default 0)."},
+               {"prompts", "FILE", "Prompts file: one per line, or JSON lines with prompt and seed."},
+               {"seed", "S", "Seed of the initial noise (default 0); a prompts file's seed wins."},
                {"steps", "N", "Denoising steps (default 28)."},
                {"guidance", "G", "Guidance scale (default 3.5)."},
-               {"height", "H", "Image height in pixels (default 1024)."},
-               {"width", "W", "Image width in pixels (default 1024)."},
+               {"height", "H", "Height in pixels (default 1024)."},
+               {"width", "W", "Width in pixels (default 1024)."},
+               {"num-frames", "F", "Frames to generate (video families; the plugin may round it, which is logged)."},
+               {"fps", "R", "Frame rate of the clip (forwarded to the plugin; MP4 default 16)."},
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},
-               {"output", "PATH", "PNG file to write (required)."},
-               {"adapter-dir", "DIR", "A trained adapter directory (not in this build yet)."}};
+               {"output", "PATH", "Output: FILE.png, FILE.mp4 or DIR/ (frames) (required)."},
+               {"format", "F", "png, mp4 or frames (default: from --output)."},
+               {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin)."}};
   c.run = sample::run_sample;
   r.add(std::move(c));
 }
