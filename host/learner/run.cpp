@@ -1,7 +1,15 @@
 // learner::run(): the pipeline the config names, then the training loop over it.
 #include <ATen/ATen.h>
 
+#include <spdlog/spdlog.h>
+
 #include "config/config.hpp"
+#include "core/error.hpp"
+#include "core/error.hpp"
+#include "data/cache_contract.hpp"
+#include "data/options.hpp"
+#include "data/source.hpp"
+#include "data/torch/pipeline_cache.hpp"
 #include "io/repository.hpp"
 #include "learner/learner.hpp"
 #include "learner/settings.hpp"
@@ -11,6 +19,34 @@
 #include "schedulers/scheduler.hpp"
 
 namespace yeto::learner {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A dataset directory made by `yeto-host cache` (it holds yeto_diffusion_cache.json) must
+// have been encoded by this pipeline -- same model, component weights and data.*
+// preprocessing -- or its latents and embeddings mean something else: refuse it before the
+// first step. Both data.path and validation.data are checked against the run's data.*.
+void check_cache_datasets(const config::Config& cfg, const pipeline::Pipeline& pipeline) {
+  const auto options = data::data_options(cfg);
+  std::vector<data::DataOptions> sources;
+  if (!options.source.empty()) sources.push_back(options);
+  if (auto v = data::validation_data_options(cfg)) sources.push_back(*v);
+  for (const auto& s : sources) {
+    const fs::path dir = data::resolve_source(s).root();
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / data::kCacheContractFile, ec)) continue;
+    try {
+      data::validate_cache_for_pipeline(dir, pipeline, options);
+    } catch (const Error& e) {
+      throw Error(s.source_key + " = \"" + s.source + "\": " + e.what(), e.code());
+    }
+    spdlog::info("{}: cache dataset {} matches the model, its components and data.* preprocessing", s.source_key,
+                 dir.string());
+  }
+}
+
+}  // namespace
 
 RunResult run(const config::Config& cfg, const RunOptions& options, OuterSync* sync) {
   (void)read_settings(cfg);  // a bad setting fails before the model is loaded
@@ -18,6 +54,7 @@ RunResult run(const config::Config& cfg, const RunOptions& options, OuterSync* s
   pipeline::OpenOptions open;
   open.logical_rank = options.logical_rank;
   auto pipeline = pipeline::Pipeline::open(cfg, open);
+  check_cache_datasets(cfg, *pipeline);
   auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                  boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
   return train(*model, cfg, options, sync, [&](io::Provenance& p) { pipeline->record_provenance(p); });

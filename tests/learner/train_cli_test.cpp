@@ -155,6 +155,62 @@ TEST(LearnerTrainFlux, DeterministicAndResumableBitExactly) {
   }
 }
 
+// Flips the lowest byte of the first tensor in a safetensors file: still a valid file, other
+// weights.
+void change_first_weight(const fs::path& file) {
+  std::string bytes = read_file(file);
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  bytes[8 + header] = static_cast<char>(bytes[8 + header] ^ 0x01);
+  atomic_write(file, bytes);
+}
+
+// A cache dataset made by `yeto-host cache` trains; one made with other component weights or
+// another preprocessing profile is refused before the first step, naming the field.
+TEST(LearnerTrainFlux, TrainsFromAMatchingCacheAndRefusesAMismatchedOne) {
+  TempDir dir;
+  const fs::path repo = dir / "repo";
+  fs::copy(fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny", repo, fs::copy_options::recursive);
+  test::write_dataset(dir / "data", 8, {}, 32);
+  auto toml = [&](const std::string& data, int height) {
+    return "[run]\nthreads = 1\n[model]\nid = \"" + repo.string() + "\"\nadapter = \"flux\"\nprecision = \"fp32\"\n"
+           "[data]\npath = \"" + data + "\"\nheight = " + std::to_string(height) + "\nwidth = 32\nworkers = 1\n"
+           "[validation]\nsplit = 0.25\n[lora]\nr = 4\nalpha = 4.0\n"
+           "[train]\nmax_steps = 2\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
+           "[diffusion]\nseed = 5\n";
+  };
+  dir.write("cache.toml", toml("data/train.jsonl", 32));
+  auto r = yeto::test::run_host({"cache", "--config", (dir / "cache.toml").string(), "--output", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  ASSERT_TRUE(fs::exists(dir / "cache/yeto_diffusion_cache.json"));
+
+  dir.write("train.toml", toml("cache", 32));
+  auto train = [&](const std::string& config, const std::string& out) {
+    return yeto::test::run_host({"train", "--config", (dir / config).string(), "--output", (dir / out).string()});
+  };
+  r = train("train.toml", "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.all(), "matches the model")) << r.all();
+  EXPECT_EQ(series(dir / "run", "loss").size(), 2u);
+  EXPECT_TRUE(series(dir / "run", "val_loss").count(2)) << "held-out cached rows are scored";
+
+  // Another preprocessing profile: data.height 64 against a cache made at 32.
+  dir.write("tall.toml", toml("cache", 64));
+  r = train("tall.toml", "run-tall");
+  EXPECT_EQ(r.exit_code, 30) << r.all();
+  EXPECT_TRUE(contains(r.all(), "preprocessing.height")) << r.all();
+  EXPECT_TRUE(contains(r.all(), "data.path")) << r.all();
+  EXPECT_FALSE(fs::exists(dir / "run-tall/metrics.jsonl"));
+
+  // Other VAE weights than the cache was encoded with.
+  change_first_weight(repo / "vae/diffusion_pytorch_model.safetensors");
+  r = train("train.toml", "run-vae");
+  EXPECT_EQ(r.exit_code, 30) << r.all();
+  EXPECT_TRUE(contains(r.all(), "components.vae")) << r.all();
+  EXPECT_FALSE(contains(r.all(), "components.transformer")) << r.all();
+  EXPECT_FALSE(fs::exists(dir / "run-vae/metrics.jsonl"));
+}
+
 TEST(LearnerTrainFlux, BadRowsAreReportedWithRowNumbers) {
   const std::map<int, std::string> bad = {{2, "missing"}, {6, "corrupt"}};
   TrialRun strict(flux_toml(2), 16, bad);
