@@ -13,6 +13,7 @@ extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/error.h>
+#include <libavutil/log.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
@@ -114,6 +115,7 @@ std::string write_mp4(const fs::path& path, const std::vector<std::uint8_t>& rgb
     throw Error(path.string() + ": this FFmpeg build has no video encoder '" + (codec.empty() ? "mpeg4" : codec) + "'",
                 ExitCode::not_available);
 
+  av_log_set_level(AV_LOG_ERROR);  // no encoder banners on the command's output
   if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
   const fs::path tmp = path.parent_path() / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()));
   Writer w;

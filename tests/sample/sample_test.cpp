@@ -316,7 +316,9 @@ TEST(SampleVideo, SampleWritesAOneFrameClipAndAFramesDirectory) {
   const auto* px = frame.data_ptr<std::uint8_t>();
   const double d = mean_abs_diff(clip.rgb, std::vector<std::uint8_t>(px, px + frame.numel()));
   std::printf("  mean |mp4 frame - png| = %.2f / 255\n", d);
-  EXPECT_LT(d, 6.0);
+  // The random-weight model's picture is pixel noise, which 4:2:0 chroma subsampling blurs
+  // (about 13 levels on average); a wrong or blank frame is off by far more.
+  EXPECT_LT(d, 32.0);
 }
 
 TEST(SampleMedia, Mp4WriterRoundTripsThroughFfmpegWithEitherEncoder) {
