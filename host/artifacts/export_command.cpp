@@ -88,11 +88,11 @@ int run_export(CommandContext& ctx) {
     rq.base_model_class = info->class_name;
 
   const io::ResolvedModel resolved =
-      io::resolve_model(cfg.get_string("model.id"), cfg.get_string("model.revision"),
+      io::resolve_model(pipeline::model_spec(cfg), cfg.get_string("model.revision"),
                         io::hub_cache(cfg.get_path("model.hub_cache")));
   const json all = cfg.to_json();
   json record = json::object();
-  record["base_model"] = artifacts::base_model_record(cfg.get_string("model.id"), resolved.repo, repo, {component});
+  record["base_model"] = artifacts::base_model_record(pipeline::model_spec(cfg), resolved.repo, repo, {component});
   record["base_model"]["class_name"] = rq.base_model_class;
   record["plugin"] = pipe->loaded_plugin().provenance.to_json();
   record["lora"] = {{"r", rq.settings.r},

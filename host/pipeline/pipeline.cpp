@@ -202,6 +202,16 @@ struct Pipeline::State : plugin::ComponentSource {
 Pipeline::Pipeline() : s_(std::make_unique<State>()) {}
 Pipeline::~Pipeline() = default;
 
+std::string model_spec(const config::Config& cfg) {
+  const std::string spec = cfg.get_string("model.id");
+  const auto& e = cfg.entry("model.id");
+  const std::filesystem::path p(spec);
+  std::error_code ec;
+  if (!spec.empty() && p.is_relative() && !e.base_dir.empty() && std::filesystem::is_directory(e.base_dir / p, ec))
+    return (e.base_dir / p).lexically_normal().string();
+  return spec;
+}
+
 std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOptions& options) {
   ensure_builtin_components();
   std::unique_ptr<Pipeline> p(new Pipeline());
@@ -212,6 +222,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   if (s.spec.empty())
     throw UsageError("model.id is not set: name a local Diffusers directory, an org/name id in the Hugging Face "
                      "cache or a built-in alias (--model, or [model] id = \"...\" in the run file)");
+  s.spec = model_spec(cfg);
   s.resolved = io::resolve_model(s.spec, cfg.get_string("model.revision"), io::hub_cache(cfg.get_path("model.hub_cache")));
   s.model_dir = s.resolved.repo.path;
   s.model_id = s.resolved.repo.local ? s.spec : s.resolved.repo.id;

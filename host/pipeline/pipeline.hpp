@@ -56,6 +56,11 @@ struct OpenOptions {
   std::int64_t logical_rank = 0;  // the learner's logical rank: the plugin's RNG streams differ per rank
 };
 
+// model.id as the run names it, with a relative local directory resolved from the directory
+// of the file (or the working directory, for a flag) that set it, as every path key is; so a
+// run behaves the same from any working directory and in the embedded mode's children.
+std::string model_spec(const config::Config& cfg);
+
 class Pipeline {
  public:
   // Steps 1-6 above for the run `cfg` describes. Throws yeto::Error with the loader's exit
