@@ -142,35 +142,47 @@ Named vae_forward(models::AutoencoderKLComponent& c, const Named& in, const json
   unknown_method(where, method, {"decode", "encode"});
 }
 
-Named clip_forward(models::CLIPTextComponent& c, const Named& in, const json& o, const std::string& where) {
+// The "encode" method's inputs, shared by the CLIP and T5 text encoders: token ids (and an
+// optional attention mask) on the module's device, and whether hidden states are wanted.
+struct EncodeCall {
+  at::Tensor ids;
+  at::Tensor mask;  // undefined when none was given
+  bool hidden = false;
+};
+
+EncodeCall encode_call(const at::Device& dev, const Named& in, const json& o, const std::string& where) {
   const std::string method = method_of(o, "encode", where);
   if (method != "encode") unknown_method(where, method, {"encode"});
-  const auto dev = module_options(*c.model).device();
-  const at::Tensor ids = need(in, "input_ids", where + " encode").to(dev, at::kLong);
+  EncodeCall call;
+  call.ids = need(in, "input_ids", where + " encode").to(dev, at::kLong);
   const at::Tensor* mask = find(in, "attention_mask");
-  const bool hidden = option<bool>(o, "output_hidden_states", false, where);
-  const auto r = c.model->forward(ids, mask && mask->defined() ? mask->to(dev) : at::Tensor(), hidden);
+  if (mask && mask->defined()) call.mask = mask->to(dev);
+  call.hidden = option<bool>(o, "output_hidden_states", false, where);
+  return call;
+}
+
+void add_hidden_states(Named& out, const std::vector<at::Tensor>& hidden_states, bool wanted) {
+  for (std::size_t i = 0; wanted && i < hidden_states.size(); ++i)
+    out.emplace_back("hidden_states." + std::to_string(i), hidden_states[i]);
+}
+
+Named clip_forward(models::CLIPTextComponent& c, const Named& in, const json& o, const std::string& where) {
+  const auto call = encode_call(module_options(*c.model).device(), in, o, where);
+  const auto r = c.model->forward(call.ids, call.mask, call.hidden);
   Named out = {{"last_hidden_state", r.last_hidden_state}};
   if (c.model->with_projection())
     out.emplace_back("text_embeds", r.text_embeds);
   else
     out.emplace_back("pooler_output", r.pooler_output);
-  for (std::size_t i = 0; hidden && i < r.hidden_states.size(); ++i)
-    out.emplace_back("hidden_states." + std::to_string(i), r.hidden_states[i]);
+  add_hidden_states(out, r.hidden_states, call.hidden);
   return out;
 }
 
 Named t5_forward(models::T5EncoderComponent& c, const Named& in, const json& o, const std::string& where) {
-  const std::string method = method_of(o, "encode", where);
-  if (method != "encode") unknown_method(where, method, {"encode"});
-  const auto dev = module_options(*c.model).device();
-  const at::Tensor ids = need(in, "input_ids", where + " encode").to(dev, at::kLong);
-  const at::Tensor* mask = find(in, "attention_mask");
-  const bool hidden = option<bool>(o, "output_hidden_states", false, where);
-  const auto r = c.model->forward(ids, mask && mask->defined() ? mask->to(dev) : at::Tensor(), hidden);
+  const auto call = encode_call(module_options(*c.model).device(), in, o, where);
+  const auto r = c.model->forward(call.ids, call.mask, call.hidden);
   Named out = {{"last_hidden_state", r.last_hidden_state}};
-  for (std::size_t i = 0; hidden && i < r.hidden_states.size(); ++i)
-    out.emplace_back("hidden_states." + std::to_string(i), r.hidden_states[i]);
+  add_hidden_states(out, r.hidden_states, call.hidden);
   return out;
 }
 
