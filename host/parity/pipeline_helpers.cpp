@@ -9,6 +9,7 @@ namespace {
 struct HelperTable {
   std::mutex mu;
   std::map<std::string, py::Function> fns;
+  CaseHelperProvider provider;
 };
 
 HelperTable& helpers() {
@@ -18,10 +19,14 @@ HelperTable& helpers() {
 
 void run_pipeline_helpers(const CaseContext& ctx, CaseResult& result) {
   py::Interpreter interp(ctx);
+  CaseHelperProvider provider;
   {
     std::lock_guard<std::mutex> lock(helpers().mu);
     for (const auto& [name, fn] : helpers().fns) interp.define_function(name, fn);
+    provider = helpers().provider;
   }
+  if (provider)
+    for (auto& [name, fn] : provider(ctx)) interp.define_function(name, std::move(fn));
   interp.run_calls(result);
 }
 
@@ -30,6 +35,11 @@ void run_pipeline_helpers(const CaseContext& ctx, CaseResult& result) {
 void register_pipeline_helper(const std::string& name, py::Function fn) {
   std::lock_guard<std::mutex> lock(helpers().mu);
   helpers().fns[name] = std::move(fn);
+}
+
+void set_pipeline_helper_provider(CaseHelperProvider provider) {
+  std::lock_guard<std::mutex> lock(helpers().mu);
+  helpers().provider = std::move(provider);
 }
 
 std::vector<std::string> registered_pipeline_helpers() {

@@ -3,6 +3,9 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <regex>
+#include <set>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +14,7 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "parity/parity.hpp"
+#include "parity/pipeline_helpers.hpp"
 #include "pipeline/pipeline.hpp"
 #include "io/tensors.hpp"
 #include "plugin/host_api.hpp"
@@ -46,6 +50,7 @@ json request_from_arguments(const json& call, const std::string& where) {
                                                     {"width", "width"},
                                                     {"num_frames", "num_frames"},
                                                     {"fps", "fps"},
+                                                    {"frame_rate", "fps"},
                                                     {"max_sequence_length", "max_sequence_length"}};
   for (const auto& [from, to] : names)
     if (a.contains(from) && !a[from].is_null()) r[to] = a[from];
@@ -170,9 +175,14 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
   plugin::NamedTensors inputs;
   for (const auto& [arg, _] : c.at("call").at("tensor_args").items()) inputs.emplace_back(arg, ctx.input(arg));
   const std::string output = c.at("compare").contains("sample") ? "sample" : c.at("compare").begin().key();
+  // Non-tensor arguments of the recorded call (num_frames, rope scales, ...) go to the
+  // component as its forward options.
+  json options = c.at("call").value("scalar_args", json::object());
+  options.erase("return_dict");
+  const std::string options_text = options.dump();
   {
     at::NoGradGuard no_grad;
-    const auto out = plugin::component_forward(*comp, inputs);
+    const auto out = plugin::component_forward(*comp, inputs, options_text);
     bool found = false;
     for (const auto& [n, t] : out)
       if (n == "sample") {
@@ -189,7 +199,7 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
     p.mutable_grad() = at::Tensor();
   }
   at::Tensor sample;
-  for (const auto& [n, t] : plugin::component_forward(*comp, inputs))
+  for (const auto& [n, t] : plugin::component_forward(*comp, inputs, options_text))
     if (n == "sample") sample = t;
   const auto loss = (sample - ctx.expected(b.value("target_key", std::string("loss_target")))).pow(2).mean();
   ctx.compare(b.value("loss_key", std::string("loss")), loss.detach(), result);
@@ -209,13 +219,139 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
   }
 }
 
+// ---- autoencoder classes served by a plugin (video VAEs) -----------------------------------
+// The same case layout as the host's AutoencoderKL cases: calls `model.encode(x)` (outputs
+// `...mean`, `...std`, `...logvar`) and `model.decode(z)` (the sample), through the
+// component's `encode` / `decode` methods.
+void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
+  const json& c = ctx.case_json();
+  const std::string cls = ctx.class_name();
+  std::string name = c.value("plugin", std::string());
+  if (name.empty()) name = plugin_for_class(cls);
+  auto& pc = plugin_classes(name);
+  if (!pc.registry->has(cls)) {
+    mark_unsupported(result, unsupported_class_message(cls) + " (plugin '" + name + "' does not register it)");
+    return;
+  }
+  const fs::path config_path = ctx.dir() / "config.json";
+  if (!fs::exists(config_path))
+    throw Error(config_path.string() + " does not exist (the component's config)", ExitCode::bad_input);
+  std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> comp(
+      pc.registry->create(cls, read_file(config_path), ctx.dir().string()));
+  plugin::NamedTensors weights;
+  for (const auto& file : c.value("model_files", json::array())) {
+    const std::string f = file.get<std::string>();
+    if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors") continue;
+    for (auto& [n, t] : io::load_safetensors(ctx.dir() / f)) weights.emplace_back(n, t);
+  }
+  if (weights.empty()) throw Error(where_of(ctx) + ": no safetensors weights in model_files", ExitCode::bad_input);
+  plugin::component_load_weights(*comp, weights);
+  at::NoGradGuard no_grad;
+  for (const auto& call : c.at("calls")) {
+    const std::string python = call.value("python", std::string());
+    if (!call.contains("tensor_args") || call["tensor_args"].empty())
+      throw Error(where_of(ctx) + ": call `" + python + "` has no tensor argument", ExitCode::bad_input);
+    const bool encode = python.find(".encode(") != std::string::npos;
+    if (!encode && python.find(".decode(") == std::string::npos)
+      throw Error(where_of(ctx) + ": call `" + python + "` is neither encode nor decode", ExitCode::bad_input);
+    // The first positional argument of the call is the sample / latents (case.json keeps the
+    // tensor arguments in a map, so its order says nothing); the others keep their names (temb).
+    const auto open = python.find(encode ? ".encode(" : ".decode(") + 8;
+    std::string first = python.substr(open, python.find_first_of(",)", open) - open);
+    first.erase(0, first.find_first_not_of(' '));
+    first.erase(first.find_last_not_of(' ') + 1);
+    if (!call["tensor_args"].contains(first)) first = call["tensor_args"].begin().key();
+    plugin::NamedTensors args = {{encode ? "sample" : "latents", ctx.input(first)}};
+    for (const auto& [arg, _] : call["tensor_args"].items())
+      if (arg != first) args.emplace_back(arg, ctx.input(arg));
+    const auto out = plugin::component_forward(*comp, args, json{{"method", encode ? "encode" : "decode"}}.dump());
+    std::map<std::string, at::Tensor> got;
+    for (const auto& [n, t] : out) got[n] = t;
+    if (got.count("logvar")) got["std"] = at::exp(0.5 * got["logvar"]);
+    const json outputs = call.value("outputs", json::object());  // named: items() must not outlive it
+    for (const auto& [key, _] : outputs.items()) {
+      const std::string field = encode ? key.substr(key.rfind('.') + 1) : "sample";
+      if (!got.count(field)) {
+        Comparison cmp;
+        cmp.name = key;
+        cmp.note = cls + " " + (encode ? "encode" : "decode") + " returned no '" + field + "'";
+        result.comparisons.push_back(cmp);
+        continue;
+      }
+      ctx.compare(key, got[field], result);
+    }
+  }
+}
+
+// ---- pipeline helpers a plugin serves -----------------------------------------------------
+// A family plugin may register its pipeline class (`LTXPipeline`) as a component whose forward
+// runs the pipeline's static helpers: options {"method": NAME, "args": [...], "kwargs": {...}},
+// where a tensor argument is {"tensor": INPUT} naming one of the inputs; the value comes back as
+// the output "result". Every `Class.name(` a case's snippets call becomes such a function.
+json helper_argument(const py::Value& v, const std::string& name, plugin::NamedTensors& tensors) {
+  if (v.is_none()) return nullptr;
+  if (v.is_tensor()) {
+    tensors.emplace_back(name, v.to_tensor());
+    return {{"tensor", name}};
+  }
+  if (std::holds_alternative<bool>(v.v)) return v.to_bool();
+  if (std::holds_alternative<std::int64_t>(v.v)) return v.to_int();
+  if (std::holds_alternative<double>(v.v)) return v.to_double();
+  if (std::holds_alternative<std::string>(v.v)) return v.to_string();
+  if (v.is_list()) {
+    json a = json::array();
+    std::size_t i = 0;
+    for (const auto& item : v.list()) a.push_back(helper_argument(item, name + "." + std::to_string(i++), tensors));
+    return a;
+  }
+  throw Error("pipeline helper argument " + name + ": cannot pass " + v.describe() + " to a plugin", ExitCode::bad_input);
+}
+
+std::map<std::string, py::Function> plugin_pipeline_helpers(const CaseContext& ctx) {
+  const std::string cls = ctx.class_name();
+  const std::string name = plugin_for_class(cls);
+  if (name.empty()) return {};
+  auto& pc = plugin_classes(name);
+  if (!pc.registry->has(cls)) return {};
+  std::shared_ptr<const yeto_component_v1> comp(pc.registry->create(cls, "{}", ""), plugin::ComponentDeleter());
+  std::set<std::string> methods;
+  const std::regex called(cls + R"(\.([A-Za-z_][A-Za-z0-9_]*)\s*\()");
+  for (const auto& call : ctx.case_json().value("calls", json::array())) {
+    const std::string python = call.value("python", std::string());
+    for (std::sregex_iterator it(python.begin(), python.end(), called), end; it != end; ++it) methods.insert((*it)[1]);
+  }
+  std::map<std::string, py::Function> fns;
+  for (const auto& method : methods) {
+    fns[cls + "." + method] = [comp, method, cls](const py::ValueList& args, const py::Kwargs& kwargs) {
+      plugin::NamedTensors tensors;
+      json options = {{"method", method}, {"args", json::array()}, {"kwargs", json::object()}};
+      for (std::size_t i = 0; i < args.size(); ++i)
+        options["args"].push_back(helper_argument(args[i], "args." + std::to_string(i), tensors));
+      for (const auto& [k, v] : kwargs) options["kwargs"][k] = helper_argument(v, "kwargs." + k, tensors);
+      for (const auto& [n, t] : plugin::component_forward(*comp, tensors, options.dump()))
+        if (n == "result") return py::Value(t);
+      throw Error(cls + "." + method + ": the plugin returned no 'result'", ExitCode::failure);
+    };
+  }
+  return fns;
+}
+
+// Autoencoder classes that family plugins serve (checked through the `autoencoder` kind).
+const std::vector<std::string>& plugin_autoencoder_classes() {
+  static const std::vector<std::string> classes = {"AutoencoderKLLTXVideo"};
+  return classes;
+}
+
 }  // namespace
 
 std::string plugin_for_class(const std::string& class_name) {
   static const std::map<std::string, std::string> families = {{"FluxPipeline", "flux"},
                                                               {"FluxImg2ImgPipeline", "flux"},
                                                               {"FluxInpaintPipeline", "flux"},
-                                                              {"FluxTransformer2DModel", "flux"}};
+                                                              {"FluxTransformer2DModel", "flux"},
+                                                              {"LTXPipeline", "ltx"},
+                                                              {"LTXVideoTransformer3DModel", "ltx"},
+                                                              {"AutoencoderKLLTXVideo", "ltx"}};
   const auto it = families.find(class_name);
   return it == families.end() ? std::string() : it->second;
 }
@@ -228,6 +364,8 @@ std::string pipeline_request_for_case(const std::string& case_json_text) {
 void register_plugin_parity_kinds() {
   register_kind("pipeline_end_to_end", run_pipeline_end_to_end);
   register_kind("model", run_plugin_model);
+  for (const auto& cls : plugin_autoencoder_classes()) register_class("autoencoder", cls, run_plugin_autoencoder);
+  set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 
 }  // namespace yeto::parity
