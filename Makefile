@@ -6,6 +6,8 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 export CCACHE_SLOPPINESS = pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# Paths inside the checkout are hashed relative to it, so two clones share cache entries.
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: demo test test-asan setup configure build clean
 
