@@ -1,0 +1,572 @@
+// The Wan family plugin (Wan 2.1 T2V, Wan 2.2 A14B T2V with two denoisers): the
+// WanTransformer3DModel and AutoencoderKLWan component classes and the WanPipeline semantics
+// as plugin hooks, written against the SDK only (yeto/plugin.hpp, sdk/nn). The host loads the
+// UMT5 encoder, the tokenizer and the UniPC scheduler from the plan; this plugin reaches them
+// through Host::component and their documented forward() methods.
+//
+// Two denoisers: the plan carries model_index.json's boundary_ratio, so the host learner routes
+// training samples by timestep (samples at or above boundary_ratio x num_train_timesteps to
+// `transformer`, the others to `transformer_2`) and calls denoise with the step's "denoiser";
+// generation switches at the same boundary with one UniPC history across the switch.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <yeto/plugin.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "wan_family.hpp"
+#include "wan_transformer.hpp"
+#include "wan_vae.hpp"
+#include "yeto/nn/linear.hpp"
+
+namespace {
+
+using nlohmann::json;
+using yeto::sdk::fail;
+using yeto::sdk::Host;
+using yeto::sdk::NamedTensors;
+namespace wan = yeto::wan;
+
+constexpr const char* kLoraAdapter = "default";
+
+json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
+  }
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse_json(s.str(), path);
+}
+
+json host_config(const std::string& key) {
+  if (!Host::api() || !Host::api()->config_get) return json();
+  try {
+    return json::parse(Host::config_json(key));
+  } catch (const std::exception&) {
+    return json();
+  }
+}
+
+std::string host_config_string(const std::string& key, const std::string& fallback) {
+  const auto j = host_config(key);
+  return j.is_string() ? j.get<std::string>() : fallback;
+}
+
+at::ScalarType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+at::Device device_of(const std::string& device) {
+  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
+  try {
+    return at::Device(device);
+  } catch (const c10::Error&) {
+    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
+  }
+}
+
+std::string run_precision(const at::Device& device) {
+  try {
+    return wan::resolve_precision(host_config_string("model.precision", "auto"), device.str());
+  } catch (const std::invalid_argument& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+  }
+}
+
+NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
+  const auto c = Host::component(component);
+  try {
+    return c.forward(inputs, options.dump());
+  } catch (const yeto::sdk::Failure& e) {
+    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
+  }
+}
+
+const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
+  for (const auto& [n, t] : out)
+    if (n == name) return t;
+  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
+}
+
+// Copies named tensors into a module by name (streamed: any subset per call).
+void load_into(torch::nn::Module& m, const NamedTensors& weights, bool strict, const std::string& cls) {
+  at::NoGradGuard no_grad;
+  auto params = m.named_parameters();
+  auto buffers = m.named_buffers();
+  for (const auto& [name, t] : weights) {
+    at::Tensor* dst = params.find(name);
+    if (!dst) dst = buffers.find(name);
+    if (!dst) {
+      if (strict) fail(YETO_ERR_INVALID_ARGUMENT, cls + " has no parameter '" + name + "' (is this a Wan checkpoint?)");
+      continue;
+    }
+    if (dst->sizes() != t.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
+                                          ", model shape " + c10::str(dst->sizes()));
+    dst->copy_(t);
+  }
+}
+
+NamedTensors list_params(torch::nn::Module& m) {
+  NamedTensors out;
+  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : m.named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+// ---- components -------------------------------------------------------------------------
+
+class TransformerComponent : public yeto::sdk::Component {
+ public:
+  TransformerComponent(const std::string& config_json, const std::string& dir) : model_(nullptr) {
+    const std::string where = dir.empty() ? std::string("WanTransformer3DModel config") : dir + "/config.json";
+    try {
+      model_ = wan::WanTransformer3DModel(wan::WanTransformerConfig::from_json(parse_json(config_json, where)));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
+    }
+    const auto device = device_of(host_config_string("run.device", "auto"));
+    model_->to(device, dtype_of(run_precision(device)));
+    model_->eval();
+  }
+
+  NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
+    using yeto::sdk::get;
+    const auto& w = model_->proj_out->weight;
+    try {
+      return {{"sample", model_->forward(get(in, "hidden_states").to(w.device(), w.scalar_type()),
+                                         get(in, "timestep").to(w.device()),
+                                         get(in, "encoder_hidden_states").to(w.device(), w.scalar_type()))}};
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+  NamedTensors parameters() override { return list_params(*model_); }
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    load_into(*model_, weights, strict, "WanTransformer3DModel");
+  }
+  wan::WanTransformer3DModel& model() { return model_; }
+
+ private:
+  wan::WanTransformer3DModel model_;
+};
+
+class VaeComponent : public yeto::sdk::Component {
+ public:
+  VaeComponent(const std::string& config_json, const std::string& dir) : model_(nullptr) {
+    const std::string where = dir.empty() ? std::string("AutoencoderKLWan config") : dir + "/config.json";
+    try {
+      model_ = wan::AutoencoderKLWan(wan::WanVaeConfig::from_json(parse_json(config_json, where)));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
+    }
+    const auto device = device_of(host_config_string("run.device", "auto"));
+    model_->to(device, dtype_of(run_precision(device)));
+    model_->eval();
+  }
+
+  // method "encode": sample [B, 3, T, H, W] (or [B, 3, H, W]) in [-1, 1] -> mean, logvar (raw);
+  // method "decode": latents (raw, already denormalised) -> sample [B, 3, T', H, W].
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const auto o = parse_json(options.empty() ? "{}" : options, "AutoencoderKLWan options");
+    const auto method = o.value("method", std::string("decode"));
+    at::AutoGradMode grad(o.value("grad", false));
+    try {
+      if (method == "encode") {
+        const auto d = model_->encode(yeto::sdk::get(in, "sample"));
+        return {{"mean", d.mean}, {"logvar", d.logvar}};
+      }
+      if (method == "decode") return {{"sample", model_->decode(yeto::sdk::get(in, "latents"))}};
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLWan: unknown method '" + method + "' (encode, decode)");
+  }
+  NamedTensors parameters() override { return list_params(*model_); }
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    load_into(*model_, weights, strict, "AutoencoderKLWan");
+  }
+  wan::AutoencoderKLWan& model() { return model_; }
+
+ private:
+  wan::AutoencoderKLWan model_;
+};
+
+// ---- the plugin ---------------------------------------------------------------------------
+
+struct TextConditioning {
+  at::Tensor ids, mask, hidden, embeds;
+};
+
+class WanPlugin : public yeto::sdk::Plugin {
+ public:
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
+    json plan;
+    try {
+      plan = wan::plan_from_model_index(model_dir, index);
+      vae_config_ = wan::WanVaeConfig::from_json(read_json_file(model_dir + "/vae/config.json"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    denoisers_ = {"transformer"};
+    if (plan["components"].contains("transformer_2")) denoisers_.push_back("transformer_2");
+    boundary_ratio_ = plan.contains("boundary_ratio") ? plan["boundary_ratio"].get<double>() : 0.0;
+    const auto sched = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+    num_train_timesteps_ = sched.value("num_train_timesteps", std::int64_t{1000});
+    return plan.dump();
+  }
+
+  std::string presets() override { return wan::presets().dump(); }
+
+  void register_components(yeto::sdk::ComponentRegistry& registry) override {
+    registry.add<TransformerComponent>("WanTransformer3DModel");
+    registry.add<VaeComponent>("AutoencoderKLWan");
+  }
+
+  void prepare(const std::string& options_json) override {
+    const auto o = parse_json(options_json, "prepare options");
+    const auto device = device_of(o.value("device", std::string("auto")));
+    std::string precision;
+    try {
+      precision = wan::resolve_precision(o.value("precision", std::string("auto")), device.str());
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    const auto max_len = host_config("model.max_sequence_length");
+    const std::int64_t l = max_len.is_number_integer() ? max_len.get<std::int64_t>() : 0;
+    if (l < 0 || l > 512)
+      fail(YETO_ERR_INVALID_ARGUMENT,
+           "model.max_sequence_length must be 0 (Wan's 512) or at most 512, got " + std::to_string(l));
+    max_sequence_length_ = l == 0 ? 512 : l;
+    tuning_ = o.value("tuning", std::string("lora"));
+    if (tuning_ != "lora" && tuning_ != "full")
+      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
+    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
+    yeto::nn::LoraConfig cfg;
+    try {
+      cfg.r = lora.value("r", std::int64_t{16});
+      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
+      cfg.dropout = lora.value("dropout", 0.0);
+      cfg.init = lora.value("init", std::string("kaiming"));
+    } catch (const json::exception& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
+    }
+    if (tuning_ == "lora" && cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
+    wan::LoraTargets targets;
+    try {
+      targets = wan::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    for (const auto& name : denoisers_) {
+      auto& model = transformer(name);
+      model->to(device, dtype_of(precision));
+      if (tuning_ == "full") {
+        for (auto& p : model->parameters()) p.set_requires_grad(true);
+        continue;
+      }
+      for (auto& p : model->parameters()) p.set_requires_grad(false);
+      std::vector<std::string> patterns = targets.patterns;
+      bool already = false;
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+        if (targets.all_linear && path != "proj_out") patterns.push_back(path);
+        already = already || layer->has_adapter(kLoraAdapter);
+      }
+      if (already) continue;  // prepared before: keep the adapter and its trained values
+      // One stream per denoiser, rank-independent (lora_init*): every island starts equal.
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init:" + name) : 0);
+      try {
+        yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
+      } catch (const std::invalid_argument& e) {
+        fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
+      }
+    }
+  }
+
+  NamedTensors trainable_parameters() override {
+    std::map<std::string, at::Tensor> sorted;
+    for (const auto& name : denoisers_) {
+      auto& model = transformer(name);
+      if (tuning_ == "full") {
+        for (const auto& p : model->named_parameters()) sorted.emplace(name + "." + p.key(), p.value());
+        continue;
+      }
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+        if (!layer->has_adapter(kLoraAdapter)) continue;
+        sorted.emplace(name + "." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
+        sorted.emplace(name + "." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
+      }
+    }
+    if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
+    NamedTensors out;
+    for (auto& [n, t] : sorted) out.emplace_back(n, t);
+    return out;
+  }
+
+  // Pixels [B, 3, T, H, W] (or an image batch [B, 3, H, W]) in [-1, 1] -> normalised latents
+  // (z - latents_mean) / latents_std, [B, 16, 1 + (T - 1) / 4, H / 8, W / 8].
+  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
+    auto px = yeto::sdk::get(media, "pixel_values");
+    if (px.dim() == 4) px = px.unsqueeze(2);
+    if (px.dim() != 5 || px.size(1) != 3)
+      fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: 'pixel_values' must be a video batch [B, 3, T, H, W] (or "
+                                      "images [B, 3, H, W]) in [-1, 1], got " + c10::str(px.sizes()));
+    const auto tf = vae_config_.temporal_factor();
+    if ((px.size(2) - 1) % tf != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: the causal VAE encodes 1 + " + std::to_string(tf) +
+                                          "k frames, got " + std::to_string(px.size(2)) +
+                                          " (set data.num_frames to 1, 5, 9, 13, ...)");
+    const auto o = parse_json(options_json, "encode_media options");
+    const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
+    auto z = output(out, "mean", "vae").to(at::kFloat);
+    if (o.value("sample", false)) {
+      const auto logvar = output(out, "logvar", "vae").to(at::kFloat);
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
+      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device());
+      z = z + at::exp(0.5 * logvar) * eps;
+    }
+    return {{"latents", (z - latents_mean(z)) * (1.0 / latents_std(z))}};
+  }
+
+  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
+    const auto p = parse_json(prompts_json, "encode_conditioning prompts");
+    if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
+    std::vector<std::string> prompts;
+    for (const auto& s : p) {
+      if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
+      prompts.push_back(s.get<std::string>());
+    }
+    return {{"prompt_embeds", encode_text(prompts, max_sequence_length_).embeds}};
+  }
+
+  NamedTensors denoiser_kwargs(const NamedTensors& /*batch*/, const std::string& /*step_json*/) override {
+    return {};
+  }
+
+  at::Tensor denoise(const NamedTensors& in, const std::string& step_json) override {
+    using yeto::sdk::get;
+    const auto step = parse_json(step_json, "denoise step");
+    const auto name = step.value("denoiser", std::string("transformer"));
+    if (std::find(denoisers_.begin(), denoisers_.end(), name) == denoisers_.end())
+      fail(YETO_ERR_INVALID_ARGUMENT, "wan denoise: the pipeline has no denoiser '" + name + "'");
+    const auto& x = get(in, "hidden_states");
+    if (x.dim() != 5)
+      fail(YETO_ERR_INVALID_ARGUMENT, "wan denoise: 'hidden_states' must be latents [B, C, t, h, w], got " +
+                                          c10::str(x.sizes()));
+    return run_transformer(name, x, get(in, "timesteps"), get(in, "prompt_embeds")).to(at::kFloat);
+  }
+
+  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
+                                          const std::string& /*step_json*/) override {
+    if (prediction.sizes() != target.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, "wan align: prediction " + c10::str(prediction.sizes()) + " and target " +
+                                          c10::str(target.sizes()) + " differ in shape");
+    return {prediction.to(at::kFloat), target.to(at::kFloat)};
+  }
+
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    wan::GenerateRequest r;
+    try {
+      r = wan::parse_generate_request(parse_json(request_json, "generate request"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    at::NoGradGuard no_grad;
+    NamedTensors trace;
+    auto record = [&](const std::string& name, const at::Tensor& t) {
+      if (r.trace) trace.emplace_back(name, t.detach().clone());
+    };
+    const auto batch = static_cast<std::int64_t>(r.prompts.size());
+    const auto sf = vae_config_.spatial_factor() * 2;  // VAE x patch: WanPipeline wants multiples of 16
+    if (r.height % sf != 0 || r.width % sf != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(sf) +
+                                          ", got " + std::to_string(r.height) + "x" + std::to_string(r.width));
+    const auto tf = vae_config_.temporal_factor();
+    const std::int64_t frames = wan::valid_num_frames(r.num_frames, tf);  // 1 + 4k, as WanPipeline
+    if (frames != r.num_frames && Host::api())
+      Host::log(YETO_LOG_INFO, "wan: num_frames " + std::to_string(r.num_frames) + " is not 1 + " +
+                                   std::to_string(tf) + "k; generating " + std::to_string(frames) + " frames");
+
+    // 1. Text: the prompt and the negative prompt ("" by default), cleaned, masked UMT5,
+    //    padding rows zeroed.
+    std::vector<std::string> negative = r.negative_prompts;
+    if (negative.empty()) negative.assign(r.prompts.size(), "");
+    const double g_high = r.guidance;
+    const double g_low = r.guidance_2.value_or(r.guidance);
+    const bool any_cfg = g_high > 1.0 || (denoisers_.size() > 1 && g_low > 1.0);
+    const auto cond = encode_text(r.prompts, r.max_sequence_length);
+    record("input_ids", cond.ids);
+    record("attention_mask", cond.mask);
+    record("text_encoder_last_hidden_state", cond.hidden);
+    record("prompt_embeds", cond.embeds);
+    TextConditioning uncond;
+    if (any_cfg) {
+      uncond = encode_text(negative, r.max_sequence_length);
+      record("negative_input_ids", uncond.ids);
+      record("negative_attention_mask", uncond.mask);
+      record("negative_text_encoder_last_hidden_state", uncond.hidden);
+      record("negative_prompt_embeds", uncond.embeds);
+    }
+
+    // 2. Latents.
+    const auto& tcfg = transformer("transformer")->config();
+    const std::vector<std::int64_t> shape = {batch, tcfg.in_channels, (frames - 1) / tf + 1,
+                                             r.height / vae_config_.spatial_factor(),
+                                             r.width / vae_config_.spatial_factor()};
+    at::Tensor latents;
+    if (yeto::sdk::has(inputs, "latents")) {
+      latents = yeto::sdk::get(inputs, "latents").to(at::kFloat);
+      if (latents.sizes() != at::IntArrayRef(shape))
+        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " + c10::str(at::IntArrayRef(shape)) +
+                                            ", got " + c10::str(latents.sizes()));
+    } else {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+      latents = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
+    }
+    record("noise", latents);
+
+    // 3. Schedule (the host's UniPC, Diffusers v0.33.1 flow sigmas).
+    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}});
+    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kLong);
+    record("timesteps", timesteps);
+    for (const auto& [n, t] : schedule)
+      if (n == "sigmas") record("sigmas", t.to(at::kFloat));
+    const bool two = denoisers_.size() > 1;
+    const double boundary = boundary_ratio_ * static_cast<double>(num_train_timesteps_);
+    if (two) record("boundary_timestep", at::scalar_tensor(boundary, at::kDouble));
+
+    // 4. Denoising loop: each step's denoiser and guidance from the boundary; one scheduler
+    //    history across the switch.
+    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
+      const auto p = "step." + std::to_string(i) + ".";
+      const auto t = timesteps[i];
+      const bool high = !two || static_cast<double>(t.item<std::int64_t>()) >= boundary;
+      const std::string name = high ? "transformer" : "transformer_2";
+      const double g = high ? g_high : g_low;
+      const auto timestep = t.expand({batch});
+      record(p + "latents", latents);
+      record(p + "timestep", timestep);
+      if (two) {
+        record(p + "denoiser", at::full({1}, high ? 0 : 1, at::kLong));
+        record(p + "guidance_scale", at::full({1}, g, at::kDouble));
+      }
+      const auto pred_cond = run_transformer(name, latents, timestep, cond.embeds).to(at::kFloat);
+      record(p + "noise_pred_cond", pred_cond);
+      at::Tensor noise_pred = pred_cond;
+      if (g > 1.0) {
+        const auto pred_uncond = run_transformer(name, latents, timestep, uncond.embeds).to(at::kFloat);
+        record(p + "noise_pred_uncond", pred_uncond);
+        noise_pred = pred_uncond + g * (pred_cond - pred_uncond);
+      }
+      record(p + "noise_pred", noise_pred);
+      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
+                            {{"method", "step"}}),
+                       "prev_sample", "scheduler")
+                    .to(at::kFloat);
+    }
+    record("final_latents", latents);
+
+    // 5. Denormalise as WanPipeline does (latents / (1 / std) + mean), decode, post-process.
+    const auto vae_input = latents / (1.0 / latents_std(latents)) + latents_mean(latents);
+    record("vae_input", vae_input);
+    const auto video = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae")
+                           .to(at::kFloat);
+    const auto post = (video / 2 + 0.5).clamp(0, 1);
+    record("video", video);
+    record("video_postprocessed", post.permute({0, 2, 1, 3, 4}));
+    if (video.size(2) != frames)
+      fail(YETO_ERR_INTERNAL, "generate: the VAE decoded " + std::to_string(video.size(2)) + " frames, expected " +
+                                  std::to_string(frames));
+
+    // `video` is the [B, 3, F, H, W] clip in [0, 1] the sample command writes (a single frame is
+    // returned as `images` [B, 3, H, W]); with `trace` the recorded raw decode named `video`
+    // follows it (a consumer keeping the last of a name sees the trace).
+    NamedTensors out;
+    if (frames == 1) out.emplace_back("images", post.select(2, 0));
+    else out.emplace_back("video", post);
+    out.emplace_back("num_frames", at::full({1}, frames, at::kLong));
+    for (auto& nt : trace) out.push_back(std::move(nt));
+    return out;
+  }
+
+ private:
+  wan::WanTransformer3DModel& transformer(const std::string& name) {
+    const auto c = Host::component(name);
+    auto* impl = c.as<TransformerComponent>("WanTransformer3DModel");
+    if (!impl)
+      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's " + name + " is " + c.class_name() +
+                                          ", not a WanTransformer3DModel built by the wan plugin");
+    return impl->model();
+  }
+
+  at::Tensor run_transformer(const std::string& name, const at::Tensor& x, const at::Tensor& timestep,
+                             const at::Tensor& embeds) {
+    auto& model = transformer(name);
+    const auto& w = model->proj_out->weight;
+    try {
+      return model->forward(x.to(w.device(), w.scalar_type()), timestep.to(w.device()),
+                            embeds.to(w.device(), w.scalar_type()));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, name + ": " + e.what());
+    }
+  }
+
+  // WanPipeline._get_t5_prompt_embeds: cleaned prompts, ids + mask padded to `max_length`,
+  // UMT5 with the mask, rows past each prompt's length replaced by zeros.
+  TextConditioning encode_text(const std::vector<std::string>& prompts, std::int64_t max_length) {
+    std::vector<std::string> cleaned;
+    for (const auto& p : prompts) cleaned.push_back(wan::prompt_clean(p));
+    const auto tok = call("tokenizer", {},
+                          {{"method", "tokenize"},
+                           {"text", cleaned},
+                           {"padding", "max_length"},
+                           {"max_length", max_length},
+                           {"truncation", true},
+                           {"add_special_tokens", true}});
+    TextConditioning c;
+    c.ids = output(tok, "input_ids", "tokenizer").to(at::kLong);
+    c.mask = output(tok, "attention_mask", "tokenizer").to(at::kLong);
+    c.hidden = output(call("text_encoder", {{"input_ids", c.ids}, {"attention_mask", c.mask}}, {{"method", "encode"}}),
+                      "last_hidden_state", "text_encoder")
+                   .to(at::kFloat);
+    const auto lengths = c.mask.gt(0).sum(1);
+    const auto keep = at::arange(c.ids.size(1), at::kLong).unsqueeze(0).lt(lengths.unsqueeze(1));
+    c.embeds = c.hidden * keep.unsqueeze(-1).to(c.hidden.scalar_type());
+    return c;
+  }
+
+  at::Tensor latents_mean(const at::Tensor& like) const {
+    return at::tensor(vae_config_.latents_mean, at::kDouble).to(at::kFloat).to(like.device()).view({1, -1, 1, 1, 1});
+  }
+  at::Tensor latents_std(const at::Tensor& like) const {
+    return at::tensor(vae_config_.latents_std, at::kDouble).to(at::kFloat).to(like.device()).view({1, -1, 1, 1, 1});
+  }
+
+  wan::WanVaeConfig vae_config_;
+  std::vector<std::string> denoisers_ = {"transformer"};
+  double boundary_ratio_ = 0.0;
+  std::int64_t num_train_timesteps_ = 1000;
+  std::int64_t max_sequence_length_ = 512;
+  std::string tuning_ = "lora";
+};
+
+}  // namespace
+
+YETO_PLUGIN(WanPlugin)

@@ -1,0 +1,378 @@
+#include "wan_vae.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/init.h>
+
+#include "yeto/nn/attention.hpp"
+
+namespace yeto::wan {
+namespace {
+
+const char* kClass = "AutoencoderKLWan config";
+constexpr std::int64_t kCacheT = 2;
+
+std::int64_t get_int(const nlohmann::json& j, const char* key, std::int64_t fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number_integer()) throw std::invalid_argument(std::string(kClass) + ": '" + key + "' must be an integer");
+  return j[key].get<std::int64_t>();
+}
+
+template <typename T>
+std::vector<T> get_list(const nlohmann::json& j, const char* key, std::vector<T> fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_array()) throw std::invalid_argument(std::string(kClass) + ": '" + key + "' must be an array");
+  std::vector<T> out;
+  try {
+    for (const auto& v : j[key]) out.push_back(v.get<T>());
+  } catch (const nlohmann::json::exception&) {
+    throw std::invalid_argument(std::string(kClass) + ": '" + key + "' holds a value of the wrong type");
+  }
+  return out;
+}
+
+// The last two frames of x (with the previous chunk's last frame in front when x has one).
+at::Tensor cache_frames(const at::Tensor& x, const at::Tensor& previous) {
+  auto c = x.narrow(2, std::max<std::int64_t>(0, x.size(2) - kCacheT), std::min(kCacheT, x.size(2))).clone();
+  if (c.size(2) < 2 && previous.defined()) c = at::cat({previous.narrow(2, previous.size(2) - 1, 1), c}, 2);
+  return c;
+}
+
+// conv(x) through the cache slot of the next causal convolution.
+at::Tensor cached_conv(CausalConv3d& conv, const at::Tensor& x, FeatureCache& cache) {
+  const auto i = cache.idx++;
+  cache.ensure(i);
+  const auto next = cache_frames(x, cache.feat[i]);
+  const auto out = conv(x, cache.feat[i]);
+  cache.feat[i] = next;
+  return out;
+}
+
+// Per-frame 2D op on [B, C, T, H, W].
+template <typename F>
+at::Tensor per_frame(const at::Tensor& x, F&& op) {
+  const auto b = x.size(0), t = x.size(2);
+  auto y = op(x.permute({0, 2, 1, 3, 4}).reshape({b * t, x.size(1), x.size(3), x.size(4)}));
+  return y.view({b, t, y.size(1), y.size(2), y.size(3)}).permute({0, 2, 1, 3, 4});
+}
+
+}  // namespace
+
+std::int64_t WanVaeConfig::temporal_factor() const {
+  std::int64_t f = 1;
+  for (bool d : temperal_downsample)
+    if (d) f *= 2;
+  return f;
+}
+
+std::int64_t WanVaeConfig::spatial_factor() const { return std::int64_t{1} << (dim_mult.size() - 1); }
+
+WanVaeConfig WanVaeConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument(std::string(kClass) + " must be a JSON object");
+  WanVaeConfig c;
+  c.base_dim = get_int(j, "base_dim", c.base_dim);
+  c.z_dim = get_int(j, "z_dim", c.z_dim);
+  c.dim_mult = get_list<std::int64_t>(j, "dim_mult", c.dim_mult);
+  c.num_res_blocks = get_int(j, "num_res_blocks", c.num_res_blocks);
+  c.attn_scales = get_list<double>(j, "attn_scales", {});
+  c.temperal_downsample = get_list<bool>(j, "temperal_downsample", c.temperal_downsample);
+  c.latents_mean = get_list<double>(j, "latents_mean", {});
+  c.latents_std = get_list<double>(j, "latents_std", {});
+  if (j.contains("is_residual") && j["is_residual"].is_boolean() && j["is_residual"].get<bool>())
+    throw std::invalid_argument(std::string(kClass) +
+                                ": 'is_residual' true is the Wan 2.2 TI2V VAE, which this plugin does not serve");
+  if (j.contains("patch_size") && !j["patch_size"].is_null())
+    throw std::invalid_argument(std::string(kClass) + ": 'patch_size' is set (the Wan 2.2 TI2V VAE), not supported");
+  if (j.contains("decoder_base_dim") && !j["decoder_base_dim"].is_null() &&
+      get_int(j, "decoder_base_dim", c.base_dim) != c.base_dim)
+    throw std::invalid_argument(std::string(kClass) + ": 'decoder_base_dim' other than base_dim is not supported");
+  for (const char* k : {"in_channels", "out_channels"})
+    if (get_int(j, k, 3) != 3) throw std::invalid_argument(std::string(kClass) + ": '" + k + "' must be 3");
+  if (c.base_dim <= 0 || c.z_dim <= 0 || c.num_res_blocks <= 0 || c.dim_mult.empty())
+    throw std::invalid_argument(std::string(kClass) + ": base_dim, z_dim, num_res_blocks and dim_mult must be positive");
+  if (c.temperal_downsample.size() + 1 != c.dim_mult.size())
+    throw std::invalid_argument(std::string(kClass) + ": 'temperal_downsample' must have len(dim_mult) - 1 = " +
+                                std::to_string(c.dim_mult.size() - 1) + " entries");
+  if (c.latents_mean.empty()) c.latents_mean.assign(static_cast<std::size_t>(c.z_dim), 0.0);
+  if (c.latents_std.empty()) c.latents_std.assign(static_cast<std::size_t>(c.z_dim), 1.0);
+  if (static_cast<std::int64_t>(c.latents_mean.size()) != c.z_dim ||
+      static_cast<std::int64_t>(c.latents_std.size()) != c.z_dim)
+    throw std::invalid_argument(std::string(kClass) + ": 'latents_mean' and 'latents_std' must have z_dim = " +
+                                std::to_string(c.z_dim) + " values");
+  for (double s : c.latents_std)
+    if (!(s > 0)) throw std::invalid_argument(std::string(kClass) + ": 'latents_std' values must be positive");
+  return c;
+}
+
+nlohmann::json WanVaeConfig::to_json() const {
+  return {{"_class_name", "AutoencoderKLWan"}, {"base_dim", base_dim},         {"z_dim", z_dim},
+          {"dim_mult", dim_mult},             {"num_res_blocks", num_res_blocks}, {"attn_scales", attn_scales},
+          {"temperal_downsample", temperal_downsample}, {"dropout", 0.0},   {"latents_mean", latents_mean},
+          {"latents_std", latents_std}};
+}
+
+CausalConv3dImpl::CausalConv3dImpl(std::int64_t in, std::int64_t out, std::int64_t kt, std::int64_t ks, std::int64_t st,
+                                   std::int64_t pt, std::int64_t ps)
+    : stride({st, 1, 1}), padding({pt, ps, ps}) {
+  const std::vector<std::int64_t> kernel = {kt, ks, ks};
+  weight = register_parameter("weight", at::empty({out, in, kt, ks, ks}));
+  bias = register_parameter("bias", at::empty({out}));
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in * kernel[0] * kernel[1] * kernel[2]));
+  torch::nn::init::uniform_(bias, -bound, bound);
+}
+
+at::Tensor CausalConv3dImpl::forward(const at::Tensor& x_in, const at::Tensor& cache) {
+  auto x = x_in;
+  std::int64_t front = 2 * padding[0];
+  if (cache.defined() && front > 0) {
+    x = at::cat({cache.to(x.device(), x.scalar_type()), x}, 2);
+    front -= cache.size(2);
+  }
+  x = at::constant_pad_nd(x, {padding[2], padding[2], padding[1], padding[1], front, 0});
+  return at::conv3d(x, weight, bias, stride);
+}
+
+WanRMSNormImpl::WanRMSNormImpl(std::int64_t dim, bool images) : scale(std::sqrt(static_cast<double>(dim))) {
+  gamma = register_parameter("gamma", images ? at::ones({dim, 1, 1}) : at::ones({dim, 1, 1, 1}));
+}
+
+at::Tensor WanRMSNormImpl::forward(const at::Tensor& x) {
+  const auto norm = x.norm(2, {1}, true).clamp_min(1e-12);
+  return x / norm * scale * gamma;
+}
+
+WanResidualBlockImpl::WanResidualBlockImpl(std::int64_t in, std::int64_t out) {
+  norm1 = register_module("norm1", WanRMSNorm(in, false));
+  conv1 = register_module("conv1", CausalConv3d(in, out, 3, 3, 1, 1, 1));
+  norm2 = register_module("norm2", WanRMSNorm(out, false));
+  conv2 = register_module("conv2", CausalConv3d(out, out, 3, 3, 1, 1, 1));
+  if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1, 1));
+}
+
+at::Tensor WanResidualBlockImpl::forward(const at::Tensor& x_in, FeatureCache& cache) {
+  const auto h = conv_shortcut ? conv_shortcut(x_in) : x_in;
+  auto x = at::silu(norm1(x_in));
+  x = cached_conv(conv1, x, cache);
+  x = at::silu(norm2(x));
+  x = cached_conv(conv2, x, cache);
+  return x + h;
+}
+
+WanAttentionBlockImpl::WanAttentionBlockImpl(std::int64_t dim) {
+  norm = register_module("norm", WanRMSNorm(dim, true));
+  to_qkv = register_module("to_qkv", torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim * 3, 1)));
+  proj = register_module("proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim, 1)));
+}
+
+at::Tensor WanAttentionBlockImpl::forward(const at::Tensor& x) {
+  const auto c = x.size(1);
+  const auto y = per_frame(x, [&](const at::Tensor& f) {
+    const auto bt = f.size(0), h = f.size(2), w = f.size(3);
+    auto qkv = to_qkv(norm(f)).reshape({bt, 1, c * 3, h * w}).permute({0, 1, 3, 2}).contiguous();
+    const auto parts = qkv.chunk(3, -1);
+    auto o = nn::attention(parts[0], parts[1], parts[2]);  // [bt, 1, hw, c]
+    o = o.squeeze(1).permute({0, 2, 1}).reshape({bt, c, h, w});
+    return proj(o);
+  });
+  return y + x;
+}
+
+WanResampleImpl::WanResampleImpl(std::int64_t dim, std::string m) : mode(std::move(m)) {
+  auto resample = register_module("resample", torch::nn::ModuleList());
+  resample->push_back(std::make_shared<torch::nn::Module>());  // upsampler / zero pad: no parameters
+  const bool up = mode.rfind("upsample", 0) == 0;
+  conv = up ? torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim / 2, 3).padding(1))
+            : torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim, 3).stride(2));
+  resample->push_back(conv);
+  if (mode == "upsample3d")
+    time_conv = register_module("time_conv", CausalConv3d(dim, dim * 2, 3, 1, 1, 1, 0));
+  else if (mode == "downsample3d")
+    time_conv = register_module("time_conv", CausalConv3d(dim, dim, 3, 1, 2, 0, 0));
+}
+
+at::Tensor WanResampleImpl::forward(const at::Tensor& x_in, FeatureCache& cache) {
+  auto x = x_in;
+  const auto b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
+  if (mode == "upsample3d") {
+    const auto i = cache.idx++;
+    cache.ensure(i);
+    if (!cache.feat[i].defined() && !cache.rep[i]) {
+      cache.rep[i] = true;  // the first chunk keeps its single frame
+    } else {
+      auto next = x.narrow(2, std::max<std::int64_t>(0, t - kCacheT), std::min(kCacheT, t)).clone();
+      if (next.size(2) < 2 && !cache.rep[i])
+        next = at::cat({cache.feat[i].narrow(2, cache.feat[i].size(2) - 1, 1), next}, 2);
+      if (next.size(2) < 2 && cache.rep[i]) next = at::cat({at::zeros_like(next), next}, 2);
+      x = cache.rep[i] ? time_conv(x) : time_conv(x, cache.feat[i]);
+      cache.feat[i] = next;
+      cache.rep[i] = false;
+      x = x.reshape({b, 2, c, t, h, w});
+      x = at::stack({x.select(1, 0), x.select(1, 1)}, 3).reshape({b, c, t * 2, h, w});
+    }
+  }
+  const bool up = mode.rfind("upsample", 0) == 0;
+  x = per_frame(x, [&](const at::Tensor& f) {
+    if (up) return conv(at::upsample_nearest2d(f.to(at::kFloat), {f.size(2) * 2, f.size(3) * 2}).to(f.scalar_type()));
+    return conv(at::constant_pad_nd(f, {0, 1, 0, 1}));
+  });
+  if (mode == "downsample3d") {
+    const auto i = cache.idx++;
+    cache.ensure(i);
+    if (!cache.feat[i].defined()) {
+      cache.feat[i] = x.clone();
+    } else {
+      const auto next = x.narrow(2, x.size(2) - 1, 1).clone();
+      x = time_conv(at::cat({cache.feat[i].narrow(2, cache.feat[i].size(2) - 1, 1), x}, 2));
+      cache.feat[i] = next;
+    }
+  }
+  return x;
+}
+
+WanMidBlockImpl::WanMidBlockImpl(std::int64_t dim) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  attentions = register_module("attentions", torch::nn::ModuleList());
+  resnets->push_back(WanResidualBlock(dim, dim));
+  attentions->push_back(WanAttentionBlock(dim));
+  resnets->push_back(WanResidualBlock(dim, dim));
+}
+
+at::Tensor WanMidBlockImpl::forward(const at::Tensor& x_in, FeatureCache& cache) {
+  auto x = resnets[0]->as<WanResidualBlockImpl>()->forward(x_in, cache);
+  for (std::size_t i = 0; i < attentions->size(); ++i) {
+    x = attentions[i]->as<WanAttentionBlockImpl>()->forward(x);
+    x = resnets[i + 1]->as<WanResidualBlockImpl>()->forward(x, cache);
+  }
+  return x;
+}
+
+WanEncoder3dImpl::WanEncoder3dImpl(const WanVaeConfig& c) {
+  std::vector<std::int64_t> dims = {c.base_dim};
+  for (auto m : c.dim_mult) dims.push_back(c.base_dim * m);
+  conv_in = register_module("conv_in", CausalConv3d(3, dims[0], 3, 3, 1, 1, 1));
+  down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+  double scale = 1.0;
+  for (std::size_t i = 0; i + 1 < dims.size(); ++i) {
+    auto in = dims[i];
+    const auto out = dims[i + 1];
+    for (std::int64_t r = 0; r < c.num_res_blocks; ++r) {
+      down_blocks->push_back(WanResidualBlock(in, out));
+      for (double s : c.attn_scales)
+        if (s == scale) down_blocks->push_back(WanAttentionBlock(out));
+      in = out;
+    }
+    if (i + 1 != c.dim_mult.size()) {
+      down_blocks->push_back(WanResample(out, c.temperal_downsample[i] ? "downsample3d" : "downsample2d"));
+      scale /= 2.0;
+    }
+  }
+  mid_block = register_module("mid_block", WanMidBlock(dims.back()));
+  norm_out = register_module("norm_out", WanRMSNorm(dims.back(), false));
+  conv_out = register_module("conv_out", CausalConv3d(dims.back(), c.z_dim * 2, 3, 3, 1, 1, 1));
+}
+
+at::Tensor WanEncoder3dImpl::forward(const at::Tensor& x_in, FeatureCache& cache) {
+  auto x = cached_conv(conv_in, x_in, cache);
+  for (const auto& layer : *down_blocks) {
+    if (auto* r = layer->as<WanResidualBlockImpl>()) x = r->forward(x, cache);
+    else if (auto* a = layer->as<WanAttentionBlockImpl>()) x = a->forward(x);
+    else x = layer->as<WanResampleImpl>()->forward(x, cache);
+  }
+  x = mid_block(x, cache);
+  x = at::silu(norm_out(x));
+  return cached_conv(conv_out, x, cache);
+}
+
+WanDecoder3dImpl::WanDecoder3dImpl(const WanVaeConfig& c) {
+  std::vector<std::int64_t> dims = {c.base_dim * c.dim_mult.back()};
+  for (auto it = c.dim_mult.rbegin(); it != c.dim_mult.rend(); ++it) dims.push_back(c.base_dim * *it);
+  std::vector<bool> temperal_upsample(c.temperal_downsample.rbegin(), c.temperal_downsample.rend());
+  conv_in = register_module("conv_in", CausalConv3d(c.z_dim, dims[0], 3, 3, 1, 1, 1));
+  mid_block = register_module("mid_block", WanMidBlock(dims[0]));
+  up_blocks = register_module("up_blocks", torch::nn::ModuleList());
+  for (std::size_t i = 0; i + 1 < dims.size(); ++i) {
+    auto in = i > 0 ? dims[i] / 2 : dims[i];
+    const auto out = dims[i + 1];
+    auto block = std::make_shared<torch::nn::Module>();
+    auto resnets = block->register_module("resnets", torch::nn::ModuleList());
+    for (std::int64_t r = 0; r < c.num_res_blocks + 1; ++r) {
+      resnets->push_back(WanResidualBlock(in, out));
+      in = out;
+    }
+    if (i + 1 != c.dim_mult.size()) {
+      auto ups = block->register_module("upsamplers", torch::nn::ModuleList());
+      ups->push_back(WanResample(out, temperal_upsample[i] ? "upsample3d" : "upsample2d"));
+    }
+    up_blocks->push_back(block);
+  }
+  norm_out = register_module("norm_out", WanRMSNorm(dims.back(), false));
+  conv_out = register_module("conv_out", CausalConv3d(dims.back(), 3, 3, 3, 1, 1, 1));
+}
+
+at::Tensor WanDecoder3dImpl::forward(const at::Tensor& x_in, FeatureCache& cache) {
+  auto x = cached_conv(conv_in, x_in, cache);
+  x = mid_block(x, cache);
+  for (const auto& block : *up_blocks) {
+    for (const auto& child : block->named_children()) {
+      auto list = std::dynamic_pointer_cast<torch::nn::ModuleListImpl>(child.value());
+      if (child.key() == "resnets")
+        for (const auto& r : *list) x = r->as<WanResidualBlockImpl>()->forward(x, cache);
+    }
+    for (const auto& child : block->named_children()) {
+      auto list = std::dynamic_pointer_cast<torch::nn::ModuleListImpl>(child.value());
+      if (child.key() == "upsamplers") x = list->at<WanResampleImpl>(0).forward(x, cache);
+    }
+  }
+  x = at::silu(norm_out(x));
+  return cached_conv(conv_out, x, cache);
+}
+
+AutoencoderKLWanImpl::AutoencoderKLWanImpl(const WanVaeConfig& config) : config_(config) {
+  encoder = register_module("encoder", WanEncoder3d(config));
+  quant_conv = register_module("quant_conv", CausalConv3d(config.z_dim * 2, config.z_dim * 2, 1, 1));
+  post_quant_conv = register_module("post_quant_conv", CausalConv3d(config.z_dim, config.z_dim, 1, 1));
+  decoder = register_module("decoder", WanDecoder3d(config));
+}
+
+WanLatentDist AutoencoderKLWanImpl::encode(const at::Tensor& x_in) {
+  const auto x = x_in.dim() == 4 ? x_in.unsqueeze(2) : x_in;
+  if (x.dim() != 5 || x.size(1) != 3)
+    throw std::invalid_argument("AutoencoderKLWan encode: expected [B, 3, T, H, W], got " + c10::str(x_in.sizes()));
+  const auto sf = config_.spatial_factor();
+  if (x.size(3) % sf != 0 || x.size(4) % sf != 0)
+    throw std::invalid_argument("AutoencoderKLWan encode: height and width must be multiples of " +
+                                std::to_string(sf) + ", got " + c10::str(x.sizes()));
+  const auto dtype = quant_conv->weight.scalar_type();
+  const auto t = x.size(2);
+  const auto tf = config_.temporal_factor();
+  FeatureCache cache;
+  std::vector<at::Tensor> chunks;
+  for (std::int64_t i = 0; i < 1 + (t - 1) / tf; ++i) {
+    cache.idx = 0;
+    const auto start = i == 0 ? 0 : 1 + tf * (i - 1);
+    const auto len = i == 0 ? 1 : std::min(tf, t - start);
+    chunks.push_back(encoder(x.narrow(2, start, len).to(dtype), cache));
+  }
+  const auto enc = quant_conv(at::cat(chunks, 2));
+  return {enc.narrow(1, 0, config_.z_dim), enc.narrow(1, config_.z_dim, config_.z_dim).clamp(-30.0, 20.0)};
+}
+
+at::Tensor AutoencoderKLWanImpl::decode(const at::Tensor& z_in) {
+  if (z_in.dim() != 5 || z_in.size(1) != config_.z_dim)
+    throw std::invalid_argument("AutoencoderKLWan decode: expected latents [B, " + std::to_string(config_.z_dim) +
+                                ", t, h, w], got " + c10::str(z_in.sizes()));
+  const auto x = post_quant_conv(z_in.to(post_quant_conv->weight.scalar_type()));
+  FeatureCache cache;
+  std::vector<at::Tensor> frames;
+  for (std::int64_t i = 0; i < x.size(2); ++i) {
+    cache.idx = 0;
+    frames.push_back(decoder(x.narrow(2, i, 1), cache));
+  }
+  return at::cat(frames, 2).clamp(-1.0, 1.0);
+}
+
+}  // namespace yeto::wan

@@ -1,0 +1,211 @@
+// WanTransformer3DModel, AutoencoderKLWan and the Wan family rules against the Diffusers-recorded
+// fixtures: forward output, loss and named gradients within each case.json's tolerances.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "io/tensors.hpp"
+#include "wan_family.hpp"
+#include "wan_transformer.hpp"
+#include "wan_vae.hpp"
+#include "yeto/nn/linear.hpp"
+#include "yeto/nn/state_dict.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path case_dir(const std::string& name) { return fs::path(YETO_TEST_FIXTURES) / "parity" / name; }
+fs::path repo_dir(const std::string& name) { return fs::path(YETO_TEST_FIXTURES) / "repos" / name; }
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+void expect_close(const at::Tensor& actual, const at::Tensor& expected, const nlohmann::json& tol,
+                  const std::string& key) {
+  ASSERT_EQ(actual.sizes(), expected.sizes()) << key;
+  const double rtol = tol.at("rtol").get<double>(), atol = tol.at("atol").get<double>();
+  const auto a = actual.detach().to(at::kDouble), e = expected.to(at::kDouble);
+  const auto err = (a - e).abs();
+  const double worst = (err - (atol + rtol * e.abs())).max().item<double>();
+  std::printf("  %-52s max abs err %.3g (atol %.3g, rtol %.3g)\n", key.c_str(), err.max().item<double>(), atol, rtol);
+  EXPECT_LE(worst, 0.0) << key << ": max abs error " << err.max().item<double>();
+}
+
+yeto::wan::WanTransformer3DModel load_transformer(const fs::path& dir) {
+  yeto::wan::WanTransformer3DModel m(yeto::wan::WanTransformerConfig::from_json(read_json(dir / "config.json")));
+  yeto::nn::load_named_tensors(*m, yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors"));
+  m->eval();
+  return m;
+}
+
+}  // namespace
+
+TEST(WanTransformer, ParityForwardBackward) {
+  const auto dir = case_dir("wan-transformer");
+  const auto info = read_json(dir / "case.json");
+  const auto& compare = info.at("compare");
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto ex = yeto::io::load_safetensors(dir / "expected.safetensors");
+  auto m = load_transformer(dir);
+  auto run = [&] { return m->forward(in.at("hidden_states"), in.at("timestep"), in.at("encoder_hidden_states")); };
+  {
+    torch::NoGradGuard ng;
+    expect_close(run(), ex.at("sample"), compare.at("sample"), "wan-transformer sample");
+  }
+  const auto loss = (run() - ex.at("loss_target")).pow(2).mean();
+  expect_close(loss, ex.at("loss"), compare.at("loss"), "wan-transformer loss");
+  loss.backward();
+  const auto params = m->named_parameters();
+  std::size_t checked = 0;
+  for (const auto& [grad_key, param] : info.at("backward").at("grad_keys").items()) {
+    const auto* p = params.find(param.get<std::string>());
+    ASSERT_NE(p, nullptr) << param;
+    ASSERT_TRUE(p->grad().defined()) << param;
+    expect_close(p->grad(), ex.at(grad_key), compare.at(grad_key), "wan-transformer " + grad_key);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6u);
+}
+
+TEST(WanTransformer, CheckpointNamesMatchDiffusersExactly) {
+  const auto dir = case_dir("wan-transformer");
+  const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
+  yeto::wan::WanTransformer3DModel m(yeto::wan::WanTransformerConfig::from_json(read_json(dir / "config.json")));
+  const auto named = yeto::nn::named_tensors(*m);
+  EXPECT_EQ(named.size(), weights.size());
+  for (const auto& [k, v] : weights) {
+    ASSERT_TRUE(named.count(k)) << "model lacks " << k;
+    EXPECT_EQ(named.at(k).sizes(), v.sizes()) << k;
+  }
+}
+
+TEST(WanTransformer, ConfigErrorsNameTheKey) {
+  auto j = read_json(case_dir("wan-transformer") / "config.json");
+  j["image_dim"] = 1280;
+  try {
+    yeto::wan::WanTransformerConfig::from_json(j);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("image_dim"), std::string::npos) << e.what();
+  }
+  j = read_json(case_dir("wan-transformer") / "config.json");
+  j["patch_size"] = {1, 2};
+  EXPECT_THROW(yeto::wan::WanTransformerConfig::from_json(j), std::invalid_argument);
+}
+
+TEST(WanTransformer, LoraStartsAsIdentityOnTheAttentionProjections) {
+  auto m = load_transformer(case_dir("wan-transformer"));
+  const auto in = yeto::io::load_safetensors(case_dir("wan-transformer") / "inputs.safetensors");
+  torch::NoGradGuard ng;
+  const auto before = m->forward(in.at("hidden_states"), in.at("timestep"), in.at("encoder_hidden_states"));
+  const auto targets = yeto::wan::resolve_lora_targets("auto");
+  for (auto& p : m->parameters()) p.set_requires_grad(false);  // as the plugin's prepare does
+  yeto::nn::LoraConfig cfg;
+  const auto paths = yeto::nn::add_lora(*m, targets.patterns, cfg);
+  EXPECT_EQ(paths.size(), 2u * 8u);  // 2 blocks x (attn1, attn2) x (q, k, v, out)
+  const auto after = m->forward(in.at("hidden_states"), in.at("timestep"), in.at("encoder_hidden_states"));
+  EXPECT_TRUE(at::equal(before, after));
+  for (const auto& p : m->named_parameters())
+    EXPECT_EQ(p.value().requires_grad(), p.key().find("lora_") != std::string::npos) << p.key();
+}
+
+TEST(WanVae, ParityEncodeDecode) {
+  const auto dir = case_dir("wan-vae");
+  const auto info = read_json(dir / "case.json");
+  const auto& compare = info.at("compare");
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto ex = yeto::io::load_safetensors(dir / "expected.safetensors");
+  yeto::wan::AutoencoderKLWan vae(yeto::wan::WanVaeConfig::from_json(read_json(dir / "config.json")));
+  const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
+  EXPECT_EQ(yeto::nn::named_tensors(*vae).size(), weights.size());
+  yeto::nn::load_named_tensors(*vae, weights);
+  torch::NoGradGuard ng;
+  const auto d = vae->encode(in.at("x"));
+  expect_close(d.mean, ex.at("encode.latent_dist.mean"), compare.at("encode.latent_dist.mean"), "wan-vae mean");
+  expect_close(d.logvar, ex.at("encode.latent_dist.logvar"), compare.at("encode.latent_dist.logvar"), "wan-vae logvar");
+  expect_close(at::exp(0.5 * d.logvar), ex.at("encode.latent_dist.std"), compare.at("encode.latent_dist.std"),
+               "wan-vae std");
+  const auto out = vae->decode(in.at("z"));
+  expect_close(out, ex.at("decode.sample"), compare.at("decode.sample"), "wan-vae decode");
+  EXPECT_EQ(out.size(2), 5);  // 1 + 4 (t - 1) frames from t = 2
+}
+
+TEST(WanVae, ConfigRefusesTheTi2vVae) {
+  auto j = read_json(case_dir("wan-vae") / "config.json");
+  j["is_residual"] = true;
+  try {
+    yeto::wan::WanVaeConfig::from_json(j);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is_residual"), std::string::npos) << e.what();
+  }
+}
+
+TEST(WanFamily, PlanFromBothTinyRepositories) {
+  const auto one = yeto::wan::plan_from_model_index("m", read_json(repo_dir("wan21-tiny") / "model_index.json"));
+  EXPECT_EQ(one.at("components").size(), 5u);
+  EXPECT_FALSE(one.contains("boundary_ratio"));
+  const auto two = yeto::wan::plan_from_model_index("m", read_json(repo_dir("wan22-tiny") / "model_index.json"));
+  EXPECT_EQ(two.at("components").size(), 6u);
+  EXPECT_EQ(two.at("components").at("transformer_2").at("class"), "WanTransformer3DModel");
+  EXPECT_DOUBLE_EQ(two.at("boundary_ratio").get<double>(), 0.875);
+  auto bad = read_json(repo_dir("wan22-tiny") / "model_index.json");
+  bad.erase("boundary_ratio");
+  try {
+    yeto::wan::plan_from_model_index("m", bad);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("boundary_ratio"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model_index.json"), std::string::npos) << e.what();
+  }
+  bad = read_json(repo_dir("wan21-tiny") / "model_index.json");
+  bad["vae"] = {"diffusers", "AutoencoderKL"};
+  EXPECT_THROW(yeto::wan::plan_from_model_index("m", bad), std::invalid_argument);
+}
+
+TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
+  const auto p = yeto::wan::presets();
+  for (const auto& [preset, repo] : {std::pair{"tiny", "wan21-tiny"}, std::pair{"tiny-a14b", "wan22-tiny"}}) {
+    const auto& comps = p.at(preset).at("components");
+    for (const char* name : {"transformer", "transformer_2", "vae", "text_encoder"}) {
+      if (!fs::exists(repo_dir(repo) / name)) {
+        EXPECT_FALSE(comps.contains(name)) << preset << " " << name;
+        continue;
+      }
+      auto want = read_json(repo_dir(repo) / name / "config.json");
+      for (const char* k : {"_diffusers_version", "output_past", "use_cache", "pos_embed_seq_len"}) want.erase(k);
+      // Keys Diffusers v0.40.0 added to AutoencoderKLWan, at their Wan 2.1 values.
+      const nlohmann::json v040 = {{"decoder_base_dim", nullptr}, {"in_channels", 3},  {"is_residual", false},
+                                   {"out_channels", 3},           {"patch_size", nullptr}, {"scale_factor_spatial", 8},
+                                   {"scale_factor_temporal", 4}};
+      for (const auto& [k, v] : v040.items())
+        if (std::string(name) == "vae" && want.contains(k)) {
+          EXPECT_EQ(want[k], v) << preset << " " << name << " " << k;
+          want.erase(k);
+        }
+      EXPECT_EQ(comps.at(name).at("config"), want) << preset << " " << name;
+    }
+    const auto index = read_json(repo_dir(repo) / "model_index.json");
+    EXPECT_EQ(p.at(preset).at("model_index").contains("boundary_ratio"), index.contains("boundary_ratio"));
+  }
+}
+
+TEST(WanFamily, FramesRequestAndPromptClean) {
+  EXPECT_EQ(yeto::wan::valid_num_frames(5, 4), 5);
+  EXPECT_EQ(yeto::wan::valid_num_frames(6, 4), 5);
+  EXPECT_EQ(yeto::wan::valid_num_frames(8, 4), 9);
+  EXPECT_EQ(yeto::wan::valid_num_frames(1, 4), 1);
+  EXPECT_EQ(yeto::wan::prompt_clean("  a  &amp;amp; b\t\n c &#233; "), "a & b c \xC3\xA9");
+  const auto r = yeto::wan::parse_generate_request({{"prompts", {"a"}}, {"guidance", 4.0}, {"guidance_2", 3.0}});
+  EXPECT_DOUBLE_EQ(r.guidance_2.value(), 3.0);
+  EXPECT_THROW(yeto::wan::parse_generate_request({{"prompts", {"a"}}, {"num_frames", 0}}), std::invalid_argument);
+  EXPECT_THROW(yeto::wan::parse_generate_request(nlohmann::json::object()), std::invalid_argument);
+  EXPECT_THROW(yeto::wan::resolve_lora_targets(nlohmann::json::array()), std::invalid_argument);
+}
