@@ -378,6 +378,8 @@ std::string plugin_for_class(const std::string& class_name) {
   static const std::map<std::string, std::string> families = {{"FluxPipeline", "flux"},
                                                               {"FluxImg2ImgPipeline", "flux"},
                                                               {"FluxInpaintPipeline", "flux"},
+                                                              {"StableDiffusion3Pipeline", "sd35"},
+                                                              {"SD3Transformer2DModel", "sd35"},
                                                               {"FluxTransformer2DModel", "flux"},
                                                               {"WanPipeline", "wan"},
                                                               {"WanTransformer3DModel", "wan"},

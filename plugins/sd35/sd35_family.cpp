@@ -1,0 +1,310 @@
+#include "sd35_family.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace yeto::sd35 {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+json sd35_model_index() {
+  return {{"_class_name", "StableDiffusion3Pipeline"},
+          {"_diffusers_version", "0.33.1"},
+          {"scheduler", {"diffusers", "FlowMatchEulerDiscreteScheduler"}},
+          {"text_encoder", {"transformers", "CLIPTextModelWithProjection"}},
+          {"text_encoder_2", {"transformers", "CLIPTextModelWithProjection"}},
+          {"text_encoder_3", {"transformers", "T5EncoderModel"}},
+          {"tokenizer", {"transformers", "CLIPTokenizer"}},
+          {"tokenizer_2", {"transformers", "CLIPTokenizer"}},
+          {"tokenizer_3", {"transformers", "T5TokenizerFast"}},
+          {"transformer", {"diffusers", "SD3Transformer2DModel"}},
+          {"vae", {"diffusers", "AutoencoderKL"}}};
+}
+
+// The key set of the SD3.5 scheduler_config.json: everything else takes its default.
+json scheduler_config() {
+  return {{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"num_train_timesteps", 1000}, {"shift", 3.0}};
+}
+
+json transformer_config(int sample_size, int layers, int heads, int head_dim, int joint_dim, int pooled_dim,
+                        int pos_max, std::vector<int> dual) {
+  return {{"_class_name", "SD3Transformer2DModel"},
+          {"attention_head_dim", head_dim},
+          {"caption_projection_dim", heads * head_dim},
+          {"dual_attention_layers", dual},
+          {"in_channels", 16},
+          {"joint_attention_dim", joint_dim},
+          {"num_attention_heads", heads},
+          {"num_layers", layers},
+          {"out_channels", 16},
+          {"patch_size", 2},
+          {"pooled_projection_dim", pooled_dim},
+          {"pos_embed_max_size", pos_max},
+          {"qk_norm", "rms_norm"},
+          {"sample_size", sample_size}};
+}
+
+json vae_config(std::vector<int> channels, int groups, int sample_size) {
+  const std::vector<std::string> down(channels.size(), "DownEncoderBlock2D"), up(channels.size(), "UpDecoderBlock2D");
+  return {{"_class_name", "AutoencoderKL"},
+          {"act_fn", "silu"},
+          {"block_out_channels", channels},
+          {"down_block_types", down},
+          {"force_upcast", true},
+          {"in_channels", 3},
+          {"latent_channels", 16},
+          {"latents_mean", nullptr},
+          {"latents_std", nullptr},
+          {"layers_per_block", 2},
+          {"mid_block_add_attention", true},
+          {"norm_num_groups", groups},
+          {"out_channels", 3},
+          {"sample_size", sample_size},
+          {"scaling_factor", 1.5305},
+          {"shift_factor", 0.0609},
+          {"up_block_types", up},
+          {"use_post_quant_conv", false},
+          {"use_quant_conv", false}};
+}
+
+// CLIP-L style (quick_gelu) or CLIP-G style (exact gelu) text tower with a projection.
+json clip_config(int hidden, int layers, int heads, int intermediate, const char* act) {
+  return {{"architectures", {"CLIPTextModelWithProjection"}},
+          {"attention_dropout", 0.0},
+          {"bos_token_id", 0},
+          {"dropout", 0.0},
+          {"eos_token_id", 2},
+          {"hidden_act", act},
+          {"hidden_size", hidden},
+          {"initializer_factor", 1.0},
+          {"initializer_range", 0.02},
+          {"intermediate_size", intermediate},
+          {"layer_norm_eps", 1e-05},
+          {"max_position_embeddings", 77},
+          {"model_type", "clip_text_model"},
+          {"num_attention_heads", heads},
+          {"num_hidden_layers", layers},
+          {"pad_token_id", 1},
+          {"projection_dim", hidden},
+          {"torch_dtype", "float32"},
+          {"vocab_size", 49408}};
+}
+
+json t5_config(int d_model, int d_kv, int heads, int d_ff, int layers) {
+  return {{"architectures", {"T5EncoderModel"}},
+          {"classifier_dropout", 0.0},
+          {"d_ff", d_ff},
+          {"d_kv", d_kv},
+          {"d_model", d_model},
+          {"decoder_start_token_id", 0},
+          {"dense_act_fn", "gelu_new"},
+          {"dropout_rate", 0.1},
+          {"eos_token_id", 1},
+          {"feed_forward_proj", "gated-gelu"},
+          {"initializer_factor", 1.0},
+          {"is_encoder_decoder", true},
+          {"is_gated_act", true},
+          {"layer_norm_epsilon", 1e-06},
+          {"model_type", "t5"},
+          {"num_decoder_layers", layers},
+          {"num_heads", heads},
+          {"num_layers", layers},
+          {"pad_token_id", 0},
+          {"relative_attention_max_distance", 128},
+          {"relative_attention_num_buckets", 32},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", "float32"},
+          {"vocab_size", 640}};
+}
+
+// SD3's second CLIP tokenizer pads with "!" (vocabulary id 0), the first with <|endoftext|>.
+json clip_tokenizer_config(const std::string& pad) {
+  return {{"tokenizer_class", "CLIPTokenizer"}, {"model_max_length", 77},   {"bos_token", "<|startoftext|>"},
+          {"eos_token", "<|endoftext|>"},       {"pad_token", pad},         {"unk_token", "<|endoftext|>"},
+          {"do_lower_case", true}};
+}
+
+json t5_tokenizer_config() {
+  return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 512}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
+          {"unk_token", "<unk>"},           {"extra_ids", 100},        {"legacy", true}};
+}
+
+json preset(const std::string& description, const json& transformer, const json& vae, const json& clip_l,
+            const json& clip_g, const json& t5) {
+  return {{"description", description},
+          {"model_index", sd35_model_index()},
+          {"components",
+           {{"transformer", {{"config", transformer}}},
+            {"vae", {{"config", vae}}},
+            {"text_encoder", {{"config", clip_l}}},
+            {"text_encoder_2", {{"config", clip_g}}},
+            {"text_encoder_3", {{"config", t5}}},
+            {"tokenizer", {{"config", clip_tokenizer_config("<|endoftext|>")}}},
+            {"tokenizer_2", {{"config", clip_tokenizer_config("!")}}},
+            {"tokenizer_3", {{"config", t5_tokenizer_config()}}},
+            {"scheduler", {{"config", scheduler_config()}}}}}};
+}
+
+}  // namespace
+
+const std::vector<ComponentSpec>& sd35_components() {
+  static const std::vector<ComponentSpec> specs = {
+      {"transformer", {"SD3Transformer2DModel"}},
+      {"vae", {"AutoencoderKL"}},
+      {"text_encoder", {"CLIPTextModelWithProjection"}},
+      {"text_encoder_2", {"CLIPTextModelWithProjection"}},
+      {"text_encoder_3", {"T5EncoderModel"}, true},
+      {"tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"}},
+      {"tokenizer_2", {"CLIPTokenizer", "CLIPTokenizerFast"}},
+      {"tokenizer_3", {"T5Tokenizer", "T5TokenizerFast"}, true},
+      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}},
+  };
+  return specs;
+}
+
+json plan_from_model_index(const std::string& model_dir, const json& model_index) {
+  const std::string where = model_dir + "/model_index.json";
+  if (!model_index.is_object()) bad(where + ": expected a JSON object");
+  json components = json::object();
+  auto absent = [&](const char* name) {
+    if (!model_index.contains(name)) return true;
+    const auto& e = model_index.at(name);
+    return e.is_null() || (e.is_array() && e.size() == 2 && e[0].is_null() && e[1].is_null());
+  };
+  for (const auto& spec : sd35_components()) {
+    if (absent(spec.name)) {
+      if (spec.optional) continue;
+      bad(where + ": no '" + spec.name +
+          "' component; an SD3 / SD3.5 repository has transformer, vae, text_encoder, text_encoder_2, tokenizer, "
+          "tokenizer_2 and scheduler (text_encoder_3 and tokenizer_3 optional)");
+    }
+    const auto& entry = model_index.at(spec.name);
+    if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
+      bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
+    const auto cls = entry[1].get<std::string>();
+    if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
+      std::string expected;
+      for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
+      bad(where + ": '" + spec.name + "' is " + cls + "; the sd35 plugin expects " + expected);
+    }
+    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
+  }
+  if (components.contains("text_encoder_3") != components.contains("tokenizer_3"))
+    bad(where + ": text_encoder_3 and tokenizer_3 come together (T5 and its tokenizer); this repository has only " +
+        std::string(components.contains("text_encoder_3") ? "text_encoder_3" : "tokenizer_3"));
+  // SD3.5's IP-adapter parts are not used by text-to-image training or sampling.
+  for (const char* extra : {"image_encoder", "feature_extractor"})
+    if (model_index.contains(extra) && !absent(extra)) components[extra] = nullptr;
+  return {{"components", components}, {"family", "sd35"}};
+}
+
+json presets() {
+  json out = json::object();
+  out["tiny"] = preset(
+      "The shapes of the tests' sd35-tiny repository (SD3.5-medium style): 4 joint blocks, 2 heads x 8 (inner 16), "
+      "dual attention in blocks 0 and 1, RMS q/k norm, pos_embed_max_size 6 (latents up to 12x12); VAE [8, 16, 16, "
+      "16] (scale factor 8, 16 latent channels); CLIP-L hidden 8 (2 layers), CLIP-G hidden 12 (3 layers, exact "
+      "GELU), T5 d_model 32 (2 layers). About 47 k transformer parameters.",
+      transformer_config(8, 4, 2, 8, 32, 20, 6, {0, 1}), vae_config({8, 16, 16, 16}, 4, 64),
+      clip_config(8, 2, 2, 32, "quick_gelu"), clip_config(12, 3, 3, 48, "gelu"), t5_config(32, 8, 4, 80, 2));
+  out["mid"] = preset(
+      "A mid-size SD3.5-medium layout for CPU benchmarks and smoke training: 6 joint blocks, 4 heads x 64 (inner "
+      "256), dual attention in blocks 0-2, RMS q/k norm, pos_embed_max_size 32 (latents up to 64x64, 512 px); about "
+      "15 M transformer parameters; VAE [32, 64, 128, 128]; CLIP-L hidden 64 (4 layers), CLIP-G hidden 64 (4 layers), "
+      "T5 d_model 256 (4 layers).",
+      transformer_config(32, 6, 4, 64, 256, 128, 32, {0, 1, 2}), vae_config({32, 64, 128, 128}, 32, 256),
+      clip_config(64, 4, 4, 256, "quick_gelu"), clip_config(64, 4, 4, 256, "gelu"), t5_config(256, 64, 4, 640, 4));
+  return out;
+}
+
+LoraTargets resolve_lora_targets(const json& targets) {
+  LoraTargets out;
+  std::vector<std::string> items;
+  if (targets.is_null()) {
+    items = {"auto"};
+  } else if (targets.is_string()) {
+    items = {targets.get<std::string>()};
+  } else if (targets.is_array()) {
+    for (const auto& t : targets) {
+      if (!t.is_string()) bad("lora.targets: every entry must be a string, got " + t.dump());
+      items.push_back(t.get<std::string>());
+    }
+  } else {
+    bad("lora.targets: expected auto, attention, all-linear or a list of module patterns, got " + targets.dump());
+  }
+  if (items.empty()) bad("lora.targets: the list is empty; use auto, attention, all-linear or module patterns");
+  if (items.size() == 1 && items[0] == "auto") {
+    out.patterns = {"attn.to_q",       "attn.to_k",       "attn.to_v",       "attn.to_out.0",
+                    "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"};
+  } else if (items.size() == 1 && items[0] == "attention") {
+    out.patterns = {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
+  } else if (items.size() == 1 && items[0] == "all-linear") {
+    out.all_linear = true;
+  } else {
+    for (const auto& i : items)
+      if (i == "auto" || i == "attention" || i == "all-linear")
+        bad("lora.targets: '" + i + "' cannot be combined with other entries");
+    out.patterns = items;
+  }
+  return out;
+}
+
+GenerateRequest parse_generate_request(const json& j) {
+  GenerateRequest r;
+  if (!j.is_object()) bad("generate request: expected a JSON object");
+  auto strings = [&](const char* key, std::vector<std::string>& dst) {
+    if (!j[key].is_array() || j[key].empty())
+      bad(std::string("generate request: '") + key + "' must be a non-empty array of strings");
+    for (const auto& p : j[key]) {
+      if (!p.is_string()) bad(std::string("generate request: '") + key + "' must hold strings, got " + p.dump());
+      dst.push_back(p.get<std::string>());
+    }
+  };
+  if (!j.contains("prompts")) bad("generate request: 'prompts' must be a non-empty array of strings");
+  strings("prompts", r.prompts);
+  if (j.contains("negative_prompts") && !j["negative_prompts"].is_null()) {
+    strings("negative_prompts", r.negative_prompts);
+    if (r.negative_prompts.size() != r.prompts.size())
+      bad("generate request: 'negative_prompts' has " + std::to_string(r.negative_prompts.size()) +
+          " entries but 'prompts' has " + std::to_string(r.prompts.size()));
+  }
+  auto get_int = [&](const char* key, std::int64_t fallback, std::int64_t min) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number_integer()) bad(std::string("generate request: '") + key + "' must be an integer");
+    const auto v = j[key].get<std::int64_t>();
+    if (v < min) bad(std::string("generate request: '") + key + "' must be at least " + std::to_string(min));
+    return v;
+  };
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    if (!j["seed"].is_number_unsigned() && !(j["seed"].is_number_integer() && j["seed"].get<std::int64_t>() >= 0))
+      bad("generate request: 'seed' must be a non-negative integer");
+    r.seed = j["seed"].get<std::uint64_t>();
+  }
+  r.steps = get_int("steps", r.steps, 1);
+  r.height = get_int("height", r.height, 1);
+  r.width = get_int("width", r.width, 1);
+  r.max_sequence_length = get_int("max_sequence_length", r.max_sequence_length, 1);
+  if (r.max_sequence_length > 512)
+    bad("generate request: 'max_sequence_length' cannot be greater than 512 (the SD3 pipelines' T5 limit), got " +
+        std::to_string(r.max_sequence_length));
+  if (j.contains("guidance") && !j["guidance"].is_null()) {
+    if (!j["guidance"].is_number()) bad("generate request: 'guidance' must be a number");
+    r.guidance = j["guidance"].get<double>();
+  }
+  if (j.contains("trace") && !j["trace"].is_null()) {
+    if (!j["trace"].is_boolean()) bad("generate request: 'trace' must be a boolean");
+    r.trace = j["trace"].get<bool>();
+  }
+  return r;
+}
+
+std::string resolve_precision(const std::string& precision, const std::string& device) {
+  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return precision;
+  if (precision.empty() || precision == "auto") return device.rfind("cuda", 0) == 0 ? "bf16" : "fp32";
+  bad("precision: expected auto, fp32, bf16 or fp16, got '" + precision + "'");
+}
+
+}  // namespace yeto::sd35

@@ -1,0 +1,572 @@
+// The SD3.5 family plugin (Stable Diffusion 3 / 3.5 medium and large): the SD3Transformer2DModel
+// component class and the StableDiffusion3Pipeline semantics as plugin hooks, written against
+// the SDK only (yeto/plugin.hpp, sdk/nn). The host loads the repository's other components (the
+// 16-channel VAE, CLIP-L, CLIP-G, T5, three tokenizers, the flow-match scheduler) from the plan
+// load_pipeline returns; this plugin reaches them through yeto_host_api.component_get and calls
+// their documented forward() methods.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <yeto/plugin.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "sd35_family.hpp"
+#include "sd35_transformer.hpp"
+#include "yeto/nn/linear.hpp"
+
+namespace {
+
+using nlohmann::json;
+using yeto::sdk::fail;
+using yeto::sdk::Host;
+using yeto::sdk::NamedTensors;
+namespace sd35 = yeto::sd35;
+
+constexpr const char* kClass = "SD3Transformer2DModel";
+constexpr const char* kLoraAdapter = "default";
+
+json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
+  }
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse_json(s.str(), path);
+}
+
+// A run-configuration value from the host, or `fallback` when there is no host or no such key.
+json host_config(const std::string& key) {
+  if (!Host::api() || !Host::api()->config_get) return json();
+  try {
+    return json::parse(Host::config_json(key));
+  } catch (const std::exception&) {
+    return json();
+  }
+}
+
+std::string host_config_string(const std::string& key, const std::string& fallback) {
+  const auto j = host_config(key);
+  return j.is_string() ? j.get<std::string>() : fallback;
+}
+
+std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
+  const auto j = host_config(key);
+  return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
+}
+
+at::ScalarType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+at::Device device_of(const std::string& device) {
+  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
+  try {
+    return at::Device(device);
+  } catch (const c10::Error&) {
+    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
+  }
+}
+
+// ---- host components -------------------------------------------------------------------
+
+NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
+  const auto c = Host::component(component);
+  try {
+    return c.forward(inputs, options.dump());
+  } catch (const yeto::sdk::Failure& e) {
+    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
+  }
+}
+
+const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
+  for (const auto& [n, t] : out)
+    if (n == name) return t;
+  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
+}
+
+// ---- the transformer component -----------------------------------------------------------
+
+class TransformerComponent : public yeto::sdk::Component {
+ public:
+  TransformerComponent(const std::string& config_json, const std::string& dir) : model_(nullptr) {
+    const std::string where = dir.empty() ? std::string("SD3Transformer2DModel config") : dir + "/config.json";
+    try {
+      model_ = sd35::SD3Transformer2DModel(sd35::SD3TransformerConfig::from_json(parse_json(config_json, where)));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
+    }
+    // Built directly in the run's precision and device, so a 16-bit checkpoint streamed in by
+    // the host never has a float32 copy of the whole model.
+    const auto device = device_of(host_config_string("run.device", "auto"));
+    const auto precision = sd35::resolve_precision(host_config_string("model.precision", "auto"), device.str());
+    model_->to(device, dtype_of(precision));
+    model_->eval();
+  }
+
+  NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
+    using yeto::sdk::get;
+    const auto dtype = model_->proj_out->weight.scalar_type();
+    const auto dev = model_->proj_out->weight.device();
+    auto to = [&](const at::Tensor& t) { return t.to(dev, dtype); };
+    auto out = model_->forward(to(get(in, "hidden_states")), to(get(in, "encoder_hidden_states")),
+                               to(get(in, "pooled_projections")), get(in, "timestep").to(dev, at::kFloat));
+    return {{"sample", out}};
+  }
+
+  NamedTensors parameters() override {
+    NamedTensors out;
+    for (const auto& p : model_->named_parameters()) out.emplace_back(p.key(), p.value());
+    for (const auto& b : model_->named_buffers()) out.emplace_back(b.key(), b.value());
+    return out;
+  }
+
+  // The host may stream one tensor per call. Strict loading refuses names the model does not
+  // have; shapes must always match.
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    at::NoGradGuard no_grad;
+    auto params = model_->named_parameters();
+    auto buffers = model_->named_buffers();
+    for (const auto& [name, t] : weights) {
+      at::Tensor* dst = params.find(name);
+      if (!dst) dst = buffers.find(name);
+      if (!dst) {
+        if (strict)
+          fail(YETO_ERR_INVALID_ARGUMENT,
+               std::string(kClass) + " has no parameter '" + name + "' (is this an SD3 / SD3.5 transformer checkpoint "
+                                     "with this config's num_layers, dual_attention_layers and qk_norm?)");
+        continue;
+      }
+      if (dst->sizes() != t.sizes())
+        fail(YETO_ERR_INVALID_ARGUMENT, std::string(kClass) + " tensor '" + name + "': checkpoint shape " +
+                                            c10::str(t.sizes()) + ", model shape " + c10::str(dst->sizes()));
+      dst->copy_(t);
+    }
+  }
+
+  sd35::SD3Transformer2DModel& model() { return model_; }
+
+ private:
+  sd35::SD3Transformer2DModel model_;
+};
+
+// ---- the plugin ----------------------------------------------------------------------------
+
+// One text's conditioning as StableDiffusion3Pipeline.encode_prompt assembles it.
+struct Conditioning {
+  at::Tensor clip_l_ids, clip_g_ids, t5_ids;
+  at::Tensor clip_l_hidden, clip_l_pooled, clip_g_hidden, clip_g_pooled, t5;
+  at::Tensor embeds, pooled;
+};
+
+class Sd35Plugin : public yeto::sdk::Plugin {
+ public:
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
+    json plan;
+    try {
+      plan = sd35::plan_from_model_index(model_dir, index);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    vae_config_ = read_json_file(model_dir + "/vae/config.json");
+    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+    has_t5_ = plan["components"].contains("text_encoder_3");
+    // The pipeline's tokenizer_max_length: the first CLIP tokenizer's model_max_length.
+    clip_max_length_ = 77;
+    const auto tok = model_dir + "/tokenizer/tokenizer_config.json";
+    if (std::ifstream(tok).good()) {
+      const auto t = read_json_file(tok);
+      if (t.contains("model_max_length") && t["model_max_length"].is_number_integer() &&
+          t["model_max_length"].get<std::int64_t>() > 0 && t["model_max_length"].get<std::int64_t>() < 100000)
+        clip_max_length_ = t["model_max_length"].get<std::int64_t>();
+    }
+    return plan.dump();
+  }
+
+  std::string presets() override { return sd35::presets().dump(); }
+
+  void register_components(yeto::sdk::ComponentRegistry& registry) override {
+    registry.add<TransformerComponent>(kClass);
+  }
+
+  void prepare(const std::string& options_json) override {
+    const auto o = parse_json(options_json, "prepare options");
+    auto& model = transformer();
+    const auto device = device_of(o.value("device", std::string("auto")));
+    const auto precision = sd35::resolve_precision(o.value("precision", std::string("auto")), device.str());
+    model->to(device, dtype_of(precision));
+    const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
+    if (max_len < 0 || max_len > 512)
+      fail(YETO_ERR_INVALID_ARGUMENT,
+           "model.max_sequence_length must be 0 (the SD3 pipeline's 256) or at most 512, got " + std::to_string(max_len));
+    max_sequence_length_ = max_len == 0 ? 256 : max_len;
+    tuning_ = o.value("tuning", std::string("lora"));
+    if (tuning_ != "lora" && tuning_ != "full")
+      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
+    if (tuning_ == "full") {
+      for (auto& p : model->parameters()) p.set_requires_grad(true);
+      return;
+    }
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
+    yeto::nn::LoraConfig cfg;
+    try {
+      cfg.r = lora.value("r", std::int64_t{16});
+      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
+      cfg.dropout = lora.value("dropout", 0.0);
+      cfg.init = lora.value("init", std::string("kaiming"));
+    } catch (const json::exception& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
+    }
+    if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
+    sd35::LoraTargets targets;
+    try {
+      targets = sd35::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    std::vector<std::string> patterns = targets.patterns;
+    bool already = false;
+    for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+      if (targets.all_linear && path != "proj_out") patterns.push_back(path);
+      already = already || layer->has_adapter(kLoraAdapter);
+    }
+    if (already) return;  // prepared before: keep the adapter (and its trained values)
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init") : 0);
+    try {
+      yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
+    }
+  }
+
+  NamedTensors trainable_parameters() override {
+    auto& model = transformer();
+    std::map<std::string, at::Tensor> sorted;
+    if (tuning_ == "full") {
+      for (const auto& p : model->named_parameters()) sorted.emplace("transformer." + p.key(), p.value());
+    } else {
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+        if (!layer->has_adapter(kLoraAdapter)) continue;
+        sorted.emplace("transformer." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
+        sorted.emplace("transformer." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
+      }
+      if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
+    }
+    NamedTensors out;
+    for (auto& [name, t] : sorted) out.emplace_back(name, t);
+    return out;
+  }
+
+  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
+    const auto& px = yeto::sdk::get(media, "pixel_values");
+    if (px.dim() != 4 || px.size(1) != 3)
+      fail(YETO_ERR_INVALID_ARGUMENT, "sd35 encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
+                                      "[-1, 1], got " + c10::str(px.sizes()) + " (SD3.5 has no video VAE)");
+    const auto o = parse_json(options_json, "encode_media options");
+    const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
+    auto z = output(out, "mean", "vae");
+    if (o.value("sample", false)) {
+      const auto logvar = output(out, "logvar", "vae").clamp(-30.0, 20.0);
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
+      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
+      z = z + at::exp(0.5 * logvar) * eps;
+    }
+    // SD3's latent normalisation: (z - shift_factor) * scaling_factor.
+    return {{"latents", (z.to(at::kFloat) - shift_factor()) * scaling_factor()}};
+  }
+
+  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
+    const auto p = parse_json(prompts_json, "encode_conditioning prompts");
+    std::vector<std::string> prompts;
+    if (!p.is_array() || p.empty())
+      fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
+    for (const auto& s : p) {
+      if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
+      prompts.push_back(s.get<std::string>());
+    }
+    const auto c = encode_prompts(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
+  }
+
+  // SD3 needs no position ids, guidance or added conditions beyond the text tensors.
+  NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& /*step_json*/) override {
+    check_latents(yeto::sdk::get(batch, "noisy"), "noisy");
+    return {};
+  }
+
+  at::Tensor denoise(const NamedTensors& in, const std::string& /*step_json*/) override {
+    using yeto::sdk::get;
+    const auto& x = get(in, "hidden_states");
+    check_latents(x, "hidden_states");
+    // The scheduler's timesteps (sigma x 1000) go in as they are: SD3 does not divide them.
+    return run_transformer(x, get(in, "prompt_embeds"), get(in, "pooled_prompt_embeds"), get(in, "timesteps"))
+        .to(at::kFloat);
+  }
+
+  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
+                                          const std::string& /*step_json*/) override {
+    if (prediction.sizes() != target.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, "sd35 align: prediction " + c10::str(prediction.sizes()) + " and target " +
+                                          c10::str(target.sizes()) + " differ in shape");
+    return {prediction.to(at::kFloat), target.to(at::kFloat)};
+  }
+
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    sd35::GenerateRequest r;
+    try {
+      r = sd35::parse_generate_request(parse_json(request_json, "generate request"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    at::NoGradGuard no_grad;
+    NamedTensors trace;
+    auto record = [&](const std::string& name, const at::Tensor& t) {
+      if (r.trace) trace.emplace_back(name, t.detach().clone());
+    };
+    const auto& cfg = transformer()->config();
+    const auto batch = static_cast<std::int64_t>(r.prompts.size());
+    const auto vsf = vae_scale_factor();
+    const auto height = r.height > 0 ? r.height : cfg.sample_size * vsf;
+    const auto width = r.width > 0 ? r.width : cfg.sample_size * vsf;
+    const auto multiple = vsf * cfg.patch_size;
+    if (height % multiple != 0 || width % multiple != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
+                                          " (VAE scale factor x patch size), got " + std::to_string(height) + "x" +
+                                          std::to_string(width));
+    const bool cfg_on = r.guidance > 1.0;  // StableDiffusion3Pipeline.do_classifier_free_guidance
+
+    // 1. Text conditioning: the prompts, then (for guidance) the negative prompts ("" by default).
+    const auto cond = encode_prompts(r.prompts, r.max_sequence_length);
+    record_conditioning(record, "", cond);
+    at::Tensor embeds = cond.embeds, pooled = cond.pooled;
+    if (cfg_on) {
+      std::vector<std::string> negatives = r.negative_prompts;
+      if (negatives.empty()) negatives.assign(r.prompts.size(), "");
+      const auto neg = encode_prompts(negatives, r.max_sequence_length);
+      record_conditioning(record, "negative_", neg);
+      if (neg.embeds.sizes() != cond.embeds.sizes())
+        fail(YETO_ERR_INVALID_ARGUMENT, "generate: negative prompt embeddings " + c10::str(neg.embeds.sizes()) +
+                                            " differ in shape from the prompt's " + c10::str(cond.embeds.sizes()));
+      // The guidance batch: negative first.
+      embeds = at::cat({neg.embeds, cond.embeds});
+      pooled = at::cat({neg.pooled, cond.pooled});
+    }
+
+    // 2. Latents: noise from a CPU generator seeded like torch.Generator("cpu").manual_seed.
+    const auto h = height / vsf, w = width / vsf;
+    at::Tensor latents;
+    if (yeto::sdk::has(inputs, "latents")) {
+      latents = yeto::sdk::get(inputs, "latents").to(at::kFloat);
+      if (latents.sizes() != at::IntArrayRef({batch, cfg.in_channels, h, w}))
+        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " +
+                                            c10::str(at::IntArrayRef({batch, cfg.in_channels, h, w})) + ", got " +
+                                            c10::str(latents.sizes()));
+    } else {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+      latents = at::randn({batch, cfg.in_channels, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
+    }
+    record("initial_latents", latents);
+
+    // 3. Schedule: set_timesteps(N) on the repository's scheduler (shift 3.0 for SD3.5); mu only
+    // for a dynamically shifting scheduler config, from the image token count.
+    json st = {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}};
+    if (sched_bool("use_dynamic_shifting")) {
+      const auto seq = (h / cfg.patch_size) * (w / cfg.patch_size);
+      const double m = (sched_number("max_shift", 1.16) - sched_number("base_shift", 0.5)) /
+                       static_cast<double>(sched_int("max_image_seq_len", 4096) - sched_int("base_image_seq_len", 256));
+      const double b = sched_number("base_shift", 0.5) - m * static_cast<double>(sched_int("base_image_seq_len", 256));
+      st["mu"] = static_cast<double>(seq) * m + b;
+    }
+    const auto schedule = call("scheduler", {}, st);
+    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kFloat);
+    const auto sigmas = output(schedule, "sigmas", "scheduler").to(at::kFloat);
+    record("sigmas", sigmas);
+    record("timesteps", timesteps);
+
+    // 4. Denoising loop with classifier-free guidance.
+    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
+      const auto p = "step." + std::to_string(i) + ".";
+      const auto t = timesteps[i];
+      const auto model_in = cfg_on ? at::cat({latents, latents}) : latents;
+      const auto timestep = t.expand({model_in.size(0)}).contiguous();
+      record(p + "latents", latents);
+      record(p + "timestep", timestep);
+      record(p + "sigma", sigmas.narrow(0, i, 1));
+      record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
+      const auto out = run_transformer(model_in, embeds, pooled, timestep).to(at::kFloat);
+      at::Tensor noise_pred = out;
+      if (cfg_on) {
+        const auto halves = out.chunk(2);
+        record(p + "noise_pred_uncond", halves[0]);
+        record(p + "noise_pred_text", halves[1]);
+        noise_pred = halves[0] + r.guidance * (halves[1] - halves[0]);
+      }
+      record(p + "noise_pred", noise_pred);
+      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
+                            {{"method", "step"}}),
+                       "prev_sample", "scheduler");
+    }
+    record("final_latents", latents);
+
+    // 5. Decode.
+    const auto vae_input = latents / scaling_factor() + shift_factor();
+    record("vae_input", vae_input);
+    const auto image = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae");
+    record("image", image);
+    const auto images = (image.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
+    record("image_postprocessed", images);
+
+    NamedTensors out = {{"images", images}};
+    for (auto& nt : trace) out.push_back(std::move(nt));
+    return out;
+  }
+
+ private:
+  sd35::SD3Transformer2DModel& transformer() {
+    const auto c = Host::component("transformer");
+    auto* impl = c.as<TransformerComponent>(kClass);
+    if (!impl)
+      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
+                                          ", not an SD3Transformer2DModel built by the sd35 plugin");
+    return impl->model();
+  }
+
+  at::Tensor run_transformer(const at::Tensor& latents, const at::Tensor& embeds, const at::Tensor& pooled,
+                             const at::Tensor& timestep) {
+    auto& model = transformer();
+    const auto dtype = model->proj_out->weight.scalar_type();
+    const auto dev = model->proj_out->weight.device();
+    return model->forward(latents.to(dev, dtype), embeds.to(dev, dtype), pooled.to(dev, dtype),
+                          timestep.to(dev, at::kFloat));
+  }
+
+  // One CLIP tower: ids padded to the tokenizer's length, the penultimate hidden state (before
+  // the final norm) and the projected pooled output (text_embeds), no attention mask.
+  void encode_clip(const std::string& tokenizer, const std::string& encoder, const std::vector<std::string>& texts,
+                   at::Tensor& ids, at::Tensor& hidden, at::Tensor& pooled) {
+    ids = output(call(tokenizer, {},
+                      {{"method", "tokenize"},
+                       {"text", texts},
+                       {"padding", "max_length"},
+                       {"max_length", clip_max_length_},
+                       {"truncation", true}}),
+                 "input_ids", tokenizer)
+              .to(at::kLong);
+    const auto out = call(encoder, {{"input_ids", ids}}, {{"method", "encode"}, {"output_hidden_states", true}});
+    // hidden_states.0 are the embeddings, hidden_states.N the last layer: [-2] is N - 1.
+    std::int64_t last = -1;
+    for (const auto& [n, t] : out)
+      if (n.rfind("hidden_states.", 0) == 0) last = std::max<std::int64_t>(last, std::stoll(n.substr(14)));
+    if (last < 1) fail(YETO_ERR_INTERNAL, encoder + " returned fewer than two hidden states");
+    hidden = output(out, "hidden_states." + std::to_string(last - 1), encoder).to(at::kFloat);
+    pooled = output(out, "text_embeds", encoder).to(at::kFloat);
+  }
+
+  Conditioning encode_prompts(const std::vector<std::string>& texts, std::int64_t max_sequence_length) {
+    Conditioning c;
+    encode_clip("tokenizer", "text_encoder", texts, c.clip_l_ids, c.clip_l_hidden, c.clip_l_pooled);
+    encode_clip("tokenizer_2", "text_encoder_2", texts, c.clip_g_ids, c.clip_g_hidden, c.clip_g_pooled);
+    if (has_t5_) {
+      c.t5_ids = output(call("tokenizer_3", {},
+                             {{"method", "tokenize"},
+                              {"text", texts},
+                              {"padding", "max_length"},
+                              {"max_length", max_sequence_length},
+                              {"truncation", true},
+                              {"add_special_tokens", true}}),
+                        "input_ids", "tokenizer_3")
+                     .to(at::kLong);
+      // Without an attention mask: padding positions are attended to, as the pipeline calls T5.
+      c.t5 = output(call("text_encoder_3", {{"input_ids", c.t5_ids}}, {{"method", "encode"}}), "last_hidden_state",
+                    "text_encoder_3")
+                 .to(at::kFloat);
+    } else {
+      // No T5 in the repository: zeros of the CLIP length, as the pipeline does.
+      c.t5 = at::zeros({static_cast<std::int64_t>(texts.size()), clip_max_length_,
+                        transformer()->config().joint_attention_dim},
+                       at::kFloat);
+    }
+    // CLIP-L and CLIP-G side by side, zero-padded (or, were CLIP wider, cut) to the T5 width,
+    // then the T5 rows after the CLIP rows; pooled: both projections side by side.
+    const auto clip = at::cat({c.clip_l_hidden, c.clip_g_hidden}, -1);
+    const auto padded = at::constant_pad_nd(clip, {0, c.t5.size(-1) - clip.size(-1)});
+    c.embeds = at::cat({padded, c.t5}, -2);
+    c.pooled = at::cat({c.clip_l_pooled, c.clip_g_pooled}, -1);
+    return c;
+  }
+
+  template <class Record>
+  void record_conditioning(Record& record, const std::string& prefix, const Conditioning& c) {
+    record(prefix + "clip_l_input_ids", c.clip_l_ids);
+    record(prefix + "clip_g_input_ids", c.clip_g_ids);
+    if (c.t5_ids.defined()) record(prefix + "t5_input_ids", c.t5_ids);
+    record(prefix + "clip_l_penultimate", c.clip_l_hidden);
+    record(prefix + "clip_l_text_embeds", c.clip_l_pooled);
+    record(prefix + "clip_g_penultimate", c.clip_g_hidden);
+    record(prefix + "clip_g_text_embeds", c.clip_g_pooled);
+    record(prefix + "t5_last_hidden_state", c.t5);
+    record(prefix + "prompt_embeds", c.embeds);
+    record(prefix + "pooled_prompt_embeds", c.pooled);
+  }
+
+  void check_latents(const at::Tensor& x, const std::string& name) {
+    const auto& cfg = transformer()->config();
+    if (x.dim() != 4 || x.size(1) != cfg.in_channels || x.size(2) % cfg.patch_size != 0 ||
+        x.size(3) % cfg.patch_size != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "sd35: '" + name + "' must be latents [B, " + std::to_string(cfg.in_channels) +
+                                          ", h, w] with h and w multiples of " + std::to_string(cfg.patch_size) +
+                                          ", got " + c10::str(x.sizes()));
+  }
+
+  std::int64_t vae_scale_factor() const {
+    const auto& b = vae_config_.contains("block_out_channels") ? vae_config_["block_out_channels"] : json();
+    if (!b.is_array() || b.empty()) return 8;
+    return std::int64_t{1} << (b.size() - 1);
+  }
+  double vae_number(const char* key, double fallback) const {
+    const auto it = vae_config_.find(key);
+    return it != vae_config_.end() && it->is_number() ? it->get<double>() : fallback;
+  }
+  double scaling_factor() const { return vae_number("scaling_factor", 1.5305); }
+  double shift_factor() const { return vae_number("shift_factor", 0.0609); }
+  double sched_number(const char* key, double fallback) const {
+    const auto it = scheduler_config_.find(key);
+    return it != scheduler_config_.end() && it->is_number() ? it->get<double>() : fallback;
+  }
+  std::int64_t sched_int(const char* key, std::int64_t fallback) const {
+    const auto it = scheduler_config_.find(key);
+    return it != scheduler_config_.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+  }
+  bool sched_bool(const char* key) const {
+    const auto it = scheduler_config_.find(key);
+    return it != scheduler_config_.end() && it->is_boolean() && it->get<bool>();
+  }
+
+  json vae_config_ = json::object();
+  json scheduler_config_ = json::object();
+  bool has_t5_ = true;
+  std::int64_t clip_max_length_ = 77;
+  std::int64_t max_sequence_length_ = 256;
+  std::string tuning_ = "lora";
+};
+
+}  // namespace
+
+YETO_PLUGIN(Sd35Plugin)

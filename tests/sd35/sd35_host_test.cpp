@@ -1,0 +1,199 @@
+// The sd35 plugin through yeto-host: signed and verifiable, the parity cases (transformer,
+// SD3.5 scheduler, the recorded end-to-end StableDiffusion3Pipeline run) through check-parity,
+// the refusal of an unsigned copy, the reference picture through `sample`, and a tiny preset
+// from init-model trained by `train` (val_loss drops), exported and sampled reproducibly.
+#include <gtest/gtest.h>
+
+#include <stb_image.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "dataset.hpp"
+#include "io/tensors.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRepos = fs::path(YETO_TEST_FIXTURES) / "repos";
+const fs::path kParity = fs::path(YETO_TEST_FIXTURES) / "parity";
+const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
+const char* kPrompt = "a red circle on a white background";
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The reference call of sd35-tiny-reference as a sample command.
+std::vector<std::string> sample_args(const fs::path& repo, const fs::path& out) {
+  return {"sample",   "--model",  repo.string(), "--diffusion-adapter", "sd35",   "--prompt", kPrompt,
+          "--seed",   "42",       "--steps",     "4",                   "--guidance", "5.0",  "--height",
+          "64",       "--width",  "64",          "--max-sequence-length", "32",   "--output", out.string()};
+}
+
+std::map<std::int64_t, double> series(const fs::path& run_dir, const std::string& field) {
+  std::map<std::int64_t, double> out;
+  std::istringstream in(read_bytes(run_dir / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains(field)) out[j.at("step").get<std::int64_t>()] = j.at(field).get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Sd35Host, PluginIsBuiltSignedAndVerifies) {
+  for (const char* f : {"sd35.so", "sd35.yeto.json", "sd35.yeto.sig"})
+    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
+  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "sd35.so").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  const auto manifest = nlohmann::json::parse(read_bytes(kStagePlugins / "sd35.yeto.json"));
+  EXPECT_EQ(manifest.at("families"), nlohmann::json::array({"sd35"})) << manifest.dump();
+}
+
+TEST(Sd35Host, CheckParityPassesEverySd35Case) {
+  // The transformer (kind model: forward, loss, gradients), the SD3.5 scheduler and the recorded
+  // end-to-end run (kind pipeline_end_to_end), in one yeto-host process.
+  const auto r = yeto::test::run_host({"check-parity", (kParity / "sd35-transformer").string(),
+                                       (kParity / "scheduler-flow-match-euler-shift3").string(),
+                                       (kRepos / "sd35-tiny-reference").string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto cases = nlohmann::json::parse(r.out).at("cases");
+  ASSERT_EQ(cases.size(), 3u);
+  const std::map<std::string, fs::path> dirs = {{"sd35-transformer", kParity / "sd35-transformer"},
+                                                {"scheduler-flow-match-euler-shift3",
+                                                 kParity / "scheduler-flow-match-euler-shift3"},
+                                                {"sd35-tiny-reference", kRepos / "sd35-tiny-reference"}};
+  for (const auto& c : cases) {
+    const auto name = c.at("case").get<std::string>();
+    ASSERT_TRUE(dirs.count(name)) << name;
+    EXPECT_TRUE(c.at("supported").get<bool>()) << c.dump(1);
+    EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
+    const auto case_json = nlohmann::json::parse(read_bytes(dirs.at(name) / "case.json"));
+    if (name != "scheduler-flow-match-euler-shift3") {  // the scheduler case compares per call
+      EXPECT_EQ(c.at("comparisons").size(), case_json.at("compare").size()) << name;
+    }
+    double worst_ratio = 0.0;
+    for (const auto& cmp : c.at("comparisons")) {
+      EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
+      const double atol = cmp.at("atol").get<double>(), err = cmp.at("max_abs").get<double>();
+      if (atol > 0) worst_ratio = std::max(worst_ratio, err / atol);
+      std::printf("  %-34s %-30s max abs %.3g (atol %.3g)\n", name.c_str(), cmp.at("name").get<std::string>().c_str(),
+                  err, atol);
+    }
+    std::printf("  %s: %zu outputs, worst max_abs / atol %.3g\n", name.c_str(), c.at("comparisons").size(),
+                worst_ratio);
+  }
+}
+
+TEST(Sd35Host, UnsignedCopyIsRefused) {
+  yeto::test::TempDir tmp;
+  fs::create_directories(tmp / "plugins");
+  fs::copy_file(kStagePlugins / "sd35.so", tmp / "plugins/sd35.so");
+  fs::copy_file(kStagePlugins / "sd35.yeto.json", tmp / "plugins/sd35.yeto.json");
+  auto args = sample_args(kRepos / "sd35-tiny", tmp / "out.png");
+  args.insert(args.end(), {"--set", "plugins.dirs=" + (tmp / "plugins").string()});
+  const auto r = yeto::test::run_host(args);
+  EXPECT_EQ(r.exit_code, 20) << r.all();
+  EXPECT_NE(r.all().find("unsigned"), std::string::npos) << r.all();
+  EXPECT_FALSE(fs::exists(tmp / "out.png"));
+}
+
+TEST(Sd35Host, SampleWritesTheReferencePictureByteIdentically) {
+  yeto::test::TempDir tmp;
+  const auto a = yeto::test::run_host(sample_args(kRepos / "sd35-tiny", tmp / "a.png"));
+  ASSERT_EQ(a.exit_code, 0) << a.all();
+  const auto b = yeto::test::run_host(sample_args(kRepos / "sd35-tiny", tmp / "b.png"));
+  ASSERT_EQ(b.exit_code, 0) << b.all();
+  EXPECT_EQ(read_bytes(tmp / "a.png"), read_bytes(tmp / "b.png"));
+  // Every pixel is the recorded image's (x * 255).round(), up to one level where the float32
+  // result sits on a rounding boundary.
+  int w = 0, h = 0, n = 0;
+  unsigned char* px = stbi_load((tmp / "a.png").c_str(), &w, &h, &n, 3);
+  ASSERT_NE(px, nullptr);
+  ASSERT_EQ(w, 64);
+  ASSERT_EQ(h, 64);
+  const auto ref = yeto::io::load_safetensors(kRepos / "sd35-tiny-reference" / "expected.safetensors")
+                       .at("image_postprocessed")[0];
+  const auto want = (ref * 255).round().permute({1, 2, 0}).contiguous().to(at::kInt);
+  const auto got = at::from_blob(px, {64, 64, 3}, at::kByte).to(at::kInt);
+  const auto diff = (got - want).abs();
+  std::printf("  sample vs reference: max level difference %d, %lld of %lld values differ\n",
+              diff.max().item<int>(), static_cast<long long>(diff.ne(0).sum().item<std::int64_t>()),
+              static_cast<long long>(diff.numel()));
+  EXPECT_LE(diff.max().item<int>(), 1);
+  stbi_image_free(px);
+}
+
+TEST(Sd35Host, TinyPresetTrainsExportsAndSamples) {
+  yeto::test::TempDir tmp;
+  // 1. init-model: a complete repository from the plugin's preset.
+  const auto init =
+      yeto::test::run_host({"init-model", "--family", "sd35", "--preset", "tiny", "--out", (tmp / "m").string(), "--seed", "3"});
+  ASSERT_EQ(init.exit_code, 0) << init.all();
+  for (const char* f : {"model_index.json", "transformer/config.json", "transformer/diffusion_pytorch_model.safetensors",
+                        "text_encoder_2/model.safetensors", "tokenizer_2/vocab.json", "tokenizer_3/spiece.model",
+                        "scheduler/scheduler_config.json"})
+    EXPECT_TRUE(fs::exists(tmp / "m" / f)) << f;
+
+  // 2. train: LoRA on the default targets, val_loss drops clearly.
+  yeto::learner::test::write_dataset(tmp / "data", 16, {}, 32);
+  const int steps = 40;
+  tmp.write("run.toml", "[run]\nthreads = 1\n"
+                        "[model]\nid = \"" + (tmp / "m").string() + "\"\nadapter = \"sd35\"\nprecision = \"fp32\"\n"
+                        "max_sequence_length = 16\n"
+                        "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
+                        "[validation]\nsplit = 0.25\nmax_rows = 8\n"
+                        "[lora]\nr = 4\nalpha = 4.0\n"
+                        "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 3\ncheckpoint_every = 20\n"
+                        "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n"
+                        "[diffusion]\nseed = 5\ntimestep_sampling = \"logit-normal\"\n");
+  const auto train = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", (tmp / "run").string()});
+  ASSERT_EQ(train.exit_code, 0) << train.all();
+  const auto val = series(tmp / "run", "val_loss");
+  ASSERT_TRUE(val.count(0) && val.count(steps)) << train.all();
+  std::printf("  sd35 tiny preset val_loss %.4f -> %.4f (ratio %.3f)\n", val.at(0), val.at(steps),
+              val.at(steps) / val.at(0));
+  EXPECT_LT(val.at(steps), 0.9 * val.at(0)) << train.all();
+  ASSERT_TRUE(fs::exists(tmp / "run" / "lora.safetensors"));
+  const auto lora = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
+  EXPECT_TRUE(lora.count("transformer.transformer_blocks.0.attn.add_q_proj.lora_B.weight")) << lora.size();
+
+  // 3. export: the adapter directory.
+  const auto exp = yeto::test::run_host(
+      {"export", "--checkpoint", (tmp / "run").string(), "--output-dir", (tmp / "adapter").string()});
+  ASSERT_EQ(exp.exit_code, 0) << exp.all();
+  for (const char* f : {"pytorch_lora_weights.safetensors", "adapter_config.json", "adapter_model.safetensors",
+                        "yeto_diffusion_adapter.json"})
+    EXPECT_TRUE(fs::exists(tmp / "adapter" / f)) << f;
+
+  // 4. sample: base and adapted pictures, the same bytes for the same seed; the adapter changes them.
+  auto args = [&](const fs::path& out, bool adapted) {
+    std::vector<std::string> a = {"sample", "--model", (tmp / "m").string(), "--diffusion-adapter", "sd35",
+                                  "--prompt", "a green checkerboard", "--seed", "9", "--steps", "3",
+                                  "--guidance", "4.0", "--height", "32", "--width", "32", "--max-sequence-length",
+                                  "16", "--output", out.string()};
+    if (adapted) a.insert(a.end(), {"--adapter-dir", (tmp / "adapter").string()});
+    return a;
+  };
+  for (const auto& [name, adapted] : std::vector<std::pair<std::string, bool>>{
+           {"base.png", false}, {"lora-1.png", true}, {"lora-2.png", true}}) {
+    const auto s = yeto::test::run_host(args(tmp / name, adapted));
+    ASSERT_EQ(s.exit_code, 0) << s.all();
+    ASSERT_TRUE(fs::exists(tmp / name));
+  }
+  EXPECT_EQ(read_bytes(tmp / "lora-1.png"), read_bytes(tmp / "lora-2.png"));
+  EXPECT_NE(read_bytes(tmp / "base.png"), read_bytes(tmp / "lora-1.png"));
+}
