@@ -1,0 +1,307 @@
+#include "ltx_family.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace yeto::ltx {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+json ltx_model_index() {
+  return {{"_class_name", "LTXPipeline"},
+          {"_diffusers_version", "0.33.1"},
+          {"scheduler", {"diffusers", "FlowMatchEulerDiscreteScheduler"}},
+          {"text_encoder", {"transformers", "T5EncoderModel"}},
+          {"tokenizer", {"transformers", "T5Tokenizer"}},
+          {"transformer", {"diffusers", "LTXVideoTransformer3DModel"}},
+          {"vae", {"diffusers", "AutoencoderKLLTXVideo"}}};
+}
+
+// The conversion script's scheduler for LTX-Video 0.9.0 / 0.9.1.
+json scheduler_config() {
+  return {{"_class_name", "FlowMatchEulerDiscreteScheduler"},
+          {"base_image_seq_len", 1024},
+          {"base_shift", 0.95},
+          {"invert_sigmas", false},
+          {"max_image_seq_len", 4096},
+          {"max_shift", 2.05},
+          {"num_train_timesteps", 1000},
+          {"shift", 1.0},
+          {"shift_terminal", 0.1},
+          {"time_shift_type", "exponential"},
+          {"use_beta_sigmas", false},
+          {"use_dynamic_shifting", true},
+          {"use_exponential_sigmas", false},
+          {"use_karras_sigmas", false}};
+}
+
+json transformer_config(int channels, int layers, int heads, int head_dim, int caption_channels) {
+  return {{"_class_name", "LTXVideoTransformer3DModel"},
+          {"activation_fn", "gelu-approximate"},
+          {"attention_bias", true},
+          {"attention_head_dim", head_dim},
+          {"attention_out_bias", true},
+          {"caption_channels", caption_channels},
+          {"cross_attention_dim", heads * head_dim},
+          {"in_channels", channels},
+          {"norm_elementwise_affine", false},
+          {"norm_eps", 1e-06},
+          {"num_attention_heads", heads},
+          {"num_layers", layers},
+          {"out_channels", channels},
+          {"patch_size", 1},
+          {"patch_size_t", 1},
+          {"qk_norm", "rms_norm_across_heads"}};
+}
+
+json vae_config(std::vector<int> channels, std::vector<int> layers, int latent_channels) {
+  return {{"_class_name", "AutoencoderKLLTXVideo"},
+          {"block_out_channels", channels},
+          {"decoder_block_out_channels", channels},
+          {"decoder_causal", false},
+          {"decoder_inject_noise", {false, false, false, false, false}},
+          {"decoder_layers_per_block", layers},
+          {"decoder_spatio_temporal_scaling", {true, true, true, false}},
+          {"down_block_types",
+           {"LTXVideoDownBlock3D", "LTXVideoDownBlock3D", "LTXVideoDownBlock3D", "LTXVideoDownBlock3D"}},
+          {"downsample_type", {"conv", "conv", "conv", "conv"}},
+          {"encoder_causal", true},
+          {"in_channels", 3},
+          {"latent_channels", latent_channels},
+          {"layers_per_block", layers},
+          {"out_channels", 3},
+          {"patch_size", 4},
+          {"patch_size_t", 1},
+          {"resnet_norm_eps", 1e-06},
+          {"scaling_factor", 1.0},
+          {"spatial_compression_ratio", nullptr},
+          {"spatio_temporal_scaling", {true, true, true, false}},
+          {"temporal_compression_ratio", nullptr},
+          {"timestep_conditioning", false},
+          {"upsample_factor", {1, 1, 1, 1}},
+          {"upsample_residual", {false, false, false, false}}};
+}
+
+// T5 v1.1 layout (google/t5-v1_1-xxl keys), as LTX-Video ships its text encoder.
+json t5_config(int d_model, int d_kv, int heads, int d_ff, int layers) {
+  return {{"architectures", {"T5EncoderModel"}},
+          {"classifier_dropout", 0.0},
+          {"d_ff", d_ff},
+          {"d_kv", d_kv},
+          {"d_model", d_model},
+          {"decoder_start_token_id", 0},
+          {"dense_act_fn", "gelu_new"},
+          {"dropout_rate", 0.1},
+          {"eos_token_id", 1},
+          {"feed_forward_proj", "gated-gelu"},
+          {"initializer_factor", 1.0},
+          {"is_encoder_decoder", true},
+          {"is_gated_act", true},
+          {"layer_norm_epsilon", 1e-06},
+          {"model_type", "t5"},
+          {"num_decoder_layers", layers},
+          {"num_heads", heads},
+          {"num_layers", layers},
+          {"output_past", true},
+          {"pad_token_id", 0},
+          {"relative_attention_max_distance", 128},
+          {"relative_attention_num_buckets", 32},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", "float32"},
+          {"use_cache", true},
+          {"vocab_size", 640}};
+}
+
+// The conversion script sets model_max_length 128.
+json t5_tokenizer_config() {
+  return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 128}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
+          {"unk_token", "<unk>"},           {"extra_ids", 100},        {"legacy", true}};
+}
+
+json preset(const std::string& description, const json& transformer, const json& vae, const json& t5) {
+  return {{"description", description},
+          {"model_index", ltx_model_index()},
+          {"components",
+           {{"transformer", {{"config", transformer}}},
+            {"vae", {{"config", vae}}},
+            {"text_encoder", {{"config", t5}}},
+            {"tokenizer", {{"config", t5_tokenizer_config()}}},
+            {"scheduler", {{"config", scheduler_config()}}}}}};
+}
+
+}  // namespace
+
+const std::vector<ComponentSpec>& ltx_components() {
+  static const std::vector<ComponentSpec> specs = {
+      {"transformer", {"LTXVideoTransformer3DModel"}},
+      {"vae", {"AutoencoderKLLTXVideo"}},
+      {"text_encoder", {"T5EncoderModel"}},
+      {"tokenizer", {"T5Tokenizer", "T5TokenizerFast"}},
+      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}},
+  };
+  return specs;
+}
+
+json plan_from_model_index(const std::string& model_dir, const json& model_index) {
+  const std::string where = model_dir + "/model_index.json";
+  if (!model_index.is_object()) bad(where + ": expected a JSON object");
+  json components = json::object();
+  for (const auto& spec : ltx_components()) {
+    if (!model_index.contains(spec.name))
+      bad(where + ": no '" + spec.name +
+          "' component; an LTX-Video repository has transformer, vae, text_encoder, tokenizer and scheduler");
+    const auto& entry = model_index.at(spec.name);
+    if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
+      bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
+    const auto cls = entry[1].get<std::string>();
+    if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
+      std::string expected;
+      for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
+      bad(where + ": '" + spec.name + "' is " + cls + "; the ltx plugin expects " + expected);
+    }
+    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
+  }
+  return {{"components", components}, {"family", "ltx"}};
+}
+
+json presets() {
+  json out = json::object();
+  out["tiny"] = preset(
+      "The shapes of the tests' ltx-tiny repository (LTX-Video 0.9.0 layout): 2 blocks, 2 heads x 16 (inner 32), "
+      "16 latent channels; VAE [8, 8, 16, 16] with patch 4 (spatial compression 32, temporal 8); T5 d_model 32 "
+      "(2 layers). About 40 k transformer parameters.",
+      transformer_config(16, 2, 2, 16, 32), vae_config({8, 8, 16, 16}, {2, 1, 1, 1, 2}, 16),
+      t5_config(32, 8, 4, 80, 2));
+  out["small"] = preset(
+      "A small LTX-Video 0.9.0 layout for CPU benchmarks and smoke training: 4 blocks, 4 heads x 32 (inner 128), 32 "
+      "latent channels (about 1 M transformer parameters); VAE [32, 64, 64, 64] (compression 32 x 8); T5 d_model 64 "
+      "(2 layers).",
+      transformer_config(32, 4, 4, 32, 64), vae_config({32, 64, 64, 64}, {1, 1, 1, 1, 1}, 32),
+      t5_config(64, 16, 4, 128, 2));
+  return out;
+}
+
+LoraTargets resolve_lora_targets(const json& targets) {
+  LoraTargets out;
+  std::vector<std::string> items;
+  if (targets.is_null()) {
+    items = {"auto"};
+  } else if (targets.is_string()) {
+    items = {targets.get<std::string>()};
+  } else if (targets.is_array()) {
+    for (const auto& t : targets) {
+      if (!t.is_string()) bad("lora.targets: every entry must be a string, got " + t.dump());
+      items.push_back(t.get<std::string>());
+    }
+  } else {
+    bad("lora.targets: expected auto, attention, all-linear or a list of module patterns, got " + targets.dump());
+  }
+  if (items.empty()) bad("lora.targets: the list is empty; use auto, attention, all-linear or module patterns");
+  if (items.size() == 1 && (items[0] == "auto" || items[0] == "attention")) {
+    out.patterns = {"to_q", "to_k", "to_v", "to_out.0"};
+  } else if (items.size() == 1 && items[0] == "all-linear") {
+    out.all_linear = true;
+  } else {
+    for (const auto& i : items)
+      if (i == "auto" || i == "attention" || i == "all-linear")
+        bad("lora.targets: '" + i + "' cannot be combined with other entries");
+    out.patterns = items;
+  }
+  return out;
+}
+
+std::vector<double> linspace(double start, double stop, std::int64_t num) {
+  if (num < 0) bad("linspace: num must be non-negative");
+  std::vector<double> y(static_cast<std::size_t>(num));
+  const std::int64_t div = num - 1;
+  const double delta = stop - start;
+  for (std::int64_t i = 0; i < num; ++i) {
+    double v = static_cast<double>(i);
+    if (div > 0) {
+      const double step = delta / static_cast<double>(div);
+      v = step == 0.0 ? v / static_cast<double>(div) * delta : v * step;
+    } else {
+      v = v * delta;
+    }
+    y[static_cast<std::size_t>(i)] = v + start;
+  }
+  if (num > 1) y.back() = stop;
+  return y;
+}
+
+double calculate_shift(double seq_len, double base_seq_len, double max_seq_len, double base_shift, double max_shift) {
+  const double m = (max_shift - base_shift) / (max_seq_len - base_seq_len);
+  const double b = base_shift - m * base_seq_len;
+  return seq_len * m + b;
+}
+
+std::int64_t latent_frames(std::int64_t frames, std::int64_t ratio) { return (frames - 1) / ratio + 1; }
+
+std::int64_t decoded_frames(std::int64_t frames, std::int64_t ratio) {
+  return 1 + ratio * (latent_frames(frames, ratio) - 1);
+}
+
+GenerateRequest parse_generate_request(const json& j) {
+  GenerateRequest r;
+  if (!j.is_object()) bad("generate request: expected a JSON object");
+  auto strings = [&](const char* key, std::vector<std::string>& out) {
+    if (!j[key].is_array() || j[key].empty()) bad(std::string("generate request: '") + key + "' must be a non-empty array of strings");
+    for (const auto& p : j[key]) {
+      if (!p.is_string()) bad(std::string("generate request: '") + key + "' must hold strings, got " + p.dump());
+      out.push_back(p.get<std::string>());
+    }
+  };
+  if (!j.contains("prompts")) bad("generate request: 'prompts' must be a non-empty array of strings");
+  strings("prompts", r.prompts);
+  if (j.contains("negative_prompts") && !j["negative_prompts"].is_null()) {
+    strings("negative_prompts", r.negative_prompts);
+    if (r.negative_prompts.size() != r.prompts.size())
+      bad("generate request: 'negative_prompts' has " + std::to_string(r.negative_prompts.size()) +
+          " entries for " + std::to_string(r.prompts.size()) + " prompts");
+  }
+  auto get_int = [&](const char* key, std::int64_t fallback, std::int64_t min) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number_integer()) bad(std::string("generate request: '") + key + "' must be an integer");
+    const auto v = j[key].get<std::int64_t>();
+    if (v < min) bad(std::string("generate request: '") + key + "' must be at least " + std::to_string(min));
+    return v;
+  };
+  auto get_number = [&](const char* key, double fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) bad(std::string("generate request: '") + key + "' must be a number");
+    return j[key].get<double>();
+  };
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    if (!j["seed"].is_number_unsigned() && !(j["seed"].is_number_integer() && j["seed"].get<std::int64_t>() >= 0))
+      bad("generate request: 'seed' must be a non-negative integer");
+    r.seed = j["seed"].get<std::uint64_t>();
+  }
+  r.steps = get_int("steps", r.steps, 1);
+  r.height = get_int("height", r.height, 1);
+  r.width = get_int("width", r.width, 1);
+  r.num_frames = get_int("num_frames", r.num_frames, 1);
+  r.max_sequence_length = get_int("max_sequence_length", r.max_sequence_length, 1);
+  r.guidance = get_number("guidance", r.guidance);
+  r.frame_rate = get_number("fps", get_number("frame_rate", r.frame_rate));
+  if (!(r.frame_rate > 0)) bad("generate request: 'fps' (the frame rate) must be positive");
+  r.decode_timestep = get_number("decode_timestep", r.decode_timestep);
+  if (j.contains("decode_noise_scale") && !j["decode_noise_scale"].is_null())
+    r.decode_noise_scale = get_number("decode_noise_scale", 0.0);
+  if (j.contains("trace") && !j["trace"].is_null()) {
+    if (!j["trace"].is_boolean()) bad("generate request: 'trace' must be a boolean");
+    r.trace = j["trace"].get<bool>();
+  }
+  return r;
+}
+
+std::string resolve_precision(const std::string& precision, const std::string& device) {
+  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return precision;
+  if (precision.empty() || precision == "auto") return device.rfind("cuda", 0) == 0 ? "bf16" : "fp32";
+  bad("precision: expected auto, fp32, bf16 or fp16, got '" + precision + "'");
+}
+
+}  // namespace yeto::ltx

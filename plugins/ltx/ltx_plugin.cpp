@@ -1,0 +1,695 @@
+// The LTX-Video family plugin: the LTXVideoTransformer3DModel and AutoencoderKLLTXVideo
+// component classes and the LTXPipeline semantics as plugin hooks, written against the SDK only
+// (yeto/plugin.hpp, sdk/nn). The host loads the T5 encoder, its tokenizer and the flow-match
+// scheduler from the plan load_pipeline returns; this plugin reaches them through
+// yeto_host_api.component_get and calls their documented forward() methods.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <yeto/plugin.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ltx_family.hpp"
+#include "ltx_latents.hpp"
+#include "ltx_transformer.hpp"
+#include "ltx_vae.hpp"
+#include "yeto/nn/linear.hpp"
+
+namespace {
+
+using nlohmann::json;
+using yeto::sdk::fail;
+using yeto::sdk::Host;
+using yeto::sdk::NamedTensors;
+namespace ltx = yeto::ltx;
+
+constexpr const char* kLoraAdapter = "default";
+
+json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json::parse(text.empty() ? std::string("{}") : text);
+  } catch (const json::exception& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
+  }
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse_json(s.str(), path);
+}
+
+json host_config(const std::string& key) {
+  if (!Host::api() || !Host::api()->config_get) return json();
+  try {
+    return json::parse(Host::config_json(key));
+  } catch (const std::exception&) {
+    return json();
+  }
+}
+
+std::string host_config_string(const std::string& key, const std::string& fallback) {
+  const auto j = host_config(key);
+  return j.is_string() ? j.get<std::string>() : fallback;
+}
+
+at::ScalarType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+at::Device device_of(const std::string& device) {
+  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
+  try {
+    return at::Device(device);
+  } catch (const c10::Error&) {
+    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
+  }
+}
+
+// The run's device and dtype, as a component built by the host should use them.
+std::pair<at::Device, at::ScalarType> run_placement() {
+  const auto device = device_of(host_config_string("run.device", "auto"));
+  const auto precision = ltx::resolve_precision(host_config_string("model.precision", "auto"), device.str());
+  return {device, dtype_of(precision)};
+}
+
+NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
+  const auto c = Host::component(component);
+  try {
+    return c.forward(inputs, options.dump());
+  } catch (const yeto::sdk::Failure& e) {
+    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
+  }
+}
+
+const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
+  for (const auto& [n, t] : out)
+    if (n == name) return t;
+  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
+}
+
+template <class M>
+NamedTensors module_parameters(M& model) {
+  NamedTensors out;
+  for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : model->named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+// Streams are welcome: the host may call this once per tensor. Strict loading refuses names the
+// model does not have; shapes must always match.
+template <class M>
+void module_load(M& model, const NamedTensors& weights, bool strict, const std::string& cls) {
+  at::NoGradGuard no_grad;
+  auto params = model->named_parameters();
+  auto buffers = model->named_buffers();
+  for (const auto& [name, t] : weights) {
+    at::Tensor* dst = params.find(name);
+    if (!dst) dst = buffers.find(name);
+    if (!dst) {
+      if (strict) fail(YETO_ERR_INVALID_ARGUMENT, cls + " has no parameter '" + name + "' (is this an " + cls + " checkpoint?)");
+      continue;
+    }
+    if (dst->sizes() != t.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
+                                          ", model shape " + c10::str(dst->sizes()));
+    dst->copy_(t);
+  }
+}
+
+template <class Cfg>
+Cfg config_from(const std::string& config_json, const std::string& dir, const std::string& cls) {
+  const std::string where = dir.empty() ? cls + " config" : dir + "/config.json";
+  try {
+    return Cfg::from_json(parse_json(config_json, where));
+  } catch (const std::invalid_argument& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
+  }
+}
+
+std::array<double, 3> rope_scale_from(const json& o) {
+  const auto it = o.find("rope_interpolation_scale");
+  if (it == o.end() || !it->is_array() || it->size() != 3)
+    fail(YETO_ERR_INVALID_ARGUMENT, "LTXVideoTransformer3DModel forward: option 'rope_interpolation_scale' must be "
+                                    "three numbers (temporal, spatial, spatial)");
+  std::array<double, 3> s{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (!(*it)[i].is_number()) fail(YETO_ERR_INVALID_ARGUMENT, "rope_interpolation_scale: entries must be numbers");
+    s[i] = (*it)[i].get<double>();
+  }
+  return s;
+}
+
+std::int64_t required_int(const json& o, const char* key, const std::string& where) {
+  const auto it = o.find(key);
+  if (it == o.end() || !it->is_number_integer())
+    fail(YETO_ERR_INVALID_ARGUMENT, where + ": option '" + key + "' (an integer) is required");
+  return it->get<std::int64_t>();
+}
+
+// ---- component classes -------------------------------------------------------------------
+
+class TransformerComponent : public yeto::sdk::Component {
+ public:
+  TransformerComponent(const std::string& config_json, const std::string& dir)
+      : model_(config_from<ltx::LtxTransformerConfig>(config_json, dir, "LTXVideoTransformer3DModel")) {
+    const auto [device, dtype] = run_placement();
+    model_->to(device, dtype);
+    model_->eval();
+  }
+
+  // Inputs as the Diffusers forward names them: hidden_states (packed), encoder_hidden_states,
+  // timestep, optional encoder_attention_mask; options num_frames, height, width (the token
+  // grid) and rope_interpolation_scale.
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    using yeto::sdk::get;
+    using yeto::sdk::has;
+    const auto o = parse_json(options, "LTXVideoTransformer3DModel forward options");
+    const std::string where = "LTXVideoTransformer3DModel forward";
+    const auto dtype = model_->proj_in->weight.scalar_type();
+    const auto dev = model_->proj_in->weight.device();
+    const at::Tensor mask = has(in, "encoder_attention_mask") ? get(in, "encoder_attention_mask").to(dev) : at::Tensor();
+    try {
+      auto out = model_->forward(get(in, "hidden_states").to(dev, dtype), get(in, "encoder_hidden_states").to(dev, dtype),
+                                 get(in, "timestep").to(dev), mask, required_int(o, "num_frames", where),
+                                 required_int(o, "height", where), required_int(o, "width", where), rope_scale_from(o));
+      return {{"sample", out}};
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+
+  NamedTensors parameters() override { return module_parameters(model_); }
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    module_load(model_, weights, strict, "LTXVideoTransformer3DModel");
+  }
+  ltx::LtxVideoTransformer3DModel& model() { return model_; }
+
+ private:
+  ltx::LtxVideoTransformer3DModel model_;
+};
+
+class VaeComponent : public yeto::sdk::Component {
+ public:
+  VaeComponent(const std::string& config_json, const std::string& dir)
+      : model_(config_from<ltx::LtxVaeConfig>(config_json, dir, "AutoencoderKLLTXVideo")) {
+    const auto [device, dtype] = run_placement();
+    model_->to(device, dtype);
+    model_->eval();
+  }
+
+  // method "encode": sample [B, 3, F, H, W] in [-1, 1] -> mean, logvar, std (the latent
+  // distribution, raw: no normalisation). method "decode": latents [B, C, F, H, W] raw, temb [B]
+  // (timestep-conditioned decoders) -> sample.
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    using yeto::sdk::get;
+    using yeto::sdk::has;
+    const auto o = parse_json(options, "AutoencoderKLLTXVideo forward options");
+    const auto method = o.value("method", std::string("encode"));
+    const auto dtype = model_->encoder->conv_in->conv->weight.scalar_type();
+    const auto dev = model_->encoder->conv_in->conv->weight.device();
+    try {
+      if (method == "encode") {
+        const auto d = model_->encode(get(in, "sample").to(dev, dtype));
+        return {{"mean", d.mean}, {"logvar", d.logvar}, {"std", at::exp(0.5 * d.logvar)}};
+      }
+      if (method == "decode") {
+        const at::Tensor temb = has(in, "temb") ? get(in, "temb").to(dev, dtype) : at::Tensor();
+        return {{"sample", model_->decode(get(in, "latents").to(dev, dtype), temb)}};
+      }
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLLTXVideo: unknown method '" + method + "' (encode, decode)");
+  }
+
+  NamedTensors parameters() override { return module_parameters(model_); }
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    module_load(model_, weights, strict, "AutoencoderKLLTXVideo");
+  }
+  ltx::AutoencoderKLLTXVideo& model() { return model_; }
+
+ private:
+  ltx::AutoencoderKLLTXVideo model_;
+};
+
+// LTXPipeline's static latent helpers as a component (kind pipeline_helpers), so parity cases
+// recorded against `LTXPipeline._pack_latents(...)` run the plugin's own code. Options:
+// {"method": name, "args": [...], "kwargs": {...}} where a tensor argument is {"tensor": NAME}
+// naming one of the inputs.
+class PipelineHelpersComponent : public yeto::sdk::Component {
+ public:
+  PipelineHelpersComponent(const std::string&, const std::string&) {}
+
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const auto o = parse_json(options, "LTXPipeline helper options");
+    const auto method = o.value("method", std::string());
+    const json args = o.value("args", json::array());
+    const json kwargs = o.value("kwargs", json::object());
+    auto value = [&](std::size_t pos, const char* name) -> const json* {
+      if (pos < args.size()) return &args[pos];
+      const auto it = kwargs.find(name);
+      return it == kwargs.end() ? nullptr : &*it;
+    };
+    auto tensor = [&](std::size_t pos, const char* name) {
+      const json* v = value(pos, name);
+      if (!v || !v->is_object() || !v->contains("tensor"))
+        fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": argument '" + name + "' must be a tensor");
+      return yeto::sdk::get(in, (*v)["tensor"].get<std::string>());
+    };
+    auto integer = [&](std::size_t pos, const char* name, std::int64_t fallback) {
+      const json* v = value(pos, name);
+      if (!v) return fallback;
+      if (!v->is_number_integer())
+        fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": argument '" + name + "' must be an integer");
+      return v->get<std::int64_t>();
+    };
+    auto number = [&](std::size_t pos, const char* name, double fallback) {
+      const json* v = value(pos, name);
+      if (!v) return fallback;
+      if (!v->is_number())
+        fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": argument '" + name + "' must be a number");
+      return v->get<double>();
+    };
+    try {
+      if (method == "_pack_latents")
+        return {{"result", ltx::pack_latents(tensor(0, "latents"), integer(1, "patch_size", 1),
+                                             integer(2, "patch_size_t", 1))}};
+      if (method == "_unpack_latents")
+        return {{"result", ltx::unpack_latents(tensor(0, "latents"), integer(1, "num_frames", 0),
+                                               integer(2, "height", 0), integer(3, "width", 0),
+                                               integer(4, "patch_size", 1), integer(5, "patch_size_t", 1))}};
+      if (method == "_normalize_latents")
+        return {{"result", ltx::normalize_latents(tensor(0, "latents"), tensor(1, "latents_mean"),
+                                                  tensor(2, "latents_std"), number(3, "scaling_factor", 1.0))}};
+      if (method == "_denormalize_latents")
+        return {{"result", ltx::denormalize_latents(tensor(0, "latents"), tensor(1, "latents_mean"),
+                                                    tensor(2, "latents_std"), number(3, "scaling_factor", 1.0))}};
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": " + e.what());
+    }
+    fail(YETO_ERR_UNSUPPORTED, "LTXPipeline has no helper '" + method +
+                                   "' here (_pack_latents, _unpack_latents, _normalize_latents, _denormalize_latents)");
+  }
+
+  NamedTensors parameters() override { return {}; }
+  void load_weights(const NamedTensors& weights, bool) override {
+    if (!weights.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline helpers have no weights");
+  }
+};
+
+// ---- the plugin ----------------------------------------------------------------------------
+
+struct Conditioning {
+  at::Tensor ids, mask, embeds;
+};
+
+class LtxPlugin : public yeto::sdk::Plugin {
+ public:
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
+    json plan;
+    try {
+      plan = ltx::plan_from_model_index(model_dir, index);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+    try {
+      vae_config_ = ltx::LtxVaeConfig::from_json(read_json_file(model_dir + "/vae/config.json"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, model_dir + "/vae/config.json: " + e.what());
+    }
+    return plan.dump();
+  }
+
+  std::string presets() override { return ltx::presets().dump(); }
+
+  void register_components(yeto::sdk::ComponentRegistry& registry) override {
+    registry.add<TransformerComponent>("LTXVideoTransformer3DModel");
+    registry.add<VaeComponent>("AutoencoderKLLTXVideo");
+    registry.add<PipelineHelpersComponent>("LTXPipeline");
+  }
+
+  void prepare(const std::string& options_json) override {
+    const auto o = parse_json(options_json, "prepare options");
+    auto& model = transformer();
+    const auto device = device_of(o.value("device", std::string("auto")));
+    const auto precision = ltx::resolve_precision(o.value("precision", std::string("auto")), device.str());
+    model->to(device, dtype_of(precision));
+    const auto max_len = host_config("model.max_sequence_length");
+    const std::int64_t len = max_len.is_number_integer() ? max_len.get<std::int64_t>() : 0;
+    if (len < 0 || len > 512)
+      fail(YETO_ERR_INVALID_ARGUMENT,
+           "model.max_sequence_length must be 0 (LTX-Video's 128) or at most 512, got " + std::to_string(len));
+    max_sequence_length_ = len == 0 ? 128 : len;
+    const auto fps = host_config("data.fps");
+    train_frame_rate_ = fps.is_number() && fps.get<double>() > 0 ? fps.get<double>() : 25.0;
+    tuning_ = o.value("tuning", std::string("lora"));
+    if (tuning_ != "lora" && tuning_ != "full")
+      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
+    if (tuning_ == "full") {
+      for (auto& p : model->parameters()) p.set_requires_grad(true);
+      return;
+    }
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
+    yeto::nn::LoraConfig cfg;
+    try {
+      cfg.r = lora.value("r", std::int64_t{16});
+      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
+      cfg.dropout = lora.value("dropout", 0.0);
+      cfg.init = lora.value("init", std::string("kaiming"));
+    } catch (const json::exception& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
+    }
+    if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
+    ltx::LoraTargets targets;
+    try {
+      targets = ltx::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    std::vector<std::string> patterns = targets.patterns;
+    if (targets.all_linear)
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
+        if (path != "proj_out") patterns.push_back(path);
+    for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
+      if (layer->has_adapter(kLoraAdapter)) return;  // prepared before: keep the adapter and its values
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init") : 0);
+    try {
+      yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
+    }
+  }
+
+  NamedTensors trainable_parameters() override {
+    auto& model = transformer();
+    std::map<std::string, at::Tensor> sorted;
+    if (tuning_ == "full") {
+      for (const auto& p : model->named_parameters()) sorted.emplace("transformer." + p.key(), p.value());
+    } else {
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+        if (!layer->has_adapter(kLoraAdapter)) continue;
+        sorted.emplace("transformer." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
+        sorted.emplace("transformer." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
+      }
+      if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
+    }
+    NamedTensors out;
+    for (auto& [name, t] : sorted) out.emplace_back(name, t);
+    return out;
+  }
+
+  // Pixels [B, 3, H, W] (one frame) or [B, 3, F, H, W] in [-1, 1] -> normalised latents
+  // [B, C, F', H', W'] = (z - latents_mean) * scaling_factor / latents_std, as LTX-Video training
+  // prepares them.
+  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
+    auto px = yeto::sdk::get(media, "pixel_values");
+    if (px.dim() == 4) px = px.unsqueeze(2);
+    const auto st = vae_config_.spatial_ratio(), tt = vae_config_.temporal_ratio();
+    if (px.dim() != 5 || px.size(1) != 3)
+      fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: 'pixel_values' must be [B, 3, F, H, W] (or an image batch "
+                                      "[B, 3, H, W]) in [-1, 1], got " + c10::str(px.sizes()));
+    if ((px.size(2) - 1) % tt != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: " + std::to_string(px.size(2)) +
+                                          " frames; LTX-Video's VAE takes 1 + " + std::to_string(tt) +
+                                          "k frames (set data.num_frames to 1, " + std::to_string(1 + tt) + ", " +
+                                          std::to_string(1 + 2 * tt) + ", ...)");
+    if (px.size(3) % st != 0 || px.size(4) % st != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: " + std::to_string(px.size(3)) + "x" +
+                                          std::to_string(px.size(4)) + " pixels; height and width must be multiples "
+                                          "of " + std::to_string(st) + " (data.height, data.width)");
+    const auto o = parse_json(options_json, "encode_media options");
+    auto& v = vae();
+    const auto dev = v->latents_mean.device();
+    const auto dist = v->encode(px.to(dev, v->latents_mean.scalar_type()));
+    auto z = dist.mean;
+    if (o.value("sample", false)) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
+      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
+      z = z + at::exp(0.5 * dist.logvar) * eps;
+    }
+    return {{"latents", ltx::normalize_latents(z.to(at::kFloat), v->latents_mean.to(at::kFloat),
+                                               v->latents_std.to(at::kFloat), vae_config_.scaling_factor)}};
+  }
+
+  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
+    const auto p = parse_json(prompts_json, "encode_conditioning prompts");
+    std::vector<std::string> prompts;
+    if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
+    for (const auto& s : p) {
+      if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
+      prompts.push_back(s.get<std::string>());
+    }
+    const auto c = encode_prompts(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
+  }
+
+  NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& /*step_json*/) override {
+    check_latents(yeto::sdk::get(batch, "noisy"), "noisy");
+    return {};
+  }
+
+  // hidden_states [B, C, F, H, W] (the scheduler's noisy latents), timesteps [B] (0..1000),
+  // prompt_embeds [B, T, D], optional prompt_attention_mask [B, T] -> the velocity prediction in
+  // the same [B, C, F, H, W] layout, float32.
+  at::Tensor denoise(const NamedTensors& in, const std::string& /*step_json*/) override {
+    using yeto::sdk::get;
+    using yeto::sdk::has;
+    const auto& x = get(in, "hidden_states");
+    check_latents(x, "hidden_states");
+    const auto& cfg = transformer()->config();
+    const auto f = x.size(2) / cfg.patch_size_t, h = x.size(3) / cfg.patch_size, w = x.size(4) / cfg.patch_size;
+    const at::Tensor mask = has(in, "prompt_attention_mask") ? get(in, "prompt_attention_mask") : at::Tensor();
+    const auto scale = ltx::rope_interpolation_scale(vae_config_.temporal_ratio(), vae_config_.spatial_ratio(),
+                                                     train_frame_rate_);
+    const auto pred = run_transformer(ltx::pack_latents(x, cfg.patch_size, cfg.patch_size_t), get(in, "prompt_embeds"),
+                                      get(in, "timesteps").to(at::kFloat), mask, f, h, w, scale);
+    return ltx::unpack_latents(pred, f, h, w, cfg.patch_size, cfg.patch_size_t).to(at::kFloat);
+  }
+
+  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
+                                          const std::string& /*step_json*/) override {
+    if (prediction.sizes() != target.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, "ltx align: prediction " + c10::str(prediction.sizes()) + " and target " +
+                                          c10::str(target.sizes()) + " differ in shape");
+    return {prediction.to(at::kFloat), target.to(at::kFloat)};
+  }
+
+  // LTXPipeline.__call__ (Diffusers v0.33.1): T5 without its mask, masks to the transformer,
+  // classifier-free guidance as one batch [negative, positive], seeded CPU noise, dynamic shift
+  // from the video sequence length, the scheduler's shift_terminal stretch, denormalised decode.
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    ltx::GenerateRequest r;
+    try {
+      r = ltx::parse_generate_request(parse_json(request_json, "generate request"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    at::NoGradGuard no_grad;
+    NamedTensors trace;
+    auto record = [&](const std::string& name, const at::Tensor& t) {
+      if (r.trace) trace.emplace_back(name, t.detach().clone());
+    };
+    const auto& cfg = transformer()->config();
+    const auto batch = static_cast<std::int64_t>(r.prompts.size());
+    const auto st = vae_config_.spatial_ratio(), tt = vae_config_.temporal_ratio();
+    const bool cfg_on = r.guidance > 1.0;
+
+    // 1. Text conditioning.
+    const auto cond = encode_prompts(r.prompts, r.max_sequence_length);
+    record("input_ids", cond.ids);
+    record("attention_mask", cond.mask);
+    at::Tensor embeds = cond.embeds, mask = cond.mask;
+    at::Tensor neg_embeds;
+    if (cfg_on) {
+      std::vector<std::string> negative = r.negative_prompts;
+      if (negative.empty()) negative.assign(r.prompts.size(), "");
+      const auto neg = encode_prompts(negative, r.max_sequence_length);
+      record("negative_input_ids", neg.ids);
+      record("negative_attention_mask", neg.mask);
+      neg_embeds = neg.embeds;
+      embeds = at::cat({neg.embeds, cond.embeds});
+      mask = at::cat({neg.mask, cond.mask});
+    }
+    record("prompt_embeds", cond.embeds);
+    if (cfg_on) record("negative_prompt_embeds", neg_embeds);
+
+    // 2. Latents: the VAE's frame rule decides the clip length.
+    const auto lf = ltx::latent_frames(r.num_frames, tt);
+    const auto lh = r.height / st, lw = r.width / st;
+    if (lh < 1 || lw < 1)
+      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be at least " + std::to_string(st));
+    const auto frames = ltx::decoded_frames(r.num_frames, tt);
+    if (frames != r.num_frames)
+      Host::info("ltx: " + std::to_string(r.num_frames) + " frames requested; LTX-Video's VAE decodes 1 + " +
+                 std::to_string(tt) + "k frames, so the clip has " + std::to_string(frames));
+    if (lh * st != r.height || lw * st != r.width)
+      Host::info("ltx: " + std::to_string(r.width) + "x" + std::to_string(r.height) + " requested; the clip is " +
+                 std::to_string(lw * st) + "x" + std::to_string(lh * st) + " (multiples of " + std::to_string(st) +
+                 ")");
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+    at::Tensor noise;
+    const std::vector<std::int64_t> shape = {batch, cfg.in_channels, lf, lh, lw};
+    if (yeto::sdk::has(inputs, "latents")) {
+      noise = yeto::sdk::get(inputs, "latents").to(at::kFloat);
+      if (noise.sizes() != at::IntArrayRef(shape))
+        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " + c10::str(at::IntArrayRef(shape)) +
+                                            ", got " + c10::str(noise.sizes()));
+    } else {
+      noise = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
+    }
+    record("noise", noise);
+    const auto pf = lf / cfg.patch_size_t, ph = lh / cfg.patch_size, pw = lw / cfg.patch_size;
+    auto latents = ltx::pack_latents(noise, cfg.patch_size, cfg.patch_size_t);
+    record("initial_latents", latents);
+
+    // 3. Schedule: sigmas linspace(1, 1/N, N), mu from the video sequence length.
+    const auto sigmas_in = ltx::linspace(1.0, 1.0 / static_cast<double>(r.steps), r.steps);
+    const double mu = ltx::calculate_shift(static_cast<double>(latents.size(1)), sched_number("base_image_seq_len", 256),
+                                           sched_number("max_image_seq_len", 4096), sched_number("base_shift", 0.5),
+                                           sched_number("max_shift", 1.15));
+    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"sigmas", sigmas_in}, {"mu", mu}});
+    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kFloat);
+    const auto sigmas = output(schedule, "sigmas", "scheduler").to(at::kFloat);
+    record("mu", at::scalar_tensor(mu, at::kDouble));
+    record("sigmas", sigmas);
+    record("timesteps", timesteps);
+    const auto scale = ltx::rope_interpolation_scale(tt, st, r.frame_rate);
+    record("rope_interpolation_scale", at::tensor(std::vector<double>(scale.begin(), scale.end()), at::kDouble));
+
+    // 4. Denoising loop.
+    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
+      const auto p = "step." + std::to_string(i) + ".";
+      const auto t = timesteps[i];
+      record(p + "latents", latents);
+      const auto model_in = cfg_on ? at::cat({latents, latents}) : latents;
+      const auto timestep = t.expand({model_in.size(0)}).to(at::kFloat);
+      record(p + "timestep", timestep);
+      record(p + "sigma", sigmas.narrow(0, i, 1));
+      record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
+      auto noise_pred = run_transformer(model_in, embeds, timestep, mask, pf, ph, pw, scale).to(at::kFloat);
+      if (cfg_on) {
+        const auto halves = noise_pred.chunk(2);
+        record(p + "noise_pred_uncond", halves[0]);
+        record(p + "noise_pred_text", halves[1]);
+        noise_pred = halves[0] + r.guidance * (halves[1] - halves[0]);
+      }
+      record(p + "noise_pred", noise_pred);
+      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
+                            {{"method", "step"}}),
+                       "prev_sample", "scheduler");
+    }
+    record("final_latents", latents);
+
+    // 5. Decode.
+    auto& v = vae();
+    const auto unpacked = ltx::unpack_latents(latents, pf, ph, pw, cfg.patch_size, cfg.patch_size_t);
+    record("final_latents_unpacked", unpacked);
+    auto vae_input = ltx::denormalize_latents(unpacked, v->latents_mean.to(at::kFloat), v->latents_std.to(at::kFloat),
+                                              vae_config_.scaling_factor);
+    at::Tensor temb;
+    if (vae_config_.timestep_conditioning) {
+      const auto decode_noise = at::randn(vae_input.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+      const double noise_scale = r.decode_noise_scale.value_or(r.decode_timestep);
+      temb = at::full({batch}, r.decode_timestep, at::kFloat);
+      vae_input = (1 - noise_scale) * vae_input + noise_scale * decode_noise;
+    }
+    record("vae_input", vae_input);
+    const auto dev = v->latents_mean.device();
+    const auto dtype = v->latents_mean.scalar_type();
+    const auto video = v->decode(vae_input.to(dev, dtype), temb.defined() ? temb.to(dev, dtype) : temb).to(at::kFloat);
+    record("video", video);
+    const auto clip = (video / 2 + 0.5).clamp(0, 1);
+    record("video_postprocessed", clip.permute({0, 2, 1, 3, 4}));
+
+    NamedTensors out = {{"video", clip}};
+    for (auto& nt : trace) out.push_back(std::move(nt));
+    return out;
+  }
+
+ private:
+  ltx::LtxVideoTransformer3DModel& transformer() {
+    const auto c = Host::component("transformer");
+    auto* impl = c.as<TransformerComponent>("LTXVideoTransformer3DModel");
+    if (!impl)
+      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
+                                          ", not an LTXVideoTransformer3DModel built by the ltx plugin");
+    return impl->model();
+  }
+
+  ltx::AutoencoderKLLTXVideo& vae() {
+    const auto c = Host::component("vae");
+    auto* impl = c.as<VaeComponent>("AutoencoderKLLTXVideo");
+    if (!impl)
+      fail(YETO_ERR_INVALID_ARGUMENT,
+           "the pipeline's vae is " + c.class_name() + ", not an AutoencoderKLLTXVideo built by the ltx plugin");
+    return impl->model();
+  }
+
+  at::Tensor run_transformer(const at::Tensor& packed, const at::Tensor& embeds, const at::Tensor& timestep,
+                             const at::Tensor& mask, std::int64_t f, std::int64_t h, std::int64_t w,
+                             const std::array<double, 3>& scale) {
+    auto& model = transformer();
+    const auto dtype = model->proj_in->weight.scalar_type();
+    const auto dev = model->proj_in->weight.device();
+    try {
+      return model->forward(packed.to(dev, dtype), embeds.to(dev, dtype), timestep.to(dev),
+                            mask.defined() ? mask.to(dev) : mask, f, h, w, scale);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+
+  // LTXPipeline._get_t5_prompt_embeds: max_length padding with truncation, the encoder called
+  // with the ids only, the mask kept for the transformer.
+  Conditioning encode_prompts(const std::vector<std::string>& prompts, std::int64_t max_sequence_length) {
+    Conditioning c;
+    const json tok = {{"method", "tokenize"},  {"text", prompts},         {"padding", "max_length"},
+                      {"truncation", true},   {"add_special_tokens", true}, {"max_length", max_sequence_length}};
+    const auto t = call("tokenizer", {}, tok);
+    c.ids = output(t, "input_ids", "tokenizer").to(at::kLong);
+    c.mask = output(t, "attention_mask", "tokenizer").to(at::kLong);
+    c.embeds = output(call("text_encoder", {{"input_ids", c.ids}}, {{"method", "encode"}}), "last_hidden_state",
+                      "text_encoder")
+                   .to(at::kFloat);
+    return c;
+  }
+
+  void check_latents(const at::Tensor& x, const std::string& name) {
+    const auto& cfg = transformer()->config();
+    if (x.dim() != 5 || x.size(1) != cfg.in_channels || x.size(2) % cfg.patch_size_t != 0 ||
+        x.size(3) % cfg.patch_size != 0 || x.size(4) % cfg.patch_size != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "ltx: '" + name + "' must be video latents [B, " +
+                                          std::to_string(cfg.in_channels) + ", F, H, W] divisible by the patch "
+                                          "sizes, got " + c10::str(x.sizes()));
+  }
+
+  double sched_number(const char* key, double fallback) const {
+    const auto it = scheduler_config_.find(key);
+    return it != scheduler_config_.end() && it->is_number() ? it->get<double>() : fallback;
+  }
+
+  json scheduler_config_ = json::object();
+  ltx::LtxVaeConfig vae_config_;
+  std::int64_t max_sequence_length_ = 128;
+  double train_frame_rate_ = 25.0;
+  std::string tuning_ = "lora";
+};
+
+}  // namespace
+
+YETO_PLUGIN(LtxPlugin)

@@ -1,0 +1,217 @@
+// The ltx plugin through yeto-host: trusted loading, every ltx-* parity case and the recorded
+// LTXPipeline run through check-parity, init-model's tiny preset, a short LoRA run on raw videos
+// made with FFmpeg (mixed shapes, bucketed) and an MP4 sample that follows the VAE's frame rule.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = fs::path(YETO_TEST_FIXTURES);
+const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs check-parity on the case directories; every case must pass and report every key of its
+// case.json `compare`.
+void expect_parity(const std::vector<fs::path>& dirs, const std::string& kind) {
+  std::vector<std::string> args = {"check-parity"};
+  for (const auto& d : dirs) args.push_back(d.string());
+  args.push_back("--json");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = yeto::test::run_host(args);
+  std::printf("  check-parity (%zu case(s)) %.1f s\n", dirs.size(), seconds_since(t0));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto cases = nlohmann::json::parse(r.out).at("cases");
+  ASSERT_EQ(cases.size(), dirs.size());
+  for (std::size_t i = 0; i < dirs.size(); ++i) {
+    const auto& c = cases[i];
+    if (!kind.empty()) {
+      EXPECT_EQ(c.at("kind"), kind);
+    }
+    EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
+    const auto compare = read_json(dirs[i] / "case.json").at("compare");
+    EXPECT_EQ(c.at("comparisons").size(), compare.size()) << c.dump(1);
+    double worst = 0.0;
+    for (const auto& cmp : c.at("comparisons")) {
+      EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
+      const double ratio = cmp.at("max_abs").get<double>() / std::max(cmp.at("atol").get<double>(), 1e-30);
+      worst = std::max(worst, ratio);
+      std::printf("  %-22s %-40s max abs %.3g (atol %.3g)\n", c.at("case").get<std::string>().c_str(),
+                  cmp.at("name").get<std::string>().c_str(), cmp.at("max_abs").get<double>(),
+                  cmp.at("atol").get<double>());
+    }
+    std::printf("  %-22s worst max_abs / atol = %.3g\n", c.at("case").get<std::string>().c_str(), worst);
+  }
+}
+
+int ffprobe_frames(const fs::path& video) {
+  const auto r = yeto::test::run_process({"ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0",
+                                          "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", video.string()});
+  if (r.exit_code != 0) return -1;
+  return std::atoi(r.out.c_str());
+}
+
+// Clips made with FFmpeg's test sources: three kinds (caption per kind), two source sizes; rows
+// alternate between the run's 64x64 and their own 64x128 target, so two shape buckets.
+void write_video_dataset(const fs::path& dir, int rows) {
+  fs::create_directories(dir / "clips");
+  const char* sources[] = {"testsrc", "smptebars", "rgbtestsrc"};
+  const char* captions[] = {"a moving test pattern", "colour bars", "red green and blue stripes"};
+  std::string manifest;
+  for (int i = 0; i < rows; ++i) {
+    const int k = i % 3;
+    const std::string size = (i / 3) % 2 ? "160x96" : "96x96";
+    const std::string name = "clips/" + std::to_string(i) + ".mp4";
+    const auto r = yeto::test::run_process({"ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                                            std::string(sources[k]) + "=size=" + size + ":rate=30", "-t", "0.6",
+                                            "-c:v", "libx264", "-pix_fmt", "yuv420p", (dir / name).string()});
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+    nlohmann::json row = {{"video", name}, {"prompt", captions[k]}};
+    if (i % 2) row["width"] = 128;
+    manifest += row.dump() + "\n";
+  }
+  std::ofstream(dir / "train.jsonl") << manifest;
+}
+
+std::string train_toml(int steps) {
+  return "[run]\nthreads = 1\n"
+         "[model]\nid = \"" + (kFixtures / "repos/ltx-tiny").string() +
+         "\"\nadapter = \"ltx\"\nprecision = \"fp32\"\nmax_sequence_length = 16\n"
+         "[data]\npath = \"data/train.jsonl\"\nheight = 64\nwidth = 64\nnum_frames = 9\nfps = 25.0\n"
+         "resize_mode = \"center-crop\"\nbucket_by_shape = true\nworkers = 1\n"
+         "[validation]\nsplit = 0.25\nmax_rows = 6\n"
+         "[lora]\nr = 4\nalpha = 4.0\n"
+         "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 2\ncheckpoint_every = 100\n"
+         "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n"
+         "[diffusion]\nseed = 5\ntimestep_sampling = \"logit-normal\"\n";
+}
+
+std::map<std::int64_t, double> series(const fs::path& run_dir, const std::string& field) {
+  std::map<std::int64_t, double> out;
+  std::istringstream in(read_text(run_dir / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains(field)) out[j.at("step").get<std::int64_t>()] = j.at(field).get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(LtxHost, PluginIsBuiltSignedAndVerifies) {
+  for (const char* f : {"ltx.so", "ltx.yeto.json", "ltx.yeto.sig"})
+    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
+  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "ltx.so").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  const auto m = read_json(kStagePlugins / "ltx.yeto.json");
+  EXPECT_NE(m.dump().find("ltx-video"), std::string::npos) << m.dump();
+}
+
+TEST(LtxHost, CheckParityRunsEveryLtxCaseThroughThePlugin) {
+  const auto p = kFixtures / "parity";
+  expect_parity({p / "ltx-transformer"}, "model");
+  expect_parity({p / "ltx-vae", p / "ltx-vae-tc"}, "autoencoder");
+  expect_parity({p / "ltx-pipeline-latents"}, "pipeline_helpers");
+}
+
+TEST(LtxHost, CheckParityReproducesTheRecordedPipelineRun) {
+  // The upstream-written repository as it is (sharded transformer and T5, T5Tokenizer entry,
+  // VAE buffers): masks, guidance batching, every step and the decoded video.
+  expect_parity({kFixtures / "repos/ltx-tiny-reference"}, "pipeline_end_to_end");
+}
+
+TEST(LtxHost, SampleWritesAnMp4OfOnePlusEightKFrames) {
+  yeto::test::TempDir tmp;
+  auto args = [&](const std::string& frames, const fs::path& out) {
+    return std::vector<std::string>{"sample", "--model", (kFixtures / "repos/ltx-tiny").string(),
+                                    "--diffusion-adapter", "ltx", "--prompt", "waves crossing a dark shoreline",
+                                    "--seed", "42", "--steps", "2", "--guidance", "3.0", "--height", "64",
+                                    "--width", "96", "--max-sequence-length", "32", "--num-frames", frames,
+                                    "--fps", "25", "--output", out.string()};
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = yeto::test::run_host(args("12", tmp / "clip.mp4"));
+  std::printf("  sample 12 -> 9 frames: %.1f s\n", seconds_since(t0));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("changed --num-frames 12 to 9 frames"), std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("1 + 8k frames"), std::string::npos) << r.all();
+  EXPECT_EQ(ffprobe_frames(tmp / "clip.mp4"), 9);
+  // A request that already follows the rule is not rewritten.
+  r = yeto::test::run_host(args("17", tmp / "clip17.mp4"));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(r.all().find("changed --num-frames"), std::string::npos) << r.all();
+  EXPECT_EQ(ffprobe_frames(tmp / "clip17.mp4"), 17);
+  // A video cannot be written as one PNG.
+  r = yeto::test::run_host(args("9", tmp / "clip.png"));
+  EXPECT_NE(r.exit_code, 0);
+}
+
+TEST(LtxHost, InitModelTinyPresetIsALoadableLtxRepository) {
+  yeto::test::TempDir tmp;
+  const auto out = tmp / "ltx";
+  auto r = yeto::test::run_host({"init-model", "--family", "ltx", "--preset", "tiny", "--out", out.string(), "--seed", "7"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto repo = kFixtures / "repos/ltx-tiny";
+  EXPECT_EQ(read_json(out / "model_index.json"), read_json(repo / "model_index.json"));
+  for (const char* c : {"transformer", "vae"}) {
+    auto want = read_json(repo / c / "config.json"), got = read_json(out / c / "config.json");
+    want.erase("_diffusers_version");
+    got.erase("_diffusers_version");
+    EXPECT_EQ(got, want) << c;
+  }
+  EXPECT_TRUE(fs::exists(out / "vae/diffusion_pytorch_model.safetensors"));
+  EXPECT_TRUE(fs::exists(out / "tokenizer/spiece.model"));
+  r = yeto::test::run_host({"sample", "--model", out.string(), "--diffusion-adapter", "ltx", "--prompt", "a test",
+                            "--steps", "2", "--height", "32", "--width", "32", "--num-frames", "9", "--output",
+                            (tmp / "init.mp4").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(ffprobe_frames(tmp / "init.mp4"), 9);
+}
+
+TEST(LtxHost, LoraOnRawVideosLowersValidationLoss) {
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data", 12);
+  tmp.write("run.toml", train_toml(40));
+  // Center-cropped to two shapes: one bucket per shape.
+  const auto check = yeto::test::run_host({"data", "check", "--config", (tmp / "run.toml").string()});
+  ASSERT_EQ(check.exit_code, 0) << check.all();
+  EXPECT_NE(check.out.find("9x64x64: 6 rows"), std::string::npos) << check.out;
+  EXPECT_NE(check.out.find("9x64x128: 6 rows"), std::string::npos) << check.out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", (tmp / "run").string()});
+  std::printf("  train 40 steps: %.1f s\n", seconds_since(t0));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto val = series(tmp / "run", "val_loss");
+  ASSERT_TRUE(val.count(0) && val.count(40)) << read_text(tmp / "run/metrics.jsonl");
+  std::printf("  ltx-tiny val_loss %.4f -> %.4f (ratio %.3f)\n", val.at(0), val.at(40), val.at(40) / val.at(0));
+  EXPECT_LT(val.at(40), 0.9 * val.at(0));
+  EXPECT_TRUE(fs::exists(tmp / "run/lora.safetensors"));
+}
