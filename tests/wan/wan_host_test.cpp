@@ -96,7 +96,7 @@ void write_video_dataset(const fs::path& dir) {
 }
 
 std::string train_toml(const fs::path& repo, int steps, double lr) {
-  return "[run]\nthreads = 2\n"
+  return "[run]\nthreads = 1\n"
          "[model]\nid = \"" + repo.string() + "\"\nadapter = \"wan\"\nprecision = \"fp32\"\nmax_sequence_length = 16\n"
          "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nnum_frames = 5\nfps = 8.0\n"
          "resize_mode = \"center-crop\"\nbucket_by_shape = true\nworkers = 1\n"
