@@ -394,6 +394,8 @@ TEST(AdapterName, FlagThenBuiltInAliasThenManifestAlias) {
   auto cfg = [](std::vector<config::Override> o) { return config::Config::resolve(std::nullopt, o); };
   EXPECT_EQ(plugin::adapter_name(cfg({}), none), "");
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}}), none), "flux");
+  for (const char* alias : {"sd35", "sd35-medium", "sd35-large"})
+    EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "sd35") << alias;
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}, {"model.adapter", "mine", "--set"}}), none),
             "mine");
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "/data/some/model", "--model"}}), none), "");
