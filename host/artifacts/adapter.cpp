@@ -527,8 +527,11 @@ void write_adapter_dir(const fs::path& dir, const AdapterExport& e) {
   json auto_mapping = nullptr;
   if (!e.base_model_class.empty()) {
     auto_mapping = {{"base_model_class", e.base_model_class}, {"parent_library", "diffusers"}};
-    if (e.base_model_class == "FluxTransformer2DModel")
-      auto_mapping["parent_library"] = "diffusers.models.transformers.transformer_flux";
+    // The Diffusers module that defines the class, as PEFT records it.
+    static const std::map<std::string, std::string> modules = {
+        {"FluxTransformer2DModel", "transformer_flux"}, {"LTXVideoTransformer3DModel", "transformer_ltx"}};
+    if (const auto it = modules.find(e.base_model_class); it != modules.end())
+      auto_mapping["parent_library"] = "diffusers.models.transformers." + it->second;
   }
   const auto targets = e.target_modules.empty() ? peft_target_modules(module_paths, e.candidate_modules) : e.target_modules;
   json cfg = {

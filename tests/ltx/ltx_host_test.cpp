@@ -214,4 +214,27 @@ TEST(LtxHost, LoraOnRawVideosLowersValidationLoss) {
   std::printf("  ltx-tiny val_loss %.4f -> %.4f (ratio %.3f)\n", val.at(0), val.at(40), val.at(40) / val.at(0));
   EXPECT_LT(val.at(40), 0.9 * val.at(0));
   EXPECT_TRUE(fs::exists(tmp / "run/lora.safetensors"));
+
+  // Export the run (its recorded config is the default for every setting) and sample from base +
+  // adapter: the adapter reaches the transformer, so the clip differs from the base model's.
+  auto r2 = yeto::test::run_host({"export", "--checkpoint", (tmp / "run").string(), "--output-dir",
+                                  (tmp / "adapter").string()});
+  ASSERT_EQ(r2.exit_code, 0) << r2.all();
+  const auto cfg = read_json(tmp / "adapter/adapter_config.json");
+  EXPECT_EQ(cfg.at("auto_mapping").at("base_model_class"), "LTXVideoTransformer3DModel");
+  EXPECT_EQ(cfg.at("auto_mapping").at("parent_library"), "diffusers.models.transformers.transformer_ltx");
+  auto sample = [&](const fs::path& out, bool adapter) {
+    std::vector<std::string> a = {"sample", "--model", (kFixtures / "repos/ltx-tiny").string(), "--diffusion-adapter",
+                                  "ltx", "--prompt", "colour bars", "--steps", "2", "--height", "64", "--width",
+                                  "64", "--num-frames", "9", "--output", out.string() + "/"};
+    if (adapter) a.insert(a.end(), {"--adapter-dir", (tmp / "adapter").string()});
+    return yeto::test::run_host(a);
+  };
+  r2 = sample(tmp / "base", false);
+  ASSERT_EQ(r2.exit_code, 0) << r2.all();
+  r2 = sample(tmp / "tuned", true);
+  ASSERT_EQ(r2.exit_code, 0) << r2.all();
+  EXPECT_NE(r2.all().find("folded"), std::string::npos) << r2.all();
+  ASSERT_TRUE(fs::exists(tmp / "base/frame-00008.png") && fs::exists(tmp / "tuned/frame-00008.png"));
+  EXPECT_NE(read_text(tmp / "base/frame-00008.png"), read_text(tmp / "tuned/frame-00008.png"));
 }
