@@ -529,7 +529,9 @@ void write_adapter_dir(const fs::path& dir, const AdapterExport& e) {
     auto_mapping = {{"base_model_class", e.base_model_class}, {"parent_library", "diffusers"}};
     // The Diffusers module that defines the class, as PEFT records it.
     static const std::map<std::string, std::string> modules = {
-        {"FluxTransformer2DModel", "transformer_flux"}, {"LTXVideoTransformer3DModel", "transformer_ltx"}};
+        {"FluxTransformer2DModel", "transformer_flux"},
+        {"LTXVideoTransformer3DModel", "transformer_ltx"},
+        {"SD3Transformer2DModel", "transformer_sd3"}};
     if (const auto it = modules.find(e.base_model_class); it != modules.end())
       auto_mapping["parent_library"] = "diffusers.models.transformers." + it->second;
   }

@@ -178,6 +178,11 @@ TEST(Sd35Host, TinyPresetTrainsExportsAndSamples) {
   for (const char* f : {"pytorch_lora_weights.safetensors", "adapter_config.json", "adapter_model.safetensors",
                         "yeto_diffusion_adapter.json"})
     EXPECT_TRUE(fs::exists(tmp / "adapter" / f)) << f;
+  const auto peft = nlohmann::json::parse(read_bytes(tmp / "adapter" / "adapter_config.json"));
+  EXPECT_EQ(peft.at("auto_mapping").at("base_model_class"), "SD3Transformer2DModel") << peft.dump();
+  EXPECT_EQ(peft.at("auto_mapping").at("parent_library"), "diffusers.models.transformers.transformer_sd3");
+  const auto diffusers_lora = yeto::io::load_safetensors(tmp / "adapter" / "pytorch_lora_weights.safetensors");
+  EXPECT_TRUE(diffusers_lora.count("transformer.transformer_blocks.3.attn.to_q.lora_A.weight"));
 
   // 4. sample: base and adapted pictures, the same bytes for the same seed; the adapter changes them.
   auto args = [&](const fs::path& out, bool adapted) {
