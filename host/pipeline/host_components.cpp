@@ -20,6 +20,7 @@
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
 #include "schedulers/scheduler.hpp"
+#include "text/text_fix.hpp"
 #include "text/tokenizer_components.hpp"
 #include "yeto/nn/state_dict.hpp"
 #include "yeto/status.hpp"
@@ -202,6 +203,12 @@ Named tokenizer_forward(text::TokenizerComponent& c, const json& o, const std::s
     sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: \"text\" must be a string or an array of strings");
   }
   if (texts.empty()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: \"text\" is empty");
+  // Optional pipeline-level cleanup before tokenizing ("prompt_clean": Diffusers' prompt_clean).
+  const std::string clean = option<std::string>(o, "clean", "none", where);
+  if (clean == "prompt_clean")
+    for (auto& t : texts) t = text::prompt_clean(t);
+  else if (clean != "none")
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: clean must be none or prompt_clean, not '" + clean + "'");
   text::EncodeOptions eo;
   const std::string padding = option<std::string>(o, "padding", "max_length", where);
   if (padding == "max_length")

@@ -401,4 +401,20 @@ std::u32string fix_text(std::u32string_view text) {
   return out;
 }
 
+std::string prompt_clean(std::string_view utf8) {
+  const std::u32string t = html_unescape(html_unescape(fix_text(utf8_decode(utf8))));
+  std::u32string out;
+  bool space = false;
+  for (const char32_t c : t) {
+    if (is_space(c)) {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += U' ';
+    space = false;
+    out += c;
+  }
+  return utf8_encode(out);
+}
+
 }  // namespace yeto::text

@@ -16,6 +16,11 @@ namespace yeto::text {
 std::u32string fix_text(std::u32string_view text);
 std::u32string html_unescape(std::u32string_view text);
 
+// Diffusers' `prompt_clean` (WanPipeline and the pipelines that copy it): ftfy.fix_text, then
+// html.unescape twice, strip, and every run of whitespace (str.isspace) to one space. UTF-8 in
+// and out.
+std::string prompt_clean(std::string_view utf8);
+
 // The individual steps, exposed for tests.
 std::u32string ftfy_unescape_html(std::u32string_view text);
 std::u32string ftfy_fix_encoding(std::u32string_view text);

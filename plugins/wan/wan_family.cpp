@@ -1,7 +1,6 @@
 #include "wan_family.hpp"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 
 namespace yeto::wan {
@@ -283,76 +282,6 @@ std::int64_t valid_num_frames(std::int64_t requested, std::int64_t f) {
   if (f <= 1) return std::max<std::int64_t>(requested, 1);
   const auto n = requested % f == 1 ? requested : requested / f * f + 1;
   return std::max<std::int64_t>(n, 1);
-}
-
-std::string prompt_clean(const std::string& text) {
-  static const std::map<std::string, std::string> named = {
-      {"amp", "&"},     {"lt", "<"},      {"gt", ">"},      {"quot", "\""},   {"apos", "'"},
-      {"nbsp", "\xC2\xA0"}, {"copy", "\xC2\xA9"}, {"reg", "\xC2\xAE"}, {"hellip", "\xE2\x80\xA6"},
-      {"mdash", "\xE2\x80\x94"}, {"ndash", "\xE2\x80\x93"}};
-  auto utf8 = [](std::uint32_t cp) {
-    std::string s;
-    if (cp < 0x80) s += static_cast<char>(cp);
-    else if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      s += static_cast<char>(0xF0 | (cp >> 18));
-      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return s;
-  };
-  auto unescape = [&](const std::string& in) {
-    std::string out;
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      if (in[i] != '&') {
-        out += in[i];
-        continue;
-      }
-      const auto semi = in.find(';', i);
-      if (semi != std::string::npos && semi - i <= 10) {
-        const std::string ent = in.substr(i + 1, semi - i - 1);
-        if (ent.size() > 1 && ent[0] == '#') {
-          try {
-            const bool hex = ent[1] == 'x' || ent[1] == 'X';
-            const auto cp = std::stoul(ent.substr(hex ? 2 : 1), nullptr, hex ? 16 : 10);
-            if (cp > 0 && cp <= 0x10FFFF) {
-              out += utf8(static_cast<std::uint32_t>(cp));
-              i = semi;
-              continue;
-            }
-          } catch (const std::exception&) {
-          }
-        } else if (const auto it = named.find(ent); it != named.end()) {
-          out += it->second;
-          i = semi;
-          continue;
-        }
-      }
-      out += in[i];
-    }
-    return out;
-  };
-  const std::string once = unescape(unescape(text));
-  std::string out;
-  bool space = false;
-  for (char ch : once) {
-    const bool ws = ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
-    if (ws) {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += ch;
-  }
-  return out;
 }
 
 std::string resolve_precision(const std::string& precision, const std::string& device) {

@@ -1,6 +1,6 @@
 // The torch-free side of the Wan family plugin: the pipeline plan from model_index.json (one
 // denoiser for Wan 2.1, two with a boundary_ratio for Wan 2.2 A14B), the init-model presets,
-// LoRA target resolution, the generate request, and WanPipeline's prompt_clean.
+// LoRA target resolution and the generate request.
 #pragma once
 
 #include <cstdint>
@@ -48,11 +48,6 @@ GenerateRequest parse_generate_request(const nlohmann::json& request);
 // WanPipeline's frame rule: a request n with n % f != 1 becomes n // f * f + 1 (Wan: f = 4, so
 // 1 + 4k frames; 6 -> 5, 8 -> 9), at least 1.
 std::int64_t valid_num_frames(std::int64_t requested, std::int64_t temporal_factor);
-
-// WanPipeline.prompt_clean without ftfy's mojibake repair: HTML entities unescaped twice
-// (named entities of the common set and numeric references), whitespace runs to one space,
-// stripped.
-std::string prompt_clean(const std::string& text);
 
 std::string resolve_precision(const std::string& precision, const std::string& device);
 

@@ -528,14 +528,14 @@ class WanPlugin : public yeto::sdk::Plugin {
     }
   }
 
-  // WanPipeline._get_t5_prompt_embeds: cleaned prompts, ids + mask padded to `max_length`,
+  // WanPipeline._get_t5_prompt_embeds: prompts cleaned by the tokenizer component (Diffusers'
+  // prompt_clean: ftfy, HTML entities twice, whitespace), ids + mask padded to `max_length`,
   // UMT5 with the mask, rows past each prompt's length replaced by zeros.
   TextConditioning encode_text(const std::vector<std::string>& prompts, std::int64_t max_length) {
-    std::vector<std::string> cleaned;
-    for (const auto& p : prompts) cleaned.push_back(wan::prompt_clean(p));
     const auto tok = call("tokenizer", {},
                           {{"method", "tokenize"},
-                           {"text", cleaned},
+                           {"text", prompts},
+                           {"clean", "prompt_clean"},
                            {"padding", "max_length"},
                            {"max_length", max_length},
                            {"truncation", true},

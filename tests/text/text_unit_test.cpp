@@ -95,6 +95,14 @@ TEST(TextFix, FixTextSkipsHtmlOnceALineHasATag) {
   EXPECT_EQ(u8(html_unescape(u32("&amp;amp; &notit; &#128;"))), "&amp; ¬it; €");
 }
 
+TEST(TextFix, DiffusersPromptClean) {
+  // ftfy (mojibake), html.unescape twice, strip, whitespace runs (str.isspace) to one space.
+  EXPECT_EQ(prompt_clean("  a  &amp;amp; b\t\n c &#233; "), "a & b c \xC3\xA9");
+  EXPECT_EQ(prompt_clean("caf\xC3\x83\xC2\xA9\xE3\x80\x80" "au lait"), "caf\xC3\xA9 au lait");
+  EXPECT_EQ(prompt_clean("waves crossing a dark shoreline"), "waves crossing a dark shoreline");
+  EXPECT_EQ(prompt_clean(" \n "), "");
+}
+
 TEST(ClipTokenizer, ByteLevelBpeBasics) {
   EXPECT_EQ(byte_to_unicode('!'), "!");
   EXPECT_EQ(byte_to_unicode(' '), "\xc4\xa0");  // U+0120

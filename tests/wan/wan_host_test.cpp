@@ -145,6 +145,19 @@ TEST(WanHost, CheckParityReproducesTheRecordedWan21Run) {
   EXPECT_EQ(cases[0].at("comparisons").size(), info.at("compare").size());
 }
 
+TEST(WanHost, PromptIsCleanedAsWanPipelineDoes) {
+  // The recorded run with a prompt that prompt_clean turns into the recorded one (HTML entity,
+  // whitespace runs, padding): every recorded tensor must still match.
+  yeto::test::TempDir tmp;
+  const auto ref = kFixtures / "repos" / "wan21-tiny-reference";
+  for (const char* f : {"inputs.safetensors", "expected.safetensors"}) fs::copy_file(ref / f, tmp / f);
+  auto info = read_json(ref / "case.json");
+  info["repository"] = (kFixtures / "repos" / "wan21-tiny").string();
+  info["call"]["arguments"]["prompt"] = "  waves  crossing&#32;a \n dark shoreline ";
+  tmp.write("case.json", info.dump());
+  check_parity({tmp.path()});
+}
+
 TEST(WanHost, CheckParityReproducesTheRecordedWan22RunWithTheV033Schedule) {
   // Our UniPC follows Diffusers v0.33.1 (timesteps 999, 899, 749, 499): the case's primary
   // recording is Diffusers v0.40.0 (999, 900, 750, 500), so the v0.36.0 recording is compared.

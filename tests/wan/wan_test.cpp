@@ -197,12 +197,11 @@ TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
   }
 }
 
-TEST(WanFamily, FramesRequestAndPromptClean) {
+TEST(WanFamily, FramesAndRequest) {
   EXPECT_EQ(yeto::wan::valid_num_frames(5, 4), 5);
   EXPECT_EQ(yeto::wan::valid_num_frames(6, 4), 5);
   EXPECT_EQ(yeto::wan::valid_num_frames(8, 4), 9);
   EXPECT_EQ(yeto::wan::valid_num_frames(1, 4), 1);
-  EXPECT_EQ(yeto::wan::prompt_clean("  a  &amp;amp; b\t\n c &#233; "), "a & b c \xC3\xA9");
   const auto r = yeto::wan::parse_generate_request({{"prompts", {"a"}}, {"guidance", 4.0}, {"guidance_2", 3.0}});
   EXPECT_DOUBLE_EQ(r.guidance_2.value(), 3.0);
   EXPECT_THROW(yeto::wan::parse_generate_request({{"prompts", {"a"}}, {"num_frames", 0}}), std::invalid_argument);
