@@ -202,3 +202,32 @@ TEST(Sd35Host, TinyPresetTrainsExportsAndSamples) {
   EXPECT_EQ(read_bytes(tmp / "lora-1.png"), read_bytes(tmp / "lora-2.png"));
   EXPECT_NE(read_bytes(tmp / "base.png"), read_bytes(tmp / "lora-1.png"));
 }
+
+TEST(Sd35Host, WithoutT5WithoutGuidanceAndBeyondThePositionTable) {
+  yeto::test::TempDir tmp;
+  auto args = [&](const fs::path& repo, const fs::path& out, const std::string& guidance, const std::string& size) {
+    return std::vector<std::string>{"sample", "--model", repo.string(), "--diffusion-adapter", "sd35", "--prompt", kPrompt,
+                                    "--seed", "42", "--steps", "2", "--guidance", guidance, "--height", size, "--width",
+                                    size, "--max-sequence-length", "32", "--output", out.string()};
+  };
+  // Guidance 1 runs one batch without the negative prompt (no classifier-free guidance).
+  const auto base = yeto::test::run_host(args(kRepos / "sd35-tiny", tmp / "t5.png", "1.0", "64"));
+  ASSERT_EQ(base.exit_code, 0) << base.all();
+  // SD3 without T5: text_encoder_3 and tokenizer_3 are [null, null]; the pipeline uses zeros.
+  const fs::path no_t5 = tmp / "sd35-no-t5";
+  fs::copy(kRepos / "sd35-tiny", no_t5, fs::copy_options::recursive);
+  fs::remove_all(no_t5 / "text_encoder_3");
+  fs::remove_all(no_t5 / "tokenizer_3");
+  auto index = nlohmann::json::parse(read_bytes(no_t5 / "model_index.json"));
+  index["text_encoder_3"] = {nullptr, nullptr};
+  index["tokenizer_3"] = {nullptr, nullptr};
+  std::ofstream(no_t5 / "model_index.json") << index.dump(2);
+  const auto r = yeto::test::run_host(args(no_t5, tmp / "no-t5.png", "1.0", "64"));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(read_bytes(tmp / "t5.png"), read_bytes(tmp / "no-t5.png"));
+  // 128 px is a 8x8 patch grid; the tiny transformer's table holds 6x6 (pos_embed_max_size).
+  const auto big = yeto::test::run_host(args(kRepos / "sd35-tiny", tmp / "big.png", "5.0", "128"));
+  EXPECT_NE(big.exit_code, 0) << big.all();
+  EXPECT_NE(big.all().find("pos_embed_max_size 6"), std::string::npos) << big.all();
+  EXPECT_FALSE(fs::exists(tmp / "big.png"));
+}
