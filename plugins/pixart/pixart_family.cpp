@@ -1,0 +1,316 @@
+#include "pixart_family.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace yeto::pixart {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+json pixart_model_index() {
+  return {{"_class_name", "PixArtAlphaPipeline"},
+          {"_diffusers_version", "0.33.1"},
+          {"scheduler", {"diffusers", "DPMSolverMultistepScheduler"}},
+          {"text_encoder", {"transformers", "T5EncoderModel"}},
+          {"tokenizer", {"transformers", "T5Tokenizer"}},
+          {"transformer", {"diffusers", "PixArtTransformer2DModel"}},
+          {"vae", {"diffusers", "AutoencoderKL"}}};
+}
+
+// DPMSolverMultistepScheduler() defaults, as the PixArt conversion script saves them. Its
+// "lambda_min_clipped": -Infinity is left out: JSON has no infinity, and an absent key is the
+// same default (-inf) for Diffusers and for the host.
+json scheduler_config() {
+  return {{"_class_name", "DPMSolverMultistepScheduler"},
+          {"algorithm_type", "dpmsolver++"},
+          {"beta_end", 0.02},
+          {"beta_schedule", "linear"},
+          {"beta_start", 0.0001},
+          {"dynamic_thresholding_ratio", 0.995},
+          {"euler_at_final", false},
+          {"final_sigmas_type", "zero"},
+          {"flow_shift", 1.0},
+          {"lower_order_final", true},
+          {"num_train_timesteps", 1000},
+          {"prediction_type", "epsilon"},
+          {"rescale_betas_zero_snr", false},
+          {"sample_max_value", 1.0},
+          {"solver_order", 2},
+          {"solver_type", "midpoint"},
+          {"steps_offset", 0},
+          {"thresholding", false},
+          {"timestep_spacing", "linspace"},
+          {"trained_betas", nullptr},
+          {"use_beta_sigmas", false},
+          {"use_exponential_sigmas", false},
+          {"use_flow_sigmas", false},
+          {"use_karras_sigmas", false},
+          {"use_lu_lambdas", false},
+          {"variance_type", nullptr}};
+}
+
+json transformer_config(int heads, int head_dim, int layers, int caption_channels, int sample_size,
+                        const json& use_additional_conditions) {
+  return {{"_class_name", "PixArtTransformer2DModel"},
+          {"activation_fn", "gelu-approximate"},
+          {"attention_bias", true},
+          {"attention_head_dim", head_dim},
+          {"attention_type", "default"},
+          {"caption_channels", caption_channels},
+          {"cross_attention_dim", heads * head_dim},
+          {"dropout", 0.0},
+          {"in_channels", 4},
+          {"interpolation_scale", nullptr},
+          {"norm_elementwise_affine", false},
+          {"norm_eps", 1e-06},
+          {"norm_num_groups", 32},
+          {"norm_type", "ada_norm_single"},
+          {"num_attention_heads", heads},
+          {"num_embeds_ada_norm", 1000},
+          {"num_layers", layers},
+          {"out_channels", 8},
+          {"patch_size", 2},
+          {"sample_size", sample_size},
+          {"upcast_attention", false},
+          {"use_additional_conditions", use_additional_conditions}};
+}
+
+json vae_config() {
+  const std::vector<std::string> down(4, "DownEncoderBlock2D"), up(4, "UpDecoderBlock2D");
+  return {{"_class_name", "AutoencoderKL"},
+          {"act_fn", "silu"},
+          {"block_out_channels", {8, 16, 16, 16}},
+          {"down_block_types", down},
+          {"force_upcast", true},
+          {"in_channels", 3},
+          {"latent_channels", 4},
+          {"latents_mean", nullptr},
+          {"latents_std", nullptr},
+          {"layers_per_block", 2},
+          {"mid_block_add_attention", true},
+          {"norm_num_groups", 4},
+          {"out_channels", 3},
+          {"sample_size", 64},
+          {"scaling_factor", 0.18215},
+          {"shift_factor", nullptr},
+          {"up_block_types", up},
+          {"use_post_quant_conv", true},
+          {"use_quant_conv", true}};
+}
+
+json t5_config() {
+  return {{"architectures", {"T5EncoderModel"}},
+          {"classifier_dropout", 0.0},
+          {"d_ff", 96},
+          {"d_kv", 10},
+          {"d_model", 40},
+          {"decoder_start_token_id", 0},
+          {"dense_act_fn", "gelu_new"},
+          {"dropout_rate", 0.1},
+          {"eos_token_id", 1},
+          {"feed_forward_proj", "gated-gelu"},
+          {"initializer_factor", 1.0},
+          {"is_encoder_decoder", true},
+          {"is_gated_act", true},
+          {"layer_norm_epsilon", 1e-06},
+          {"model_type", "t5"},
+          {"num_decoder_layers", 2},
+          {"num_heads", 4},
+          {"num_layers", 2},
+          {"pad_token_id", 0},
+          {"relative_attention_max_distance", 128},
+          {"relative_attention_num_buckets", 32},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", "float32"},
+          {"vocab_size", 640}};
+}
+
+json t5_tokenizer_config() {
+  return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 512}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
+          {"unk_token", "<unk>"},           {"extra_ids", 100},        {"legacy", true}};
+}
+
+json preset(const std::string& description, const json& transformer) {
+  return {{"description", description},
+          {"model_index", pixart_model_index()},
+          {"components",
+           {{"transformer", {{"config", transformer}}},
+            {"vae", {{"config", vae_config()}}},
+            {"text_encoder", {{"config", t5_config()}}},
+            {"tokenizer", {{"config", t5_tokenizer_config()}}},
+            {"scheduler", {{"config", scheduler_config()}}}}}};
+}
+
+bool is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
+
+}  // namespace
+
+const std::vector<ComponentSpec>& pixart_components() {
+  static const std::vector<ComponentSpec> specs = {
+      {"transformer", {"PixArtTransformer2DModel", "Transformer2DModel"}},
+      {"vae", {"AutoencoderKL"}},
+      {"text_encoder", {"T5EncoderModel"}},
+      {"tokenizer", {"T5Tokenizer", "T5TokenizerFast"}},
+      {"scheduler", {"DPMSolverMultistepScheduler", "UniPCMultistepScheduler"}},
+  };
+  return specs;
+}
+
+std::int64_t default_max_sequence_length(const std::string& pipeline_class, const std::string& where) {
+  if (pipeline_class == "PixArtAlphaPipeline") return 120;
+  if (pipeline_class == "PixArtSigmaPipeline") return 300;
+  bad(where + ": _class_name is '" + pipeline_class +
+      "'; the pixart plugin serves PixArtAlphaPipeline and PixArtSigmaPipeline repositories");
+}
+
+json plan_from_model_index(const std::string& model_dir, const json& model_index, const json& transformer_config) {
+  const std::string where = model_dir + "/model_index.json";
+  if (!model_index.is_object()) bad(where + ": expected a JSON object");
+  default_max_sequence_length(model_index.value("_class_name", std::string()), where);
+  json components = json::object();
+  for (const auto& spec : pixart_components()) {
+    if (!model_index.contains(spec.name))
+      bad(where + ": no '" + spec.name + "' component; a PixArt repository has transformer, vae, text_encoder, "
+                                         "tokenizer and scheduler");
+    const auto& entry = model_index.at(spec.name);
+    if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
+      bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
+    auto cls = entry[1].get<std::string>();
+    if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
+      std::string expected;
+      for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
+      bad(where + ": '" + spec.name + "' is " + cls + "; the pixart plugin expects " + expected);
+    }
+    if (cls == "Transformer2DModel") {
+      // The PixArt-XL-2 snapshots' legacy class: Diffusers loads it as PixArtTransformer2DModel
+      // when the config has norm_type ada_norm_single.
+      const auto nt = transformer_config.is_object() ? transformer_config.value("norm_type", std::string()) : "";
+      if (nt != "ada_norm_single")
+        bad(model_dir + "/transformer/config.json: a Transformer2DModel is served as PixArtTransformer2DModel only "
+                        "with norm_type ada_norm_single, got '" + nt + "'");
+      cls = "PixArtTransformer2DModel";
+    }
+    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
+  }
+  return {{"components", components}, {"family", "pixart"}};
+}
+
+json presets() {
+  json out = json::object();
+  out["tiny"] = preset(
+      "The shapes of the tests' pixart-tiny repository (PixArt-XL-2-512x512 layout, no micro-conditions): 2 blocks, "
+      "2 heads x 8 (inner 16), patch 2, sample_size 8 (64 px images), learned sigma (8 output channels); VAE "
+      "[8, 16, 16, 16] with quant convs (4 latent channels, scaling 0.18215); T5 d_model 40 (2 layers).",
+      transformer_config(2, 8, 2, 40, 8, nullptr));
+  out["tiny-ms"] = preset(
+      "As tiny, with the PixArt-XL-2-1024-MS micro-conditions (use_additional_conditions: resolution and aspect-ratio "
+      "embeddings in adaln_single) and 2 heads x 12 (inner 24, divisible by 3 as those embeddings need).",
+      transformer_config(2, 12, 2, 40, 8, true));
+  return out;
+}
+
+LoraTargets resolve_lora_targets(const json& targets) {
+  LoraTargets out;
+  std::vector<std::string> items;
+  if (targets.is_null()) {
+    items = {"auto"};
+  } else if (targets.is_string()) {
+    items = {targets.get<std::string>()};
+  } else if (targets.is_array()) {
+    for (const auto& t : targets) {
+      if (!t.is_string()) bad("lora.targets: every entry must be a string, got " + t.dump());
+      items.push_back(t.get<std::string>());
+    }
+  } else {
+    bad("lora.targets: expected auto, attention, all-linear or a list of module patterns, got " + targets.dump());
+  }
+  if (items.empty()) bad("lora.targets: the list is empty; use auto, attention, all-linear or module patterns");
+  const std::vector<std::string> attention = {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+                                              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"};
+  if (items.size() == 1 && items[0] == "auto") {
+    out.patterns = attention;
+    out.patterns.insert(out.patterns.end(), {"ff.net.0.proj", "ff.net.2"});
+  } else if (items.size() == 1 && items[0] == "attention") {
+    out.patterns = attention;
+  } else if (items.size() == 1 && items[0] == "all-linear") {
+    out.all_linear = true;
+  } else {
+    for (const auto& i : items)
+      if (i == "auto" || i == "attention" || i == "all-linear")
+        bad("lora.targets: '" + i + "' cannot be combined with other entries");
+    out.patterns = items;
+  }
+  return out;
+}
+
+GenerateRequest parse_generate_request(const json& j) {
+  GenerateRequest r;
+  if (!j.is_object()) bad("generate request: expected a JSON object");
+  auto strings = [&](const char* key) {
+    std::vector<std::string> out;
+    if (!j[key].is_array() || j[key].empty()) bad(std::string("generate request: '") + key + "' must be a non-empty array of strings");
+    for (const auto& p : j[key]) {
+      if (!p.is_string()) bad(std::string("generate request: '") + key + "' must hold strings, got " + p.dump());
+      out.push_back(p.get<std::string>());
+    }
+    return out;
+  };
+  if (!j.contains("prompts")) bad("generate request: 'prompts' must be a non-empty array of strings");
+  r.prompts = strings("prompts");
+  if (j.contains("negative_prompts") && !j["negative_prompts"].is_null()) {
+    r.negative_prompts = strings("negative_prompts");
+    if (r.negative_prompts.size() == 1 && r.prompts.size() > 1)
+      r.negative_prompts.assign(r.prompts.size(), r.negative_prompts[0]);
+    if (r.negative_prompts.size() != r.prompts.size())
+      bad("generate request: 'negative_prompts' must have one entry or one per prompt (" +
+          std::to_string(r.prompts.size()) + "), got " + std::to_string(r.negative_prompts.size()));
+  } else {
+    r.negative_prompts.assign(r.prompts.size(), "");
+  }
+  auto get_int = [&](const char* key, std::int64_t fallback, std::int64_t min) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number_integer()) bad(std::string("generate request: '") + key + "' must be an integer");
+    const auto v = j[key].get<std::int64_t>();
+    if (v < min) bad(std::string("generate request: '") + key + "' must be at least " + std::to_string(min));
+    return v;
+  };
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    if (!j["seed"].is_number_unsigned() && !(j["seed"].is_number_integer() && j["seed"].get<std::int64_t>() >= 0))
+      bad("generate request: 'seed' must be a non-negative integer");
+    r.seed = j["seed"].get<std::uint64_t>();
+  }
+  r.steps = get_int("steps", r.steps, 1);
+  r.height = get_int("height", r.height, 1);
+  r.width = get_int("width", r.width, 1);
+  r.max_sequence_length = get_int("max_sequence_length", r.max_sequence_length, 1);
+  if (j.contains("guidance") && !j["guidance"].is_null()) {
+    if (!j["guidance"].is_number()) bad("generate request: 'guidance' must be a number");
+    r.guidance = j["guidance"].get<double>();
+  }
+  if (j.contains("trace") && !j["trace"].is_null()) {
+    if (!j["trace"].is_boolean()) bad("generate request: 'trace' must be a boolean");
+    r.trace = j["trace"].get<bool>();
+  }
+  return r;
+}
+
+std::string preprocess_caption(const std::string& text) {
+  std::size_t b = 0, e = text.size();
+  while (b < e && is_space(static_cast<unsigned char>(text[b]))) ++b;
+  while (e > b && is_space(static_cast<unsigned char>(text[e - 1]))) --e;
+  std::string out = text.substr(b, e - b);
+  for (auto& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+std::string resolve_precision(const std::string& precision, const std::string& device) {
+  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return precision;
+  if (precision.empty() || precision == "auto") return device.rfind("cuda", 0) == 0 ? "bf16" : "fp32";
+  bad("precision: expected auto, fp32, bf16 or fp16, got '" + precision + "'");
+}
+
+}  // namespace yeto::pixart

@@ -1,0 +1,598 @@
+// The PixArt family plugin (PixArt-Alpha, PixArt-Sigma): the PixArtTransformer2DModel component
+// class and the PixArt pipeline semantics as plugin hooks, written against the SDK only
+// (yeto/plugin.hpp, sdk/nn). The host loads the repository's other components (VAE, T5 encoder,
+// tokenizer, scheduler) from the plan load_pipeline returns; this plugin reaches them through
+// yeto_host_api.component_get and calls their documented forward() methods.
+//
+// Family semantics the generic learner must not know about live in the hooks:
+//   - denoiser_kwargs: the resolution / aspect-ratio micro-conditions, when the transformer
+//     advertises use_additional_conditions;
+//   - align: the learned-sigma split (the transformer predicts [noise, variance]; the noise half
+//     is what the epsilon target is compared with).
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <yeto/plugin.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "pixart_family.hpp"
+#include "pixart_transformer.hpp"
+#include "yeto/nn/linear.hpp"
+
+namespace {
+
+using nlohmann::json;
+using yeto::sdk::fail;
+using yeto::sdk::Host;
+using yeto::sdk::NamedTensors;
+namespace pixart = yeto::pixart;
+
+constexpr const char* kLoraAdapter = "default";
+
+json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
+  }
+}
+
+// Diffusers configs may hold Python's bare -Infinity / Infinity / NaN (every DPM-Solver config has
+// "lambda_min_clipped": -Infinity). Outside strings they become null: this plugin reads no such key.
+std::string without_python_nonfinite(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const char* lit : {"-Infinity", "Infinity", "NaN"}) {
+      const std::string l = lit;
+      if (text.compare(i, l.size(), l) == 0) {
+        out += "null";
+        i += l.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse_json(without_python_nonfinite(s.str()), path);
+}
+
+std::string host_config_string(const std::string& key, const std::string& fallback) {
+  if (!Host::api() || !Host::api()->config_get) return fallback;
+  try {
+    const auto j = json::parse(Host::config_json(key));
+    return j.is_string() ? j.get<std::string>() : fallback;
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
+  if (!Host::api() || !Host::api()->config_get) return fallback;
+  try {
+    const auto j = json::parse(Host::config_json(key));
+    return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+at::ScalarType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+at::Device device_of(const std::string& device) {
+  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
+  try {
+    return at::Device(device);
+  } catch (const c10::Error&) {
+    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
+  }
+}
+
+NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
+  const auto c = Host::component(component);
+  try {
+    return c.forward(inputs, options.dump());
+  } catch (const yeto::sdk::Failure& e) {
+    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
+  }
+}
+
+const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
+  for (const auto& [n, t] : out)
+    if (n == name) return t;
+  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
+}
+
+const at::Tensor* find(const NamedTensors& in, const std::string& name) {
+  for (const auto& [n, t] : in)
+    if (n == name && t.defined()) return &t;
+  return nullptr;
+}
+
+// ---- the transformer component -----------------------------------------------------------
+
+class TransformerComponent : public yeto::sdk::Component {
+ public:
+  TransformerComponent(const std::string& config_json, const std::string& dir) : model_(nullptr) {
+    const std::string where = dir.empty() ? std::string("PixArtTransformer2DModel config") : dir + "/config.json";
+    try {
+      model_ = pixart::PixArtTransformer2DModel(
+          pixart::PixArtTransformerConfig::from_json(parse_json(without_python_nonfinite(config_json), where)));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
+    }
+    const auto device = device_of(host_config_string("run.device", "auto"));
+    const auto precision = pixart::resolve_precision(host_config_string("model.precision", "auto"), device.str());
+    model_->to(device, dtype_of(precision));
+    model_->eval();
+  }
+
+  // Inputs by the names of PixArtTransformer2DModel.forward: hidden_states, encoder_hidden_states,
+  // timestep, encoder_attention_mask (optional) and the added conditions as
+  // added_cond_kwargs.resolution / added_cond_kwargs.aspect_ratio (or resolution / aspect_ratio).
+  NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
+    using yeto::sdk::get;
+    const auto* res = find(in, "added_cond_kwargs.resolution");
+    if (!res) res = find(in, "resolution");
+    const auto* ar = find(in, "added_cond_kwargs.aspect_ratio");
+    if (!ar) ar = find(in, "aspect_ratio");
+    const auto* mask = find(in, "encoder_attention_mask");
+    try {
+      return {{"sample", run(model_, get(in, "hidden_states"), get(in, "encoder_hidden_states"), get(in, "timestep"),
+                             mask ? *mask : at::Tensor(), res ? *res : at::Tensor(), ar ? *ar : at::Tensor())}};
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+
+  // The model in its own dtype and device; floating inputs are converted to them.
+  static at::Tensor run(pixart::PixArtTransformer2DModel& model, const at::Tensor& x, const at::Tensor& context,
+                        const at::Tensor& timestep, const at::Tensor& mask, const at::Tensor& resolution,
+                        const at::Tensor& aspect_ratio) {
+    const auto& w = model->proj_out->weight;
+    const auto dev = w.device();
+    const auto dtype = w.scalar_type();
+    auto opt = [&](const at::Tensor& t) { return t.defined() ? t.to(dev) : t; };
+    return model->forward(x.to(dev, dtype), context.to(dev, dtype), timestep.to(dev), opt(mask), opt(resolution),
+                          opt(aspect_ratio));
+  }
+
+  NamedTensors parameters() override {
+    NamedTensors out;
+    for (const auto& p : model_->named_parameters()) out.emplace_back(p.key(), p.value());
+    for (const auto& b : model_->named_buffers()) out.emplace_back(b.key(), b.value());
+    return out;
+  }
+
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    at::NoGradGuard no_grad;
+    auto params = model_->named_parameters();
+    for (const auto& [name, t] : weights) {
+      at::Tensor* dst = params.find(name);
+      if (!dst) {
+        if (strict)
+          fail(YETO_ERR_INVALID_ARGUMENT, "PixArtTransformer2DModel has no parameter '" + name +
+                                              "' (is this a PixArt transformer checkpoint of this configuration?)");
+        continue;
+      }
+      if (dst->sizes() != t.sizes())
+        fail(YETO_ERR_INVALID_ARGUMENT, "PixArtTransformer2DModel tensor '" + name + "': checkpoint shape " +
+                                            c10::str(t.sizes()) + ", model shape " + c10::str(dst->sizes()));
+      dst->copy_(t);
+    }
+  }
+
+  pixart::PixArtTransformer2DModel& model() { return model_; }
+
+ private:
+  pixart::PixArtTransformer2DModel model_;
+};
+
+// ---- the plugin ----------------------------------------------------------------------------
+
+struct TextConditioning {
+  at::Tensor ids, mask, embeds;
+};
+
+class PixArtPlugin : public yeto::sdk::Plugin {
+ public:
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const std::string where = model_dir + "/model_index.json";
+    const auto index = parse_json(model_index_json, where);
+    const auto transformer_cfg_path = model_dir + "/transformer/config.json";
+    const json transformer_cfg =
+        std::ifstream(transformer_cfg_path).good() ? read_json_file(transformer_cfg_path) : json::object();
+    json plan;
+    try {
+      plan = pixart::plan_from_model_index(model_dir, index, transformer_cfg);
+      default_max_length_ =
+          pixart::default_max_sequence_length(index.value("_class_name", std::string()), where);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    vae_config_ = read_json_file(model_dir + "/vae/config.json");
+    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+    max_sequence_length_ = default_max_length_;
+    return plan.dump();
+  }
+
+  std::string presets() override { return pixart::presets().dump(); }
+
+  void register_components(yeto::sdk::ComponentRegistry& registry) override {
+    registry.add<TransformerComponent>("PixArtTransformer2DModel");
+  }
+
+  void prepare(const std::string& options_json) override {
+    const auto o = parse_json(options_json, "prepare options");
+    auto& model = transformer();
+    const auto device = device_of(o.value("device", std::string("auto")));
+    const auto precision = pixart::resolve_precision(o.value("precision", std::string("auto")), device.str());
+    model->to(device, dtype_of(precision));
+    const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
+    if (max_len < 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "model.max_sequence_length must be 0 (the pipeline's default, " +
+                                          std::to_string(default_max_length_) + ") or positive");
+    max_sequence_length_ = max_len == 0 ? default_max_length_ : max_len;
+    tuning_ = o.value("tuning", std::string("lora"));
+    if (tuning_ != "lora" && tuning_ != "full")
+      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
+    if (tuning_ == "full") {
+      for (auto& p : model->parameters()) p.set_requires_grad(true);
+      return;
+    }
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
+    yeto::nn::LoraConfig cfg;
+    try {
+      cfg.r = lora.value("r", std::int64_t{16});
+      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
+      cfg.dropout = lora.value("dropout", 0.0);
+      cfg.init = lora.value("init", std::string("kaiming"));
+    } catch (const json::exception& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
+    }
+    if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
+    pixart::LoraTargets targets;
+    try {
+      targets = pixart::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    std::vector<std::string> patterns = targets.patterns;
+    if (targets.all_linear)
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
+        if (path != "proj_out") patterns.push_back(path);
+    bool already = false;
+    for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
+      already = already || layer->has_adapter(kLoraAdapter);
+    if (already) return;  // prepared before: keep the adapter (and its trained values)
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init") : 0);
+    try {
+      yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
+    }
+  }
+
+  NamedTensors trainable_parameters() override {
+    auto& model = transformer();
+    std::map<std::string, at::Tensor> sorted;
+    if (tuning_ == "full") {
+      for (const auto& p : model->named_parameters()) sorted.emplace("transformer." + p.key(), p.value());
+    } else {
+      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
+        if (!layer->has_adapter(kLoraAdapter)) continue;
+        sorted.emplace("transformer." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
+        sorted.emplace("transformer." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
+      }
+      if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
+    }
+    NamedTensors out;
+    for (auto& [name, t] : sorted) out.emplace_back(name, t);
+    return out;
+  }
+
+  // Pixels in [-1, 1] -> VAE latent (mean, or a sample from the seeded generator) x scaling_factor.
+  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
+    const auto& px = yeto::sdk::get(media, "pixel_values");
+    if (px.dim() != 4 || px.size(1) != 3)
+      fail(YETO_ERR_INVALID_ARGUMENT, "pixart encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
+                                      "[-1, 1], got " + c10::str(px.sizes()) + " (PixArt has no video VAE)");
+    const auto o = parse_json(options_json, "encode_media options");
+    const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
+    auto z = output(out, "mean", "vae");
+    if (o.value("sample", false)) {
+      const auto logvar = output(out, "logvar", "vae").clamp(-30.0, 20.0);
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
+      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
+      z = z + at::exp(0.5 * logvar) * eps;
+    }
+    return {{"latents", (z.to(at::kFloat) - shift_factor()) * scaling_factor()}};
+  }
+
+  // Prompts -> T5 states with the padding mask the transformer's cross-attention needs.
+  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
+    const auto p = parse_json(prompts_json, "encode_conditioning prompts");
+    std::vector<std::string> prompts;
+    if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
+    for (const auto& s : p) {
+      if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
+      prompts.push_back(s.get<std::string>());
+    }
+    const auto c = encode_text(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
+  }
+
+  // The micro-conditions: image resolution (height, width in pixels) and aspect ratio height /
+  // width, from the latent size, as PixArtAlphaPipeline builds them. Nothing for checkpoints
+  // without additional conditions.
+  NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& /*step_json*/) override {
+    const auto& noisy = yeto::sdk::get(batch, "noisy");
+    check_latents(noisy, "noisy");
+    if (!transformer()->config().use_additional_conditions) return {};
+    const auto [resolution, aspect_ratio] = added_conditions(noisy.size(0), noisy.size(2) * vae_scale_factor(),
+                                                             noisy.size(3) * vae_scale_factor());
+    return {{"resolution", resolution}, {"aspect_ratio", aspect_ratio}};
+  }
+
+  // The full transformer output, [B, out_channels, h, w] in float32: with learned sigma that is the
+  // noise prediction and the variance; align() selects what the loss compares.
+  at::Tensor denoise(const NamedTensors& in, const std::string& /*step_json*/) override {
+    using yeto::sdk::get;
+    const auto& x = get(in, "hidden_states");
+    check_latents(x, "hidden_states");
+    const auto* mask = find(in, "prompt_attention_mask");
+    at::Tensor resolution, aspect_ratio;
+    if (transformer()->config().use_additional_conditions) {
+      // They come from denoiser_kwargs (the caller adds that hook's tensors to these inputs).
+      const auto* r = find(in, "resolution");
+      const auto* a = find(in, "aspect_ratio");
+      if (!r || !a)
+        fail(YETO_ERR_INVALID_ARGUMENT, "pixart denoise: this transformer uses additional conditions; the inputs need "
+                                        "'resolution' [B, 2] and 'aspect_ratio' [B, 1] from denoiser_kwargs");
+      resolution = *r;
+      aspect_ratio = *a;
+    }
+    return run_transformer(x, get(in, "prompt_embeds"), get(in, "timesteps"), mask ? *mask : at::Tensor(),
+                           resolution, aspect_ratio)
+        .to(at::kFloat);
+  }
+
+  // The learned-sigma split: a prediction with twice the target's channels is [noise, variance];
+  // the loss sees the noise half (channels 0 .. C-1), as Diffusers' PixArt training scripts do.
+  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
+                                          const std::string& /*step_json*/) override {
+    if (prediction.dim() == target.dim() && prediction.dim() >= 2 && prediction.size(0) == target.size(0) &&
+        prediction.size(1) == 2 * target.size(1) &&
+        prediction.sizes().slice(2) == target.sizes().slice(2))
+      return {prediction.narrow(1, 0, target.size(1)).to(at::kFloat), target.to(at::kFloat)};
+    if (prediction.sizes() != target.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, "pixart align: prediction " + c10::str(prediction.sizes()) + " and target " +
+                                          c10::str(target.sizes()) +
+                                          " match neither directly nor as a learned-sigma [noise, variance] pair");
+    return {prediction.to(at::kFloat), target.to(at::kFloat)};
+  }
+
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    pixart::GenerateRequest r;
+    try {
+      r = pixart::parse_generate_request(parse_json(request_json, "generate request"));
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    at::NoGradGuard no_grad;
+    NamedTensors trace;
+    auto record = [&](const std::string& name, const at::Tensor& t) {
+      if (r.trace) trace.emplace_back(name, t.detach().clone());
+    };
+    const auto& cfg = transformer()->config();
+    const auto batch = static_cast<std::int64_t>(r.prompts.size());
+    const auto vsf = vae_scale_factor();
+    const auto height = r.height > 0 ? r.height : cfg.sample_size * vsf;
+    const auto width = r.width > 0 ? r.width : cfg.sample_size * vsf;
+    const auto multiple = vsf * cfg.patch_size;
+    if (height % multiple != 0 || width % multiple != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
+                                          " (VAE scale factor x patch size), got " + std::to_string(height) + "x" +
+                                          std::to_string(width));
+    const auto max_len = r.max_sequence_length > 0 ? r.max_sequence_length : default_max_length_;
+    const bool cfg_guidance = r.guidance > 1.0;
+
+    // 1. Text: prompt and (with guidance) negative prompt, each with its padding mask.
+    const auto cond = encode_text(r.prompts, max_len);
+    record("input_ids", cond.ids);
+    record("attention_mask", cond.mask);
+    record("prompt_embeds", cond.embeds);
+    at::Tensor context = cond.embeds, mask = cond.mask;
+    if (cfg_guidance) {
+      // The negative prompt is tokenized to the prompt's length; negatives first in the batch.
+      const auto neg = encode_text(r.negative_prompts, cond.embeds.size(1));
+      record("negative_input_ids", neg.ids);
+      record("negative_attention_mask", neg.mask);
+      record("negative_prompt_embeds", neg.embeds);
+      context = at::cat({neg.embeds, cond.embeds}, 0);
+      mask = at::cat({neg.mask, cond.mask}, 0);
+    }
+
+    // 2. Schedule and initial latents (noise from a CPU generator, as torch.Generator("cpu")).
+    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}});
+    const auto timesteps = output(schedule, "timesteps", "scheduler");
+    const auto* sig = find(schedule, "sigmas");
+    const at::Tensor sigmas = sig ? sig->to(at::kFloat) : at::Tensor();
+    record("timesteps", timesteps);
+    if (sigmas.defined()) record("sigmas", sigmas);
+    const auto channels = cfg.in_channels;
+    const auto h = height / vsf, w = width / vsf;
+    at::Tensor latents;
+    if (yeto::sdk::has(inputs, "latents")) {
+      latents = yeto::sdk::get(inputs, "latents").to(at::kFloat);
+      if (latents.sizes() != at::IntArrayRef({batch, channels, h, w}))
+        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " +
+                                            c10::str(at::IntArrayRef({batch, channels, h, w})) + ", got " +
+                                            c10::str(latents.sizes()));
+    } else {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+      latents = at::randn({batch, channels, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
+    }
+    // init_noise_sigma is 1 for the multistep schedulers this family uses.
+    record("initial_latents", latents);
+    const auto model_batch = cfg_guidance ? 2 * batch : batch;
+    at::Tensor resolution, aspect_ratio;
+    if (cfg.use_additional_conditions) std::tie(resolution, aspect_ratio) = added_conditions(model_batch, height, width);
+
+    // 3. Denoising loop.
+    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
+      const auto p = "step." + std::to_string(i) + ".";
+      const auto t = timesteps[i];
+      record(p + "latents", latents);
+      const auto model_in = cfg_guidance ? at::cat({latents, latents}, 0) : latents;
+      const auto timestep = t.expand({model_batch});
+      record(p + "timestep", timestep);
+      auto out = run_transformer(model_in, context, timestep, mask, resolution, aspect_ratio).to(at::kFloat);
+      if (cfg_guidance) {
+        const auto parts = out.chunk(2, 0);
+        record(p + "noise_pred_uncond", parts[0]);
+        record(p + "noise_pred_text", parts[1]);
+        // Guidance on every output channel (the variance half too), before the split, as upstream.
+        out = parts[0] + r.guidance * (parts[1] - parts[0]);
+        record(p + "noise_pred_guided", out);
+      }
+      const auto noise_pred = cfg.out_channels / 2 == channels ? out.chunk(2, 1)[0] : out;
+      record(p + "noise_pred", noise_pred);
+      if (r.trace && sigmas.defined()) {
+        record(p + "sigma", sigmas.narrow(0, i, 1));
+        record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
+        record(p + "x0_pred", x0_prediction(noise_pred, latents, sigmas[i]));
+      }
+      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
+                            {{"method", "step"}}),
+                       "prev_sample", "scheduler");
+    }
+    record("final_latents", latents);
+
+    // 4. Decode.
+    const auto vae_input = latents / scaling_factor() + shift_factor();
+    record("vae_input", vae_input);
+    const auto image = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae");
+    record("image", image);
+    const auto images = (image.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
+    record("image_postprocessed", images);
+
+    NamedTensors out = {{"images", images}};
+    for (auto& nt : trace) out.push_back(std::move(nt));
+    return out;
+  }
+
+ private:
+  pixart::PixArtTransformer2DModel& transformer() {
+    const auto c = Host::component("transformer");
+    auto* impl = c.as<TransformerComponent>("PixArtTransformer2DModel");
+    if (!impl)
+      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
+                                          ", not a PixArtTransformer2DModel built by the pixart plugin");
+    return impl->model();
+  }
+
+  at::Tensor run_transformer(const at::Tensor& x, const at::Tensor& context, const at::Tensor& timestep,
+                             const at::Tensor& mask, const at::Tensor& resolution, const at::Tensor& aspect_ratio) {
+    try {
+      return TransformerComponent::run(transformer(), x, context, timestep, mask, resolution, aspect_ratio);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+
+  std::pair<at::Tensor, at::Tensor> added_conditions(std::int64_t batch, std::int64_t height, std::int64_t width) {
+    const auto res = at::tensor({static_cast<float>(height), static_cast<float>(width)}, at::kFloat);
+    const auto ar = at::tensor({static_cast<float>(static_cast<double>(height) / static_cast<double>(width))}, at::kFloat);
+    return {res.unsqueeze(0).repeat({batch, 1}), ar.unsqueeze(0).repeat({batch, 1})};
+  }
+
+  // What DPM-Solver++ / UniPC convert the model output to (the x0 prediction), for the trace:
+  // VP sigmas, alpha_t = 1 / sqrt(sigma^2 + 1), sigma_t = sigma * alpha_t.
+  at::Tensor x0_prediction(const at::Tensor& model_output, const at::Tensor& sample, const at::Tensor& sigma) {
+    const auto alpha_t = 1.0 / (sigma * sigma + 1).sqrt();
+    const auto sigma_t = sigma * alpha_t;
+    const auto prediction = scheduler_config_.value("prediction_type", std::string("epsilon"));
+    if (prediction == "v_prediction") return alpha_t * sample - sigma_t * model_output;
+    if (prediction == "sample") return model_output;
+    return (sample - sigma_t * model_output) / alpha_t;
+  }
+
+  TextConditioning encode_text(const std::vector<std::string>& prompts, std::int64_t max_length) {
+    std::vector<std::string> texts;
+    for (const auto& p : prompts) texts.push_back(pixart::preprocess_caption(p));
+    TextConditioning c;
+    const json tok = {{"method", "tokenize"},   {"text", texts},        {"padding", "max_length"},
+                      {"max_length", max_length}, {"truncation", true}, {"add_special_tokens", true}};
+    const auto t = call("tokenizer", {}, tok);
+    c.ids = output(t, "input_ids", "tokenizer").to(at::kLong);
+    c.mask = output(t, "attention_mask", "tokenizer").to(at::kLong);
+    // PixArt passes the mask to T5 (padded keys masked; outputs at padded positions kept).
+    c.embeds = output(call("text_encoder", {{"input_ids", c.ids}, {"attention_mask", c.mask}}, {{"method", "encode"}}),
+                      "last_hidden_state", "text_encoder")
+                   .to(at::kFloat);
+    return c;
+  }
+
+  void check_latents(const at::Tensor& x, const std::string& name) {
+    const auto& cfg = transformer()->config();
+    if (x.dim() != 4 || x.size(1) != cfg.in_channels || x.size(2) % cfg.patch_size != 0 ||
+        x.size(3) % cfg.patch_size != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "pixart: '" + name + "' must be latents [B, " + std::to_string(cfg.in_channels) +
+                                          ", h, w] with h and w multiples of " + std::to_string(cfg.patch_size) +
+                                          ", got " + c10::str(x.sizes()));
+  }
+
+  std::int64_t vae_scale_factor() const {
+    const auto& b = vae_config_.contains("block_out_channels") ? vae_config_["block_out_channels"] : json();
+    if (!b.is_array() || b.empty()) return 8;
+    return std::int64_t{1} << (b.size() - 1);
+  }
+  double vae_number(const char* key, double fallback) const {
+    const auto it = vae_config_.find(key);
+    return it != vae_config_.end() && it->is_number() ? it->get<double>() : fallback;
+  }
+  double scaling_factor() const { return vae_number("scaling_factor", 0.18215); }
+  double shift_factor() const { return vae_number("shift_factor", 0.0); }
+
+  json vae_config_ = json::object();
+  json scheduler_config_ = json::object();
+  std::int64_t default_max_length_ = 120;
+  std::int64_t max_sequence_length_ = 120;
+  std::string tuning_ = "lora";
+};
+
+}  // namespace
+
+YETO_PLUGIN(PixArtPlugin)

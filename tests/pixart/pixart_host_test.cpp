@@ -1,0 +1,201 @@
+// The pixart plugin through yeto-host, as a user runs it: trusted loading, the parity cases
+// (transformer and both PixArt scheduler configurations), the recorded end-to-end PixArt-Alpha run
+// on the unchanged pixart-tiny repository, the PNG written by `sample` against that run, and
+// init-model -> train -> export -> sample on a preset repository.
+#include <gtest/gtest.h>
+
+#include <stb_image.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "../learner/dataset.hpp"
+#include "io/tensors.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRepos = fs::path(YETO_TEST_FIXTURES) / "repos";
+const fs::path kParity = fs::path(YETO_TEST_FIXTURES) / "parity";
+const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+nlohmann::json parity_json(const std::vector<fs::path>& cases) {
+  std::vector<std::string> args = {"check-parity", "--json"};
+  for (const auto& c : cases) args.push_back(c.string());
+  const auto r = yeto::test::run_host(args);
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  return nlohmann::json::parse(r.out).at("cases");
+}
+
+void print_comparisons(const nlohmann::json& c) {
+  for (const auto& cmp : c.at("comparisons"))
+    std::printf("  %-26s %-48s max abs %.3g (atol %.3g)\n", c.at("case").get<std::string>().c_str(),
+                cmp.at("name").get<std::string>().c_str(), cmp.value("max_abs", 0.0), cmp.value("atol", 0.0));
+}
+
+std::map<std::int64_t, double> series(const fs::path& run_dir, const std::string& field) {
+  std::map<std::int64_t, double> out;
+  std::istringstream in(read_bytes(run_dir / "metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains(field)) out[j.at("step").get<std::int64_t>()] = j.at(field).get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(PixArtHost, PluginIsBuiltSignedAndVerifies) {
+  for (const char* f : {"pixart.so", "pixart.yeto.json", "pixart.yeto.sig"})
+    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
+  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "pixart.so").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  const auto manifest = nlohmann::json::parse(read_bytes(kStagePlugins / "pixart.yeto.json"));
+  EXPECT_EQ(manifest.at("aliases"), nlohmann::json({"pixart-alpha", "pixart-sigma"})) << manifest.dump();
+}
+
+TEST(PixArtHost, ExampleRunConfigIsValid) {
+  const auto r = yeto::test::run_host(
+      {"config", "--check", "--config", (fs::path(YETO_SOURCE_DIR) / "configs" / "pixart.toml").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+}
+
+TEST(PixArtHost, CheckParityTransformerAndSchedulerCases) {
+  // The `model` kind builds PixArtTransformer2DModel through the plugin's registered constructor
+  // (forward, loss, six named gradients); the scheduler cases are the DDPM training view and the
+  // DPM-Solver++ sampling view of the PixArt scheduler config.
+  const auto cases = parity_json({kParity / "pixart-transformer", kParity / "scheduler-ddpm-pixart",
+                                  kParity / "scheduler-dpmsolver-pixart"});
+  ASSERT_EQ(cases.size(), 3u);
+  for (const auto& c : cases) {
+    EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
+    print_comparisons(c);
+    for (const auto& cmp : c.at("comparisons")) EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
+  }
+  EXPECT_EQ(cases[0].at("kind"), "model");
+  EXPECT_EQ(cases[0].at("comparisons").size(), 8u);  // sample, loss, 6 gradients
+  EXPECT_GE(cases[1].at("comparisons").size(), 3u);
+  EXPECT_GE(cases[2].at("comparisons").size(), 3u);
+}
+
+TEST(PixArtHost, CheckParityReproducesTheRecordedPipelineRun) {
+  // Tokens and masks, masked T5 embeddings, the guidance batch, every DPM-Solver++ step (learned-
+  // sigma split after guidance on all 8 channels), the decoded image: all recorded outputs.
+  const auto cases = parity_json({kRepos / "pixart-tiny-reference"});
+  ASSERT_EQ(cases.size(), 1u);
+  const auto& c = cases[0];
+  EXPECT_EQ(c.at("kind"), "pipeline_end_to_end");
+  EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
+  const auto case_json = nlohmann::json::parse(read_bytes(kRepos / "pixart-tiny-reference" / "case.json"));
+  EXPECT_EQ(c.at("comparisons").size(), case_json.at("compare").size());
+  print_comparisons(c);
+  for (const auto& cmp : c.at("comparisons")) EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
+}
+
+TEST(PixArtHost, SampleWritesTheReferenceImage) {
+  // `yeto-host sample` with the reference run's settings: the PNG is (image_postprocessed * 255)
+  // rounded, within one level where float rounding meets a .5 boundary; the same seed gives the
+  // same bytes.
+  yeto::test::TempDir tmp;
+  auto args = [&](const fs::path& out) {
+    return std::vector<std::string>{"sample", "--model", (kRepos / "pixart-tiny").string(), "--diffusion-adapter",
+                                    "pixart", "--prompt", "a red circle on a white background", "--seed", "42",
+                                    "--steps", "4", "--guidance", "4.5", "--height", "64", "--width", "64",
+                                    "--max-sequence-length", "32", "--output", out.string()};
+  };
+  const auto a = yeto::test::run_host(args(tmp / "a.png"));
+  ASSERT_EQ(a.exit_code, 0) << a.all();
+  const auto b = yeto::test::run_host(args(tmp / "b.png"));
+  ASSERT_EQ(b.exit_code, 0) << b.all();
+  EXPECT_EQ(read_bytes(tmp / "a.png"), read_bytes(tmp / "b.png"));
+
+  int w = 0, h = 0, n = 0;
+  unsigned char* px = stbi_load((tmp / "a.png").c_str(), &w, &h, &n, 3);
+  ASSERT_NE(px, nullptr);
+  ASSERT_EQ(w, 64);
+  ASSERT_EQ(h, 64);
+  const auto expected = yeto::io::load_safetensors(kRepos / "pixart-tiny-reference" / "expected.safetensors")
+                            .at("image_postprocessed")[0];
+  const auto want = (expected * 255).round().permute({1, 2, 0}).contiguous().to(at::kInt);
+  const auto got = at::from_blob(px, {64, 64, 3}, at::kByte).to(at::kInt);
+  const auto diff = (got - want).abs();
+  std::printf("  sample vs reference: max |pixel diff| %d, %lld of %d pixels differ\n", diff.max().item<int>(),
+              static_cast<long long>((diff > 0).sum().item<std::int64_t>()), 64 * 64 * 3);
+  EXPECT_LE(diff.max().item<int>(), 1);
+  stbi_image_free(px);
+}
+
+TEST(PixArtHost, InitModelTrainExportSample) {
+  yeto::test::TempDir tmp;
+  const fs::path model = tmp / "pixart-tiny";
+  auto r = yeto::test::run_host(
+      {"init-model", "--family", "pixart", "--preset", "tiny", "--seed", "7", "--out", model.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  for (const char* f : {"model_index.json", "transformer/config.json", "transformer/diffusion_pytorch_model.safetensors",
+                        "vae/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
+                        "tokenizer/spiece.model", "scheduler/scheduler_config.json"})
+    EXPECT_TRUE(fs::exists(model / f)) << f;
+
+  yeto::learner::test::write_dataset(tmp / "data", 24, {}, 32);
+  tmp.write("run.toml",
+            "[run]\nthreads = 1\n"
+            "[model]\nid = \"" + model.string() + "\"\nadapter = \"pixart\"\nprecision = \"fp32\"\n"
+            "max_sequence_length = 16\n"
+            "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
+            "[validation]\nsplit = 0.25\nmax_rows = 6\n"
+            "[lora]\nr = 4\nalpha = 4.0\n"
+            "[train]\nmax_steps = 40\nmicro_batch_size = 3\ncheckpoint_every = 20\n"
+            "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n"
+            "[diffusion]\nseed = 5\ntimestep_sampling = \"uniform\"\n");
+  const fs::path run = tmp / "run";
+  r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", run.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto val = series(run, "val_loss");
+  ASSERT_TRUE(val.count(0) && val.count(40)) << r.all();
+  std::printf("  pixart-tiny (preset) val_loss %.4f -> %.4f (ratio %.3f)\n", val.at(0), val.at(40),
+              val.at(40) / val.at(0));
+  EXPECT_LT(val.at(40), 0.9 * val.at(0)) << r.all();
+  EXPECT_TRUE(fs::exists(run / "lora.safetensors"));
+
+  r = yeto::test::run_host({"export", "--checkpoint", run.string(), "--output-dir", (tmp / "adapter").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto record = nlohmann::json::parse(read_bytes(tmp / "adapter" / "yeto_diffusion_adapter.json"));
+  EXPECT_EQ(record.at("plugin").at("name"), "pixart");
+  EXPECT_EQ(record.at("base_model").at("class_name"), "PixArtTransformer2DModel");
+  EXPECT_EQ(record.at("trainable_modules").size(), 20u);  // auto targets of 2 blocks
+  EXPECT_TRUE(fs::exists(tmp / "adapter" / "pytorch_lora_weights.safetensors"));
+
+  auto sample = [&](const fs::path& out, bool adapter) {
+    std::vector<std::string> a = {"sample", "--model", model.string(), "--diffusion-adapter", "pixart",
+                                  "--prompt", "a green checkerboard", "--seed", "3", "--steps", "4", "--guidance",
+                                  "4.5", "--height", "32", "--width", "32", "--max-sequence-length", "16",
+                                  "--output", out.string()};
+    if (adapter) a.insert(a.end(), {"--adapter-dir", (tmp / "adapter").string()});
+    return yeto::test::run_host(a);
+  };
+  for (const char* f : {"x.png", "y.png"}) {
+    r = sample(tmp / f, true);
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+  }
+  r = sample(tmp / "base.png", false);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto x = read_bytes(tmp / "x.png");
+  EXPECT_GT(x.size(), 8u);
+  EXPECT_EQ(x.substr(1, 3), "PNG");
+  EXPECT_EQ(x, read_bytes(tmp / "y.png"));
+  EXPECT_NE(x, read_bytes(tmp / "base.png")) << "the trained adapter should change the picture";
+}
