@@ -433,6 +433,7 @@ class LtxPlugin : public yeto::sdk::Plugin {
                                           std::to_string(px.size(4)) + " pixels; height and width must be multiples "
                                           "of " + std::to_string(st) + " (data.height, data.width)");
     const auto o = parse_json(options_json, "encode_media options");
+    at::NoGradGuard no_grad;  // the VAE is frozen: latents are data
     auto& v = vae();
     const auto dev = v->latents_mean.device();
     const auto dist = v->encode(px.to(dev, v->latents_mean.scalar_type()));

@@ -134,10 +134,15 @@ TEST(LtxTransformer, MaskAndRopeScaleMatter) {
   torch::NoGradGuard ng;
   const auto no_mask = m->forward(in.at("hidden_states"), in.at("encoder_hidden_states"), in.at("timestep"), {}, 3, 4,
                                   6, scale_of(sa));
-  EXPECT_GT((no_mask - ex.at("sample")).abs().max().item<double>(), 1e-3);
+  const double atol = info.at("compare").at("sample").at("atol").get<double>();
+  const double d_mask = (no_mask - ex.at("sample")).abs().max().item<double>();
+  std::printf("  without the caption mask: max abs change %.3g (atol %.3g)\n", d_mask, atol);
+  EXPECT_GT(d_mask, 10 * atol);
   const auto other_rate = m->forward(in.at("hidden_states"), in.at("encoder_hidden_states"), in.at("timestep"),
                                      in.at("encoder_attention_mask"), 3, 4, 6, ltx::rope_interpolation_scale(8, 32, 24));
-  EXPECT_GT((other_rate - ex.at("sample")).abs().max().item<double>(), 1e-4);
+  const double d_rate = (other_rate - ex.at("sample")).abs().max().item<double>();
+  std::printf("  frame rate 24 instead of 25 in the rotary scale: max abs change %.3g\n", d_rate);
+  EXPECT_GT(d_rate, atol);
   EXPECT_THROW(m->forward(in.at("hidden_states"), in.at("encoder_hidden_states"), in.at("timestep"), {}, 3, 4, 5,
                           scale_of(sa)),
                std::invalid_argument);
