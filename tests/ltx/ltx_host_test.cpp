@@ -238,3 +238,29 @@ TEST(LtxHost, LoraOnRawVideosLowersValidationLoss) {
   ASSERT_TRUE(fs::exists(tmp / "base/frame-00008.png") && fs::exists(tmp / "tuned/frame-00008.png"));
   EXPECT_NE(read_text(tmp / "base/frame-00008.png"), read_text(tmp / "tuned/frame-00008.png"));
 }
+
+TEST(LtxHost, CachedLatentsAndMaskedEmbeddingsTrain) {
+  // `yeto-host cache` stores the normalised video latents and both text tensors the plugin returns
+  // (embeddings and their attention mask); a run on the cache trains from them.
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data", 6);
+  tmp.write("run.toml", train_toml(3));
+  auto r = yeto::test::run_host({"cache", "--config", (tmp / "run.toml").string(), "--output", (tmp / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto manifest = read_text(tmp / "cache/manifest.jsonl");
+  std::istringstream lines(manifest);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    const auto j = nlohmann::json::parse(line);
+    for (const char* k : {"latents", "prompt_embeds", "prompt_attention_mask"}) EXPECT_TRUE(j.contains(k)) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 6);
+  std::string toml = train_toml(3);
+  toml.replace(toml.find("data/train.jsonl"), 16, "cache");
+  tmp.write("cached.toml", toml);
+  r = yeto::test::run_host({"train", "--config", (tmp / "cached.toml").string(), "--output", (tmp / "run").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(fs::exists(tmp / "run/lora.safetensors"));
+}
