@@ -30,7 +30,17 @@ set(YETO_HAVE_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(YETO_HAVE_CUDA ON)
 endif()
-message(STATUS "yeto: LibTorch ${YETO_TORCH_VERSION} (CUDA: ${YETO_HAVE_CUDA})")
+# c10d's NCCL backend (host/dist): only a CUDA LibTorch built with it; Debian's CPU build ships
+# the header but not the backend, so CUDA is required as well.
+set(YETO_HAVE_C10D_NCCL OFF)
+if(YETO_HAVE_CUDA)
+  foreach(_dir IN LISTS TORCH_INCLUDE_DIRS)
+    if(EXISTS "${_dir}/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
+      set(YETO_HAVE_C10D_NCCL ON)
+    endif()
+  endforeach()
+endif()
+message(STATUS "yeto: LibTorch ${YETO_TORCH_VERSION} (CUDA: ${YETO_HAVE_CUDA}, c10d NCCL: ${YETO_HAVE_C10D_NCCL})")
 
 # One imported helper target carrying LibTorch plus the project's torch-wide definitions.
 add_library(yeto_torch INTERFACE)

@@ -109,7 +109,9 @@ std::vector<KeyDef> build_schema() {
       L("lora.targets", {"auto"}, "Modules that get adapters: auto | attention | all-linear, or module-name patterns.").flag("lora-targets"),
 
       // [train]
-      C("train.shard", "none", {"none", "ddp", "fsdp"}, "How ranks within an island share work: ddp replicates the frozen base, fsdp shards it.").flag("shard"),
+      C("train.shard", "none", {"none", "ddp", "fsdp"}, "How ranks within an island share work: ddp replicates the frozen base and averages the LoRA gradients across the ranks (WORLD_SIZE > 1); fsdp (sharding the frozen base) is not built yet and is refused.").flag("shard"),
+      I("train.island_ranks", 1, "Ranks per learner island that `yeto-host train --islands N` starts, each a process with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set (> 1 needs train.shard = \"ddp\"). A learner started by another launcher takes its rank count from WORLD_SIZE, which must then equal this when this is > 1.").flag("island-ranks").range(1, 1024),
+      F("train.rendezvous_timeout_s", 300.0, "How long the ranks of an island wait for each other at start-up (the MASTER_ADDR:MASTER_PORT rendezvous) before failing with how many joined.").range(1.0, std::nullopt),
       A("train.micro_batch_size", std::int64_t{1}, "Samples per forward/backward; auto: probe and pick the largest that fits.").flag("micro-batch-size"),
       I("train.gradient_accumulation", 1, "Micro batches accumulated per optimizer step.").flag("gradient-accumulation").range(1, 65536),
       I("train.max_steps", 1000, "Optimizer steps to train.").flag("max-steps").range(0, std::nullopt),

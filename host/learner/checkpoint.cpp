@@ -16,9 +16,11 @@ namespace yeto::learner {
 namespace fs = std::filesystem;
 
 nlohmann::json to_json(const TrainState& s) {
-  return {{"step", s.step},          {"samples", s.samples},           {"epoch", s.epoch},
+  nlohmann::json j = {{"step", s.step},          {"samples", s.samples},           {"epoch", s.epoch},
           {"batch_in_epoch", s.batch_in_epoch}, {"skipped_rows", s.skipped_rows}, {"skipped", s.skipped},
           {"config_hash", s.config_hash}};
+  if (!s.rank_positions.empty()) j["rank_positions"] = s.rank_positions;
+  return j;
 }
 
 TrainState train_state_from_json(const nlohmann::json& j, const std::string& label) {
@@ -31,6 +33,8 @@ TrainState train_state_from_json(const nlohmann::json& j, const std::string& lab
     s.skipped_rows = j.value("skipped_rows", std::int64_t{0});
     s.config_hash = j.value("config_hash", std::string());
     if (j.contains("skipped")) s.skipped = j.at("skipped").get<std::map<std::string, std::string>>();
+    if (j.contains("rank_positions"))
+      s.rank_positions = j.at("rank_positions").get<std::vector<std::array<std::int64_t, 2>>>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw Error(label + ": not a learner checkpoint state (" + e.what() + ")", ExitCode::bad_input);

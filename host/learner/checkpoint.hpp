@@ -9,11 +9,13 @@
 // Include only where LibTorch is already in use.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,9 @@ struct TrainState {
   std::int64_t skipped_rows = 0;  // rows left out so far (each counted once)
   std::map<std::string, std::string> skipped;  // "<manifest> line N" -> reason, for the report
   std::string config_hash;
+  // Island ranks > 1: every rank's data position (epoch, batch_in_epoch), by island rank; the
+  // fields above hold rank 0's. Empty for one rank.
+  std::vector<std::array<std::int64_t, 2>> rank_positions;
 };
 
 nlohmann::json to_json(const TrainState& s);

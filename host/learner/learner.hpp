@@ -16,6 +16,10 @@ namespace yeto::config {
 class Config;
 }
 
+namespace yeto::dist {
+class IslandGroup;
+}
+
 namespace yeto::learner {
 
 class OuterSync;
@@ -26,6 +30,10 @@ struct RunOptions {
   int world = 1;                   // logical ranks sharing the data
   bool resume = true;              // continue from RUN_DIR/checkpoints/latest when present
   bool console = true;             // progress lines on the console
+  // The island's ranks (train.shard = "ddp", WORLD_SIZE > 1), or null for one rank. Every rank
+  // trains its own data shard (logical_rank / world above), LoRA gradients are averaged before
+  // each optimizer step, and only island rank 0 writes RUN_DIR.
+  dist::IslandGroup* island = nullptr;
 };
 
 struct RunResult {

@@ -2,6 +2,7 @@
 #include "cli/commands.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
+#include "dist/run_island.hpp"
 #include "learner/learner.hpp"
 #include "sync/train_islands.hpp"
 
@@ -31,6 +32,13 @@ int run_train(CommandContext& ctx) {
   learner::RunOptions options;
   options.run_dir = cfg.get_path("run.output");
   if (ctx.has("no-resume")) options.resume = false;
+  // One island on several ranks (torchrun-style environment, train.shard = "ddp").
+  const auto island = dist::open_run_island(cfg, dist::island_env());
+  if (island) {
+    options.logical_rank = dist::rank_of(*island);
+    options.world = dist::world_size_of(*island);
+    options.island = island.get();
+  }
   const auto result = learner::run(cfg, options, nullptr);
   if (result.stopped_early) spdlog::info("stopped at step {}; run the same command again to resume", result.steps);
   return 0;
@@ -50,10 +58,13 @@ void register_learner_commands(Registry& r) {
       "checkpoints/ (resumable: LoRA, optimizer, data position) and, at the end, lora.safetensors. A run directory "
       "holding a checkpoint is resumed from it (bit-identical to an uninterrupted run) unless --no-resume is given. "
       "SIGTERM / SIGINT, or a file named save_quit in RUN_DIR, write a checkpoint and stop; a file named save writes "
-      "one and continues.";
+      "one and continues. Started by a torchrun-style launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) with "
+      "train.shard = \"ddp\", the ranks train one island together: each its own data shard, LoRA gradients averaged "
+      "before every optimizer step, only rank 0 writing RUN_DIR.";
   c.run_config = true;
   c.options = {{"no-resume", "", "Start from step 0 even when RUN_DIR holds a checkpoint (it is overwritten)."},
-               {"islands", "N", "Run a syncer and N learner islands as child processes (embedded local mode)."}};
+               {"islands", "N", "Run a syncer and N learner islands as child processes (embedded local mode); "
+                                "train.island_ranks (--island-ranks K) ranks each."}};
   c.run = run_train;
   r.add(std::move(c));
 }

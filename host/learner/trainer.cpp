@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -24,6 +25,7 @@
 #include "data/sampler.hpp"
 #include "data/source.hpp"
 #include "data/torch/batch.hpp"
+#include "dist/island_group.hpp"
 #include "io/provenance.hpp"
 #include "io/tensors.hpp"
 #include "learner/adamw.hpp"
@@ -132,7 +134,8 @@ std::string stream_name(const char* what, std::int64_t step, std::int64_t micro)
 class Loop {
  public:
   Loop(TrainModel& model, const config::Config& cfg, const RunOptions& options, OuterSync* sync)
-      : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)) {}
+      : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)), group_(options.island),
+        lead_(!group_ || group_->rank() == 0) {}
 
   RunResult run(const std::function<void(io::Provenance&)>& record_provenance);
 
@@ -154,12 +157,18 @@ class Loop {
   void write_outputs_start(const std::function<void(io::Provenance&)>& record_provenance);
   void checkpoint();
   void truncate_metrics(std::int64_t after_step);
+  // Island ranks > 1 (ddp): rank 0's decision (0/1) made the same on every rank.
+  bool island_agree(bool lead_decision);
+  // Every rank's data position into state_.rank_positions (a collective).
+  void gather_positions();
 
   TrainModel& model_;
   const config::Config& cfg_;
   RunOptions opt_;
   OuterSync* sync_;
   Settings s_;
+  dist::IslandGroup* group_;  // null: one rank
+  bool lead_;                 // island rank 0: the only writer of RUN_DIR
   RunData data_;
   NamedTensors trainable_;
   std::unique_ptr<AdamW> adam_;
@@ -245,7 +254,28 @@ double Loop::evaluate() {
     count += latents.size(0);
   }
   default_gen.set_state(saved);
-  return total / static_cast<double>(count);
+  const double v = total / static_cast<double>(count);
+  // Every rank evaluates the same rows with its own noise streams; the island reports their mean.
+  if (group_) return dist::allreduce_values(*group_, {v})[0] / static_cast<double>(group_->world_size());
+  return v;
+}
+
+bool Loop::island_agree(bool lead_decision) {
+  if (!group_) return lead_decision;
+  return dist::allreduce_values(*group_, {lead_ && lead_decision ? 1.0 : 0.0}, dist::ReduceOp::max)[0] > 0.5;
+}
+
+void Loop::gather_positions() {
+  if (!group_) return;
+  const int w = group_->world_size();
+  std::vector<double> v(static_cast<std::size_t>(2 * w), 0.0);
+  v[static_cast<std::size_t>(2 * group_->rank())] = static_cast<double>(state_.epoch);
+  v[static_cast<std::size_t>(2 * group_->rank() + 1)] = static_cast<double>(state_.batch_in_epoch);
+  v = dist::allreduce_values(*group_, std::move(v));
+  state_.rank_positions.clear();
+  for (int r = 0; r < w; ++r)
+    state_.rank_positions.push_back({static_cast<std::int64_t>(v[static_cast<std::size_t>(2 * r)]),
+                                     static_cast<std::int64_t>(v[static_cast<std::size_t>(2 * r + 1)])});
 }
 
 void Loop::open_epoch() {
@@ -341,6 +371,7 @@ void Loop::write_outputs_start(const std::function<void(io::Provenance&)>& recor
   prov.set("learner", {{"model", model_.describe()},
                        {"logical_rank", opt_.logical_rank},
                        {"world", opt_.world},
+                       {"island_ranks", group_ ? group_->world_size() : 1},
                        {"seed", s_.seed},
                        {"micro_batch_size", micro_},
                        {"gradient_accumulation", accumulation_},
@@ -350,6 +381,8 @@ void Loop::write_outputs_start(const std::function<void(io::Provenance&)>& recor
 }
 
 void Loop::checkpoint() {
+  gather_positions();  // every rank calls checkpoint() at the same step boundaries
+  if (!lead_) return;
   const auto dir = save_checkpoint(opt_.run_dir, state_, trainable_, *adam_);
   spdlog::info("checkpoint: {}", dir.string());
 }
@@ -404,6 +437,12 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     const auto decision = choose_micro_batch(req, probe);
     micro_ = decision.micro_batch_size;
     accumulation_ = decision.gradient_accumulation;
+    if (group_) {  // the island trains in lock-step: every rank takes rank 0's choice
+      const auto v = dist::allreduce_values(
+          *group_, {lead_ ? static_cast<double>(micro_) : 0.0, lead_ ? static_cast<double>(accumulation_) : 0.0});
+      micro_ = static_cast<std::int64_t>(v[0]);
+      accumulation_ = static_cast<std::int64_t>(v[1]);
+    }
     spdlog::info("micro_batch_size = auto: {}", decision.log);
   }
 
@@ -418,14 +457,30 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
         spdlog::warn("resuming {} written with a different configuration (hash {} vs {})", dir->string(),
                      state_.config_hash.substr(0, 12), hash.substr(0, 12));
       state_.config_hash = hash;
-      truncate_metrics(state_.step);
+      if (group_) {
+        const auto r = static_cast<std::size_t>(group_->rank());
+        if (state_.rank_positions.size() == static_cast<std::size_t>(group_->world_size())) {
+          state_.epoch = state_.rank_positions[r][0];
+          state_.batch_in_epoch = state_.rank_positions[r][1];
+        } else {
+          spdlog::warn("{} was written by an island of {} rank(s), this one has {}: every rank resumes at rank 0's "
+                       "data position",
+                       dir->string(), std::max<std::size_t>(1, state_.rank_positions.size()), group_->world_size());
+        }
+      }
+      if (lead_) truncate_metrics(state_.step);
       resumed = true;
       spdlog::info("resumed from {} at step {} (epoch {}, micro batch {})", dir->string(), state_.step, state_.epoch,
                    state_.batch_in_epoch);
     }
   }
-  write_outputs_start(record_provenance);
-  RunMetrics metrics(opt_.run_dir, s_.tensorboard);
+  // Ranks start identical: the plugin may initialise LoRA from a per-rank stream.
+  if (group_) dist::broadcast_tensors(*group_, trainable_, 0);
+  std::optional<RunMetrics> metrics;
+  if (lead_) {
+    write_outputs_start(record_provenance);
+    metrics.emplace(opt_.run_dir, s_.tensorboard);
+  }
 
   // Held-out batches, decoded once (fixed order).
   {
@@ -459,7 +514,7 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     const double v = evaluate();
     if (std::isfinite(v)) {
       first_val = last_val = v;
-      metrics.record({{"step", state_.step}, {"val_loss", v}});
+      if (metrics) metrics->record({{"step", state_.step}, {"val_loss", v}});
       spdlog::info("step {} val_loss {:.6f}", state_.step, v);
     }
   }
@@ -493,6 +548,14 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
       samples += latents.size(0);
     }
     auto t0 = Clock::now();
+    if (group_) {
+      // ddp: average the LoRA gradients, and sum the island's loss and samples, so every rank
+      // takes the same optimizer step and reports the same numbers.
+      dist::average_gradients(*group_, trainable_);
+      const auto v = dist::allreduce_values(*group_, {loss_sum, static_cast<double>(samples)});
+      loss_sum = v[0] / static_cast<double>(group_->world_size());
+      samples = static_cast<std::int64_t>(v[1]);
+    }
     const double grad_norm = clip_grad_norm(trainable_, s_.max_grad_norm);
     const double lr = learning_rate_at(s_.optimizer, step);
     adam_->step(lr);
@@ -532,10 +595,10 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
         last_val = v;
       }
     }
-    metrics.record(rec);
+    if (metrics) metrics->record(rec);
     result.last_loss = loss;
 
-    if (opt_.console) {
+    if (opt_.console && lead_) {
       const double elapsed = seconds_since(t_run);
       const double done = static_cast<double>(step - start_step);
       const double rate = done / std::max(elapsed, 1e-9);
@@ -549,7 +612,10 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     }
 
     ++since_ckpt;
-    const Request req = control.poll();
+    Request req = control.poll();
+    if (group_)  // the strongest request of any rank, on every rank
+      req = static_cast<Request>(static_cast<int>(
+          dist::allreduce_values(*group_, {static_cast<double>(static_cast<int>(req))}, dist::ReduceOp::max)[0]));
     if (req == Request::save_quit) stop = true;
     if (!last && !sync_cut &&
         (stop || req == Request::save || (s_.checkpoint_every > 0 && step % s_.checkpoint_every == 0))) {
@@ -572,12 +638,14 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
 
   if (!result.stopped_early) {
     if (sync_ && !sync_->finish(trainable_)) spdlog::warn("no final cut from the syncer; saving the local weights");
-    if (since_ckpt > 0 || state_.step == 0 || !latest_checkpoint(opt_.run_dir)) checkpoint();
-    std::vector<std::pair<std::string, at::Tensor>> weights;
-    for (const auto& [name, t] : trainable_) weights.emplace_back(name, t.detach());
-    io::save_safetensors(opt_.run_dir / "lora.safetensors", weights,
-                         {{"yeto.step", std::to_string(state_.step)}, {"yeto.tuning", s_.tuning}});
-    spdlog::info("done: {} steps, adapter {}", state_.step, (opt_.run_dir / "lora.safetensors").string());
+    if (island_agree(since_ckpt > 0 || state_.step == 0 || (lead_ && !latest_checkpoint(opt_.run_dir)))) checkpoint();
+    if (lead_) {
+      std::vector<std::pair<std::string, at::Tensor>> weights;
+      for (const auto& [name, t] : trainable_) weights.emplace_back(name, t.detach());
+      io::save_safetensors(opt_.run_dir / "lora.safetensors", weights,
+                           {{"yeto.step", std::to_string(state_.step)}, {"yeto.tuning", s_.tuning}});
+      spdlog::info("done: {} steps, adapter {}", state_.step, (opt_.run_dir / "lora.safetensors").string());
+    }
   }
   if (state_.skipped_rows > 0) {
     spdlog::warn("skipped {} bad row(s) under data.on_bad_row = skip:", state_.skipped_rows);

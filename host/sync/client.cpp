@@ -84,6 +84,8 @@ struct SyncClient::Impl {
   std::vector<float> initial;                   // all tensors, canonical order (for INIT)
   ClientStats st;
   bool failed = false, stopping = false, final_ack_sent = false, final_ack_queued = false;
+  bool final_applied = false;  // apply_final() ran (its ack may be deferred)
+  std::array<unsigned char, 32> final_digest{};  // of what apply_final() left in the tensors
   bool ended_after_final = false;  // the syncer closed the connection after our final ack
   std::optional<Heartbeat> local_done;          // finish_local() was called: send `done` once per connection
   std::map<std::uint32_t, std::uint64_t> sent_base;  // base version of the last push sent per fragment
@@ -402,8 +404,12 @@ struct SyncClient::Impl {
     const auto digest = state_digest(fc.versions, mine);
     {
       std::lock_guard lk(mu);
-      final_ack_queued = true;
-      control.emplace_back(MsgType::final_ack, FinalAck{digest}.encode());
+      final_applied = true;
+      final_digest = digest;
+      if (!o.defer_final_ack) {
+        final_ack_queued = true;
+        control.emplace_back(MsgType::final_ack, FinalAck{digest}.encode());
+      }
     }
     event("final_applied", {{"digest", hex(digest.data(), 32)}, {"matches", digest == fc.digest}});
     notify();
@@ -414,7 +420,7 @@ struct SyncClient::Impl {
     std::optional<FinalCut> fc;
     {
       std::unique_lock lk(mu);
-      if (final_ack_queued) return true;
+      if (final_applied) return true;
       cv.wait_for(lk, secs(timeout_s), [&] { return failed || final_cut.has_value(); });
       if (!final_cut) return false;
       fc = *final_cut;
@@ -433,8 +439,8 @@ struct SyncClient::Impl {
       std::lock_guard lk(mu);
       st.steps = step_no;
       r.failed = failed;
-      if (final_cut && !final_ack_queued) fc = *final_cut;
-      else if (final_ack_queued) r.finished = true;
+      if (final_cut && !final_applied) fc = *final_cut;
+      else if (final_applied) r.finished = true;
       for (std::size_t p = 0; p < latest.size(); ++p)
         if (latest[p] && (!have_base[p] || latest[p]->version != base_version[p])) fresh[p] = std::move(latest[p]);
     }
@@ -564,6 +570,16 @@ void SyncClient::finish_local(std::uint64_t step, std::uint64_t samples) {
 
 bool SyncClient::wait_for_final(std::span<const std::span<float>> tensors, double timeout_s) {
   return impl_->wait_for_final(tensors, timeout_s);
+}
+
+void SyncClient::acknowledge_final() {
+  {
+    std::lock_guard lk(impl_->mu);
+    if (!impl_->final_applied || impl_->final_ack_queued) return;
+    impl_->final_ack_queued = true;
+    impl_->control.emplace_back(MsgType::final_ack, FinalAck{impl_->final_digest}.encode());
+  }
+  impl_->notify();
 }
 
 bool SyncClient::final_cut_available() const {

@@ -75,6 +75,9 @@ class SyncClient {
   // Terminal handshake outside step(): waits up to timeout_s for the final cut, overwrites the
   // tensors with it and queues the acknowledgement. True when it was applied (now or before).
   bool wait_for_final(std::span<const std::span<float>> tensors, double timeout_s);
+  // With ClientOptions::defer_final_ack: queues the acknowledgement of the applied final cut
+  // (no-op before it was applied, or when it was already queued).
+  void acknowledge_final();
   bool final_cut_available() const;  // the final cut has arrived (applied or not)
   bool gave_up() const;              // the reconnect budget is spent
   // Sends what is queued (the final acknowledgement, bounded by timeout_s), then stops.

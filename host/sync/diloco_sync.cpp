@@ -14,6 +14,7 @@
 #include "config/config.hpp"
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "dist/island_group.hpp"
 #include "sync/clock.hpp"
 #include "sync/tape.hpp"
 
@@ -40,14 +41,84 @@ struct DilocoSync::Impl {
   std::int64_t last_samples = -1;
   DilocoStats st;
   bool failed_logged = false;
+  dist::IslandGroup* island = nullptr;  // null: one rank
+  bool lead = true;                     // owns the client: one rank, or island rank 0
+  bool started = false;
+  bool stop_flag = false;               // islands: rank 0's stop decision at the last step boundary
 
-  explicit Impl(DilocoOptions opts) : o(std::move(opts)) {
-    if (o.world_size > 1 || o.rank != 0)
-      throw UsageError("outer sync: islands of " + std::to_string(o.world_size) +
-                       " ranks need the in-island broadcast of global fragments, which this build does not have; "
-                       "run every island with one rank (train.world_size = 1)");
+  explicit Impl(DilocoOptions opts) : o(std::move(opts)), island(o.island) {
+    if (island && island->world_size() < 2) island = nullptr;
+    lead = !island || island->rank() == 0;
+    if (!lead) return;  // other ranks never talk to the syncer
+    o.client.defer_final_ack = island != nullptr;
     o.client.validate();
     if (!o.client.events.empty()) events = std::make_unique<JsonlWriter>(o.client.events);
+  }
+
+  // ---- the island's lock-step decision, broadcast from rank 0
+
+  // Doubles broadcast from rank 0 (the receiving ranks pass `n` zeros). Every value is an
+  // integer below 2^53 or a float32 alpha, so double carries them exactly.
+  void bcast(std::vector<double>& v) {
+    if (v.empty()) return;
+    at::Tensor t = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble).clone();
+    island->broadcast(t, 0);
+    const double* d = t.data_ptr<double>();
+    std::copy(d, d + v.size(), v.begin());
+  }
+
+  void bcast(std::vector<float>& v) {
+    at::Tensor t = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kFloat).clone();
+    island->broadcast(t, 0);
+    const float* d = t.data_ptr<float>();
+    std::copy(d, d + v.size(), v.begin());
+  }
+
+  // Rank 0: what this step boundary decided (r) -> every rank. Others: receive it and apply
+  // the same blends. Returns the fragments applied here (for staging back).
+  void share_step(StepResult& r, bool stop_now, const learner::Trainable& trainable, bool staged_in) {
+    std::vector<double> head = {static_cast<double>(r.applied.size()), r.finished ? 1.0 : 0.0, r.failed ? 1.0 : 0.0,
+                                stop_now ? 1.0 : 0.0};
+    bcast(head);
+    const auto n = static_cast<std::size_t>(head[0]);
+    stop_flag = head[3] > 0.5;
+    if (!lead) {
+      r.finished = head[1] > 0.5;
+      r.failed = head[2] > 0.5;
+    }
+    if (n == 0) return;
+    std::vector<double> meta(3 * n, 0.0);
+    if (lead)
+      for (std::size_t k = 0; k < n; ++k) {
+        meta[3 * k] = r.applied[k].fragment;
+        meta[3 * k + 1] = static_cast<double>(r.applied[k].version);
+        meta[3 * k + 2] = static_cast<double>(r.applied[k].alpha);
+      }
+    bcast(meta);
+    if (lead) {
+      for (auto& a : r.applied) bcast(a.data);
+      st.broadcasts += n;
+      return;
+    }
+    // The same blend rank 0 did, on the same (bit-identical) tensors.
+    if (!staged_in && any_staged()) stage_in(trainable);
+    std::set<std::uint32_t> touched;
+    for (std::size_t k = 0; k < n; ++k) {
+      AppliedFragment a;
+      a.fragment = static_cast<std::uint32_t>(meta[3 * k]);
+      a.version = static_cast<std::uint64_t>(meta[3 * k + 1]);
+      a.alpha = static_cast<float>(meta[3 * k + 2]);
+      if (a.fragment >= layout.fragments.size())
+        throw Error("outer sync: island rank 0 broadcast fragment " + std::to_string(a.fragment) + " of " +
+                    std::to_string(layout.fragments.size()) + "; the ranks disagree on the fragment layout");
+      a.data.assign(layout.fragments[a.fragment].numel, 0.0f);
+      bcast(a.data);
+      apply_fragment(layout, a.fragment, a.data, spans, a.alpha);
+      for (std::uint32_t i : layout.fragments[a.fragment].tensors) touched.insert(i);
+      r.applied.push_back(std::move(a));
+    }
+    stage_out(trainable, touched);
+    st.broadcasts += n;
   }
 
   void event(const std::string& name, nlohmann::json extra = nlohmann::json::object()) {
@@ -140,6 +211,16 @@ struct DilocoSync::Impl {
     layout = build_layout(std::move(specs), o.fragments, o.pattern);
     bind(trainable);
     stage_in(trainable);
+    started = true;
+    if (!lead) {
+      // Rank 0 joins; this rank takes the state it starts from.
+      std::vector<double> head = {0.0};
+      bcast(head);
+      st.joined = head[0] > 0.5;
+      dist::broadcast_tensors(*island, trainable, 0);
+      if (st.joined) st.fragments_applied += layout.fragments.size();
+      return;
+    }
     client = std::make_unique<SyncClient>(o.client, layout);
     const auto cs = const_spans();
     client->start(cs);
@@ -155,11 +236,28 @@ struct DilocoSync::Impl {
                    o.client.learner_id, o.client.host, o.client.port, o.join_timeout_s);
       event("join_deferred", {{"join_timeout_s", o.join_timeout_s}});
     }
+    if (island) {
+      std::vector<double> head = {st.joined ? 1.0 : 0.0};
+      bcast(head);
+      dist::broadcast_tensors(*island, trainable, 0);
+    }
   }
 
   void after_step(std::int64_t step, std::int64_t samples, const learner::Trainable& trainable) {
-    if (!client) throw Error("outer sync: after_step() before start()");
-    if (st.finished) return;
+    if (!started) throw Error("outer sync: after_step() before start()");
+    if (st.finished) return;  // every rank knows: the final cut was shared at that boundary
+    if (!lead) {
+      ++st.steps;
+      bind(trainable);
+      StepResult r;
+      share_step(r, false, trainable, false);
+      st.fragments_applied += r.applied.size();
+      if (r.finished) {
+        st.finished = true;
+        island->barrier();  // rank 0 acknowledges the final cut once every rank holds it
+      }
+      return;
+    }
     if (last_samples < 0) last_samples = step > 0 ? samples - samples / step : 0;  // resumed runs: one step's share
     const std::int64_t delta = std::max<std::int64_t>(0, samples - last_samples);
     last_samples = samples;
@@ -173,6 +271,15 @@ struct DilocoSync::Impl {
       }
     });
     if (staged) ++st.staged_steps;
+    if (island) {
+      const bool stop_now = r.finished || client->final_cut_available() || client->gave_up();
+      StepResult shared = r;  // its fragment data travel to the other ranks
+      share_step(shared, stop_now, trainable, staged);
+      if (r.finished) {
+        island->barrier();
+        client->acknowledge_final();
+      }
+    }
     if (!r.applied.empty()) {
       std::set<std::uint32_t> touched;
       for (const auto& a : r.applied)
@@ -188,8 +295,27 @@ struct DilocoSync::Impl {
     }
   }
 
+  // Islands, after rank 0's wait for the final cut: every rank overwrites its tensors with it
+  // (or learns there is none), then rank 0 acknowledges.
+  bool share_final(bool applied, const learner::Trainable& trainable) {
+    std::vector<double> head = {applied ? 1.0 : 0.0};
+    bcast(head);
+    applied = head[0] > 0.5;
+    if (!applied) return false;
+    dist::broadcast_tensors(*island, trainable, 0);
+    island->barrier();
+    if (lead) client->acknowledge_final();
+    return true;
+  }
+
   bool finish(const learner::Trainable& trainable) {
-    if (!client) return false;
+    if (!started) return false;
+    if (!lead) {
+      if (st.finished) return true;
+      st.finished = share_final(false, trainable);
+      if (st.finished) st.fragments_applied += layout.fragments.size();
+      return st.finished;
+    }
     if (!st.finished) {
       client->finish_local(st.steps, static_cast<std::uint64_t>(std::max<std::int64_t>(last_samples, 0)));
       bind(trainable);
@@ -200,6 +326,11 @@ struct DilocoSync::Impl {
         if (applied || client->gave_up()) break;
         if (o.final_wait_s > 0 && steady_now() - started > o.final_wait_s) break;
       }
+      if (applied) {
+        stage_out(trainable, all_tensors());
+        st.fragments_applied += layout.fragments.size();
+      }
+      if (island) share_final(applied, trainable);
       if (!applied) {
         spdlog::error("outer sync {}: no final cut from the syncer; the island keeps its local weights",
                       o.client.learner_id);
@@ -207,7 +338,6 @@ struct DilocoSync::Impl {
         client->close(1.0);
         return false;
       }
-      stage_out(trainable, all_tensors());
       st.finished = true;
     }
     client->close(o.client.timeouts.final_timeout_s);
@@ -229,6 +359,8 @@ void DilocoSync::after_step(std::int64_t step, std::int64_t samples, const learn
 }
 
 bool DilocoSync::stop_requested() const {
+  // An island stops on rank 0's decision at the last step boundary, the same on every rank.
+  if (impl_->island) return impl_->stop_flag || impl_->st.finished;
   return impl_->client && (impl_->st.finished || impl_->client->final_cut_available() || impl_->client->gave_up());
 }
 

@@ -1,6 +1,7 @@
 // Decoupled DiLoCo for the learner: learner::OuterSync over the torch-free SyncClient.
 //
-// Island rank 0 owns one DilocoSync. start() builds the fragment layout from the trainable
+// Every rank of an island runs a DilocoSync; only island rank 0 owns the SyncClient (joins,
+// pushes, pulls, heartbeats). start() builds the fragment layout from the trainable
 // tensors (canonical order), joins the syncer and overwrites the tensors with the run's
 // current global state (a joining or rejoining island catches up here). after_step() hands
 // the client the tensors at every step boundary: fragments that are due (per-fragment
@@ -15,8 +16,17 @@
 // syncer this island is done (when it stopped on its own step budget), waits for the final
 // cut, overwrites the tensors with it and acknowledges it.
 //
+// Islands of several ranks (DilocoOptions::island): at every step boundary rank 0 runs the
+// client's step (never waiting on the network) and broadcasts its decision over the island's
+// process group -- how many global fragments it blended in (fragment, version, alpha each),
+// whether the final cut was applied, whether the run must stop -- then each blended global
+// fragment; every other rank applies the same alpha-blend to its (identical) tensors, so all
+// ranks stay bit-identical. The final cut is applied by every rank the same way; rank 0
+// acknowledges it to the syncer only after a barrier, i.e. once every rank holds it. The
+// syncer sees the island as one learner.
+//
 // Progress events (JSON lines, see docs/DESIGN.md "Broadcast, catch-up and the client") go
-// to DilocoOptions::client.events, normally RUN_DIR/sync_events.jsonl.
+// to DilocoOptions::client.events, normally RUN_DIR/sync_events.jsonl (rank 0 only).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +39,9 @@
 
 namespace yeto::config {
 class Config;
+}
+namespace yeto::dist {
+class IslandGroup;
 }
 
 namespace yeto::sync {
@@ -44,8 +57,8 @@ struct DilocoOptions {
   // finish(): how long to wait for the final cut; 0 waits while the client is still trying
   // to reach the syncer (the reconnect budget bounds it).
   double final_wait_s = 0.0;
-  int rank = 0;        // island rank; only rank 0 runs a DilocoSync
-  int world_size = 1;  // ranks in the island (> 1 needs the in-island broadcast, not built yet)
+  // The island's ranks (every rank constructs a DilocoSync with the same group); null: one rank.
+  dist::IslandGroup* island = nullptr;
 };
 
 // [sync] keys of the run config (sync.fragments, sync.fragment_pattern, sync.join_timeout_s,
@@ -58,7 +71,8 @@ struct DilocoStats {
   std::uint64_t fragments_applied = 0; // global fragments blended in (including catch-up)
   std::uint64_t staged_steps = 0;      // steps whose tensors went through host buffers
   bool joined = false;                 // the global state arrived in start()
-  bool finished = false;               // the final cut was applied and acknowledged
+  bool finished = false;               // the final cut was applied (and, by rank 0, acknowledged)
+  std::uint64_t broadcasts = 0;        // global fragments rank 0 broadcast to the island (or this rank received)
 };
 
 class DilocoSync final : public learner::OuterSync {

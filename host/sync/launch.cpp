@@ -1,19 +1,24 @@
 #include "sync/launch.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -40,9 +45,47 @@ namespace {
 volatile std::sig_atomic_t g_signals = 0;
 extern "C" void on_launch_signal(int) { g_signals = g_signals + 1; }
 
+// The torchrun variables: set for the ranks of a multi-rank island, removed for everyone else.
+const char* const kRankVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+
+// This process's environment without the torchrun variables, plus `set` (NAME=VALUE).
+std::vector<std::string> child_environment(const std::vector<std::string>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    bool drop = false;
+    for (const char* v : kRankVars) drop = drop || name == v;
+    if (!drop) env.push_back(kv);
+  }
+  env.insert(env.end(), set.begin(), set.end());
+  return env;
+}
+
+// A TCP port on 127.0.0.1 that is free now (the kernel's pick), not one of `taken`.
+std::uint16_t free_port(const std::set<std::uint16_t>& taken) {
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw Error(std::string("cannot open a socket to pick MASTER_PORT: ") + std::strerror(errno));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    ::close(fd);
+    if (!ok) throw Error(std::string("cannot bind 127.0.0.1 to pick MASTER_PORT: ") + std::strerror(errno));
+    const auto port = ntohs(a.sin_port);
+    if (!taken.count(port)) return port;
+  }
+  throw Error("cannot find a free MASTER_PORT on 127.0.0.1");
+}
+
 class Child {
  public:
-  Child(std::string name, std::vector<std::string> argv, const fs::path& log) : name_(std::move(name)) {
+  Child(std::string name, std::vector<std::string> argv, const fs::path& log, const std::vector<std::string>& env_set = {})
+      : name_(std::move(name)) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -61,7 +104,11 @@ class Child {
     std::vector<char*> args;
     for (auto& s : argv) args.push_back(s.data());
     args.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, args[0], &fa, &at, args.data(), environ);
+    std::vector<std::string> env = child_environment(env_set);
+    std::vector<char*> envp;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, args[0], &fa, &at, args.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (rc != 0) throw Error("cannot start " + argv[0] + " (" + name_ + "): " + std::strerror(rc));
@@ -200,7 +247,10 @@ LaunchResult run_islands(const IslandLaunch& L) {
   const auto port = static_cast<std::uint16_t>(std::stoi(trim(read_file(state / "port"))));
   spdlog::info("embedded run: syncer on 127.0.0.1:{} (state {}), {} island(s)", port, state.string(), L.islands);
 
+  // Every rank of every island; island_of[k] is the island index of islands[k].
   std::vector<std::unique_ptr<Child>> islands;
+  std::vector<std::uint32_t> island_of;
+  std::set<std::uint16_t> ports = {port};
   for (std::uint32_t i = 0; i < L.islands; ++i) {
     IslandSlot s;
     s.index = i;
@@ -208,8 +258,26 @@ LaunchResult run_islands(const IslandLaunch& L) {
     s.dir = L.run_dir / s.id;
     s.syncer = "127.0.0.1:" + std::to_string(port);
     s.secret = secret;
+    s.ranks = i < L.island_ranks.size() ? std::max<std::uint32_t>(1, L.island_ranks[i]) : 1;
     fs::create_directories(s.dir);
-    islands.push_back(std::make_unique<Child>(s.id, L.learner_argv(s), s.dir / "learner.log"));
+    const auto argv = L.learner_argv(s);
+    if (s.ranks == 1) {
+      islands.push_back(std::make_unique<Child>(s.id, argv, s.dir / "learner.log"));
+      island_of.push_back(i);
+      continue;
+    }
+    const std::uint16_t master = free_port(ports);
+    ports.insert(master);
+    spdlog::info("embedded run: {} has {} ranks (rendezvous 127.0.0.1:{})", s.id, s.ranks, master);
+    for (std::uint32_t r = 0; r < s.ranks; ++r) {
+      const std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(s.ranks),
+                                            "LOCAL_RANK=" + std::to_string(r),
+                                            "LOCAL_WORLD_SIZE=" + std::to_string(s.ranks), "MASTER_ADDR=127.0.0.1",
+                                            "MASTER_PORT=" + std::to_string(master)};
+      const fs::path log = s.dir / (r == 0 ? std::string("learner.log") : "learner-rank" + std::to_string(r) + ".log");
+      islands.push_back(std::make_unique<Child>(s.id + (r == 0 ? "" : "/rank" + std::to_string(r)), argv, log, env));
+      island_of.push_back(i);
+    }
   }
 
   int forwarded = 0;
@@ -235,8 +303,8 @@ LaunchResult run_islands(const IslandLaunch& L) {
       if (const auto code = islands[i]->poll(); code && was) {
         if (*code == 0) spdlog::info("embedded run: {} finished", islands[i]->name());
         else
-          spdlog::error("embedded run: {} exited with code {}; see {}", islands[i]->name(), *code,
-                        (L.run_dir / islands[i]->name() / "learner.log").string());
+          spdlog::error("embedded run: {} exited with code {}; see its log in {}", islands[i]->name(), *code,
+                        (L.run_dir / ("island-" + std::to_string(island_of[i]))).string());
       }
       any_running = any_running || islands[i]->running();
     }
@@ -272,7 +340,11 @@ LaunchResult run_islands(const IslandLaunch& L) {
     sleep_ms(50);
   }
   res.syncer_exit = syncer->status();
-  for (const auto& c : islands) res.island_exits.push_back(c->status());
+  res.island_exits.assign(L.islands, 0);
+  for (std::size_t k = 0; k < islands.size(); ++k) {
+    int& code = res.island_exits[island_of[k]];
+    if (code == 0) code = islands[k]->status();
+  }
   res.signals = forwarded;
   return res;
 }
@@ -383,13 +455,15 @@ int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
   IslandLaunch L;
   L.run_dir = e.run_dir;
   L.islands = e.islands;
+  L.island_ranks.assign(e.islands, std::max<std::uint32_t>(1, e.island_ranks));
   L.syncer_argv = {e.host_bin.string(), "syncer"};
   L.syncer_argv.insert(L.syncer_argv.end(), common.begin(), common.end());
   L.syncer_argv.insert(L.syncer_argv.end(), {"--set", "sync.islands=" + std::to_string(e.islands)});
   L.learner_argv = [&](const IslandSlot& s) {
     std::vector<std::string> a = {e.host_bin.string(), "learner"};
     a.insert(a.end(), common.begin(), common.end());
-    a.insert(a.end(), {"--set", "sync.islands=" + std::to_string(e.islands), "--syncer", s.syncer,
+    a.insert(a.end(), {"--set", "sync.islands=" + std::to_string(e.islands), "--set",
+                       "train.island_ranks=" + std::to_string(std::max<std::uint32_t>(1, e.island_ranks)), "--syncer", s.syncer,
                        "--run-secret-file", s.secret.string(), "--learner-id", s.id, "--island-rank",
                        std::to_string(s.index), "--output", s.dir.string()});
     return a;

@@ -4,8 +4,14 @@
 //   RUN_DIR/run.secret          generated run secret (32 random bytes, hex, mode 0600; reused)
 //   RUN_DIR/syncer/             the syncer's state dir: tape.jsonl, checkpoint.bin, final_cut.bin,
 //                               final.json, port, syncer.log
-//   RUN_DIR/island-<i>/         island i's run dir (the learner's output), learner.log and its
+//   RUN_DIR/island-<i>/         island i's run dir (the learner's output, written by its rank 0),
+//                               learner.log (rank 0; learner-rank<r>.log for rank r > 0) and its
 //                               sync progress events sync_events.jsonl
+//
+// An island of K > 1 ranks is K processes with the same argv and the torchrun variables set
+// (RANK, WORLD_SIZE = K, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = 127.0.0.1 and a free
+// MASTER_PORT per island); a one-rank island and the syncer get none of them (inherited values
+// are removed). The island's exit code is its first failing rank's.
 //   RUN_DIR/summary.json        what print_summary() prints, machine-readable
 //
 // The children run in their own process groups, so a terminal's Ctrl-C reaches only the
@@ -36,11 +42,14 @@ struct IslandSlot {
   std::filesystem::path dir;       // RUN_DIR/island-<i>
   std::string syncer;              // "127.0.0.1:PORT"
   std::filesystem::path secret;    // RUN_DIR/run.secret
+  std::uint32_t ranks = 1;         // processes in the island (the same argv for each)
 };
 
 struct IslandLaunch {
   std::filesystem::path run_dir;
   std::uint32_t islands = 1;
+  // Ranks per island, by island index; missing entries (or an empty list) mean one rank.
+  std::vector<std::uint32_t> island_ranks;
   // The syncer's argv; the launcher appends --listen, --run-secret-file and --state-dir.
   std::vector<std::string> syncer_argv;
   // One island's argv.
@@ -53,7 +62,7 @@ struct IslandLaunch {
 
 struct LaunchResult {
   int syncer_exit = -1;                 // exit code, 128 + signal when killed
-  std::vector<int> island_exits;
+  std::vector<int> island_exits;        // per island: its first failing rank's code, else 0
   std::uint32_t syncer_restarts = 0;
   int signals = 0;                      // SIGINT/SIGTERM received and forwarded
   int exit_code() const;                // 0 when every child exited 0, else the first failure
@@ -79,6 +88,7 @@ struct EmbeddedRun {
   std::vector<std::string> sets;                  // KEY=VALUE overrides, forwarded with --set
   std::filesystem::path run_dir;
   std::uint32_t islands = 2;
+  std::uint32_t island_ranks = 1;                 // train.island_ranks: processes per island
   std::string log_level;                          // forwarded with --log-level when not empty
 };
 int run_embedded(const config::Config& cfg, const EmbeddedRun& run);

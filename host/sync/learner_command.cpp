@@ -12,6 +12,7 @@
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "dist/run_island.hpp"
 #include "learner/learner.hpp"
 #include "sync/diloco_sync.hpp"
 #include "sync/launch.hpp"
@@ -53,6 +54,16 @@ int run_learner(CommandContext& ctx) {
   if (ro.logical_rank < 0 || ro.logical_rank >= ro.world)
     throw UsageError("--island-rank " + rank + " must lie in [0, sync.islands = " + std::to_string(ro.world) + ")");
   if (ctx.has("no-resume")) ro.resume = false;
+  // Several ranks per island (torchrun-style environment, train.shard = "ddp"): one data shard
+  // and random stream per (island, rank); only rank 0 talks to the syncer.
+  const auto island = dist::open_run_island(cfg, dist::island_env());
+  if (island) {
+    const int k = dist::world_size_of(*island);
+    ro.logical_rank = ro.logical_rank * k + dist::rank_of(*island);
+    ro.world *= k;
+    ro.island = island.get();
+    o.island = island.get();
+  }
   o.client.events = ro.run_dir / "sync_events.jsonl";
   sync::DilocoSync outer(std::move(o));
   const learner::RunResult r = learner::run(cfg, ro, &outer);
@@ -80,6 +91,10 @@ int run_train_islands(CommandContext& ctx, std::uint32_t islands) {
     if (ov.key != "run.output" && ov.key != "sync.islands") e.sets.push_back(ov.key + "=" + ov.value);
   e.run_dir = std::filesystem::absolute(cfg.get_path("run.output"));
   e.islands = islands;
+  e.island_ranks = static_cast<std::uint32_t>(cfg.get_int("train.island_ranks"));
+  if (e.island_ranks > 1 && cfg.get_string("train.shard") != "ddp")
+    throw UsageError("train.island_ranks = " + std::to_string(e.island_ranks) + " needs train.shard = \"ddp\" (got \"" +
+                     cfg.get_string("train.shard") + "\"); set --shard ddp");
   return sync::run_embedded(cfg, e);
 }
 
@@ -93,13 +108,17 @@ void register_sync_learner_commands(Registry& r) {
       "every sync.inner_steps steps per fragment it pushes q4 pseudo-gradients and blends the merged global "
       "fragments in (sync.alpha) without ever waiting on the network; when the syncer's budget is spent, or every "
       "island reached train.max_steps, it overwrites its weights from the final cut, acknowledges it and saves. "
-      "Progress events go to RUN_DIR/sync_events.jsonl. See docs/PROTOCOL.md.";
+      "Progress events go to RUN_DIR/sync_events.jsonl. An island of several ranks is started by any torchrun-style "
+      "launcher (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; train.shard = \"ddp\"): every rank runs this "
+      "command with the same arguments, rank 0 talks to the syncer and broadcasts what it blends in, and only rank 0 "
+      "writes RUN_DIR. See docs/PROTOCOL.md.";
   c.run_config = true;
   c.options = {
       {"syncer", "HOST:PORT", "Address of the syncer; default: sync.syncer.", false, 0},
       {"run-secret-file", "FILE", "File holding the run secret; default: sync.run_secret_file.", false, 0},
       {"learner-id", "ID", "This island's id, unique within the run (a restarted island reuses it).", false, 0},
-      {"island-rank", "I", "This island's index in [0, sync.islands): its data shard and random streams.", false, 0},
+      {"island-rank", "I", "This island's index in [0, sync.islands): its data shard and random streams (with K ranks "
+       "per island, rank r of island I trains logical shard I*K + r of sync.islands*K).", false, 0},
       {"no-resume", "", "Start from step 0 even when RUN_DIR holds a checkpoint.", false, 0},
   };
   c.run = run_learner;

@@ -71,6 +71,9 @@ struct ClientOptions {
   double backoff_initial_s = 0.05;
   double backoff_max_s = 2.0;
   std::filesystem::path events;    // JSON-lines progress events; empty: none
+  // Island rank 0 of a multi-rank island: applying the final cut does not acknowledge it;
+  // SyncClient::acknowledge_final() does, once every rank of the island has applied it.
+  bool defer_final_ack = false;
   void validate() const;
 };
 

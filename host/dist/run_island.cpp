@@ -1,0 +1,44 @@
+#include "dist/run_island.hpp"
+
+#include <algorithm>
+
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "dist/island_group.hpp"
+
+namespace yeto::dist {
+
+std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const IslandEnv& env) {
+  const std::string shard = cfg.get_string("train.shard");
+  const auto ranks = cfg.get_int("train.island_ranks");
+  if (!env.distributed()) {
+    if (ranks > 1)
+      throw UsageError("train.island_ranks = " + std::to_string(ranks) + " but WORLD_SIZE is not set: this process "
+                       "is one rank; start the ranks with `yeto-host train --islands N --island-ranks K` or a "
+                       "torchrun-style launcher (which sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+    return nullptr;
+  }
+  if (shard == "fsdp")
+    throw UsageError("train.shard = \"fsdp\" is not built yet (WORLD_SIZE=" + std::to_string(env.world_size) +
+                     "); use train.shard = \"ddp\", which replicates the frozen base on every rank");
+  if (shard != "ddp")
+    throw UsageError("WORLD_SIZE=" + std::to_string(env.world_size) + " but train.shard = \"" + shard +
+                     "\"; set train.shard = \"ddp\" (--shard ddp) to train one island on several ranks, or start "
+                     "one process without WORLD_SIZE");
+  if (ranks > 1 && ranks != env.world_size)
+    throw UsageError("WORLD_SIZE=" + std::to_string(env.world_size) + " but train.island_ranks = " +
+                     std::to_string(ranks) + "; start as many ranks as train.island_ranks says (or leave it at 1 "
+                     "and let WORLD_SIZE decide)");
+  GroupOptions o;
+  o.rendezvous_timeout_s = cfg.get_number("train.rendezvous_timeout_s");
+  // A rank may wait in a collective while rank 0 waits on the syncer (join, final cut).
+  o.collective_timeout_s = std::max(1800.0, cfg.get_number("sync.reconnect_budget_s") +
+                                                cfg.get_number("sync.join_timeout_s") +
+                                                cfg.get_number("sync.final_timeout_s") + 60.0);
+  return IslandGroup::connect(env, o);
+}
+
+int rank_of(const IslandGroup& group) { return group.rank(); }
+int world_size_of(const IslandGroup& group) { return group.world_size(); }
+
+}  // namespace yeto::dist

@@ -1,0 +1,26 @@
+// The island a training process belongs to, decided from the torchrun-style environment and
+// the run config (train.shard, train.island_ranks, train.rendezvous_timeout_s). Used by
+// `yeto-host train` and `yeto-host learner`. Torch-free (the group is held by shared_ptr).
+#pragma once
+
+#include <memory>
+
+#include "dist/env.hpp"
+
+namespace yeto::config {
+class Config;
+}
+
+namespace yeto::dist {
+
+class IslandGroup;
+int rank_of(const IslandGroup& group);
+int world_size_of(const IslandGroup& group);
+
+// Null for one rank. WORLD_SIZE > 1 needs train.shard = "ddp" (fsdp is refused: not built)
+// and, when train.island_ranks > 1, WORLD_SIZE == train.island_ranks; then joins the island.
+// train.island_ranks > 1 without WORLD_SIZE is refused (the ranks were not started).
+// Throws yeto::UsageError naming the key or variable.
+std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const IslandEnv& env);
+
+}  // namespace yeto::dist
