@@ -396,6 +396,7 @@ TEST(AdapterName, FlagThenBuiltInAliasThenManifestAlias) {
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}}), none), "flux");
   for (const char* alias : {"sd35", "sd35-medium", "sd35-large"})
     EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "sd35") << alias;
+  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "ltx-video", "--model"}}), none), "ltx");
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}, {"model.adapter", "mine", "--set"}}), none),
             "mine");
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "/data/some/model", "--model"}}), none), "");
