@@ -531,7 +531,9 @@ void write_adapter_dir(const fs::path& dir, const AdapterExport& e) {
     static const std::map<std::string, std::string> modules = {
         {"FluxTransformer2DModel", "transformer_flux"},
         {"LTXVideoTransformer3DModel", "transformer_ltx"},
-        {"SD3Transformer2DModel", "transformer_sd3"}};
+        {"PixArtTransformer2DModel", "pixart_transformer_2d"},
+        {"SD3Transformer2DModel", "transformer_sd3"},
+        {"WanTransformer3DModel", "transformer_wan"}};
     if (const auto it = modules.find(e.base_model_class); it != modules.end())
       auto_mapping["parent_library"] = "diffusers.models.transformers." + it->second;
   }

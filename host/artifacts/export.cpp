@@ -224,14 +224,22 @@ std::vector<CheckpointTensor> read_trainable_checkpoint(const fs::path& checkpoi
 }
 
 ExportReport export_adapter(const ExportRequest& rq) {
-  const auto tensors = read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings);
+  auto tensors = read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings);
   AdapterExport e;
   std::set<std::string> comps;
   for (const auto& t : tensors) comps.insert(component_of(t.name));
+  if (!rq.component.empty()) {
+    if (!comps.count(rq.component))
+      throw Error("export: --component " + rq.component + ": the trainable tensors belong to " +
+                      join({comps.begin(), comps.end()}, ", "),
+                  ExitCode::usage);
+    std::erase_if(tensors, [&](const auto& t) { return component_of(t.name) != rq.component; });
+    comps = {rq.component};
+  }
   if (comps.size() != 1) {
     throw Error("export: the trainable tensors span components " + join({comps.begin(), comps.end()}, ", ") +
-                    "; an adapter directory holds one denoiser",
-                ExitCode::bad_input);
+                    "; an adapter directory holds one denoiser: export each with --component NAME",
+                ExitCode::usage);
   }
   e.component = *comps.begin();
   const std::string prefix = e.component + ".";

@@ -57,6 +57,9 @@ struct ExportRequest {
   nlohmann::json record = nlohmann::json::object();  // base model, plugin, recipes, provenance
   std::filesystem::path output_dir;
   bool comfyui = false;
+  // The denoiser to export when the run trains several (Wan 2.2's transformer / transformer_2):
+  // one adapter directory per denoiser. "": the run's only one.
+  std::string component;
 };
 
 struct ExportReport {

@@ -68,7 +68,9 @@ int run_export(CommandContext& ctx) {
   std::vector<artifacts::TrainableTensor> expected;
   for (const auto& [name, t] : pipe->plugin().trainable_parameters()) expected.push_back({name, t.sizes().vec()});
   if (expected.empty()) throw Error("the plugin reports no trainable tensors for this configuration", ExitCode::failure);
-  const std::string component = expected.front().name.substr(0, expected.front().name.find('.'));
+  // The denoiser whose adapter this directory holds: --component, else the run's only one.
+  std::string component = expected.front().name.substr(0, expected.front().name.find('.'));
+  if (ctx.has("component")) component = ctx.value("component");
 
   artifacts::ExportRequest rq;
   rq.checkpoint = checkpoint;
@@ -76,6 +78,7 @@ int run_export(CommandContext& ctx) {
   rq.settings = artifacts::export_settings(cfg);
   rq.output_dir = output;
   rq.comfyui = format == "comfyui";
+  rq.component = ctx.has("component") ? component : "";
   if (const auto* c = pipe->component(component)) {
     for (const auto& [name, t] : plugin::component_parameters(*c)) {
       if (t.dim() != 2 || name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) continue;
@@ -145,6 +148,8 @@ void register_export_command(Registry& r) {
       {"checkpoint", "PATH", "Syncer checkpoint, learner checkpoint or run directory.", false, 0},
       {"output-dir", "DIR", "Adapter directory to write.", false, 0},
       {"format", "FORMAT", "diffusers (default: Diffusers + PEFT layouts) or comfyui (also ComfyUI naming).", false, 0},
+      {"component", "NAME", "The denoiser to export when the run trains several (e.g. transformer_2 of Wan 2.2); one "
+                            "adapter directory per denoiser.", false, 0},
   };
   c.run = run_export;
   r.add(std::move(c));

@@ -252,4 +252,29 @@ TEST(WanHost, Wan22LoraTrainsBothDenoisers) {
   EXPECT_EQ(total["transformer_2"], 16);
   EXPECT_EQ(moved["transformer"], total["transformer"]);
   EXPECT_EQ(moved["transformer_2"], total["transformer_2"]);
+
+  // Export: one adapter directory per denoiser (--component), refused without it.
+  const auto all = yeto::test::run_host({"export", "--checkpoint", (tmp / "run").string(), "--output-dir",
+                                         (tmp / "both").string()});
+  EXPECT_EQ(all.exit_code, 2) << all.all();
+  EXPECT_NE(all.all().find("--component"), std::string::npos) << all.all();
+  for (const std::string component : {"transformer", "transformer_2"}) {
+    const auto dir = tmp / ("adapter-" + component);
+    const auto e = yeto::test::run_host({"export", "--checkpoint", (tmp / "run").string(), "--output-dir",
+                                         dir.string(), "--component", component});
+    ASSERT_EQ(e.exit_code, 0) << e.all();
+    const auto file = yeto::io::load_safetensors(dir / "pytorch_lora_weights.safetensors");
+    EXPECT_EQ(file.size(), 32u) << component;
+    for (const auto& [name, t] : file) EXPECT_EQ(name.rfind(component + ".blocks.", 0), 0u) << name;
+    EXPECT_EQ(read_json(dir / "adapter_config.json").at("auto_mapping").at("parent_library"),
+              "diffusers.models.transformers.transformer_wan");
+  }
+  // The low-noise adapter folds into transformer_2 for sampling.
+  const auto s = yeto::test::run_host({"sample", "--model", (kFixtures / "repos" / "wan22-tiny").string(),
+                                       "--diffusion-adapter", "wan", "--prompt", "a boat", "--steps", "2",
+                                       "--height", "32", "--width", "32", "--num-frames", "1",
+                                       "--max-sequence-length", "16", "--adapter-dir",
+                                       (tmp / "adapter-transformer_2").string(), "--output", (tmp / "a.png").string()});
+  EXPECT_EQ(s.exit_code, 0) << s.all();
+  EXPECT_NE(s.all().find("LoRA modules of transformer_2"), std::string::npos) << s.all();
 }
