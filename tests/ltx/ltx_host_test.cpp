@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -263,4 +264,38 @@ TEST(LtxHost, CachedLatentsAndMaskedEmbeddingsTrain) {
   r = yeto::test::run_host({"train", "--config", (tmp / "cached.toml").string(), "--output", (tmp / "run").string()});
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(fs::exists(tmp / "run/lora.safetensors"));
+}
+
+TEST(LtxHost, Bf16BaseSamplesAndTrainsFloat32Adapters) {
+  // model.precision = bf16 on the CPU: the transformer and VAE run in bfloat16, the LoRA matrices
+  // stay float32 and the loss is finite.
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data", 4);
+  std::string toml = train_toml(3);
+  toml.replace(toml.find("precision = \"fp32\""), 18, "precision = \"bf16\"");
+  tmp.write("run.toml", toml);
+  auto r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", (tmp / "run").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("bf16 on cpu"), std::string::npos) << r.all();
+  const auto loss = series(tmp / "run", "loss");
+  ASSERT_EQ(loss.size(), 3u);
+  for (const auto& [step, v] : loss) EXPECT_TRUE(std::isfinite(v)) << step;
+  const std::string bytes = read_text(tmp / "run/lora.safetensors");
+  ASSERT_GT(bytes.size(), 8u);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));
+  std::size_t tensors = 0;
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    EXPECT_EQ(e.at("dtype"), "F32") << name;
+    ++tensors;
+  }
+  EXPECT_GT(tensors, 0u);
+  r = yeto::test::run_host({"sample", "--model", (kFixtures / "repos/ltx-tiny").string(), "--diffusion-adapter", "ltx",
+                            "--prompt", "colour bars", "--steps", "2", "--height", "64", "--width", "64",
+                            "--num-frames", "9", "--set", "model.precision=bf16", "--output",
+                            (tmp / "bf16.mp4").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(ffprobe_frames(tmp / "bf16.mp4"), 9);
 }
