@@ -178,6 +178,8 @@ TEST(PixArtHost, InitModelTrainExportSample) {
   EXPECT_EQ(record.at("base_model").at("class_name"), "PixArtTransformer2DModel");
   EXPECT_EQ(record.at("trainable_modules").size(), 20u);  // auto targets of 2 blocks
   EXPECT_TRUE(fs::exists(tmp / "adapter" / "pytorch_lora_weights.safetensors"));
+  const auto peft = nlohmann::json::parse(read_bytes(tmp / "adapter" / "adapter_config.json"));
+  EXPECT_EQ(peft.at("auto_mapping").at("parent_library"), "diffusers.models.transformers.pixart_transformer_2d");
 
   auto sample = [&](const fs::path& out, bool adapter) {
     std::vector<std::string> a = {"sample", "--model", model.string(), "--diffusion-adapter", "pixart",

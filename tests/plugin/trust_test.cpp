@@ -397,6 +397,8 @@ TEST(AdapterName, FlagThenBuiltInAliasThenManifestAlias) {
   for (const char* alias : {"sd35", "sd35-medium", "sd35-large"})
     EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "sd35") << alias;
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "ltx-video", "--model"}}), none), "ltx");
+  for (const char* alias : {"pixart-alpha", "pixart-sigma"})
+    EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "pixart") << alias;
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}, {"model.adapter", "mine", "--set"}}), none),
             "mine");
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "/data/some/model", "--model"}}), none), "");
