@@ -195,6 +195,10 @@ TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
     const auto index = read_json(repo_dir(repo) / "model_index.json");
     EXPECT_EQ(p.at(preset).at("model_index").contains("boundary_ratio"), index.contains("boundary_ratio"));
   }
+  // The benchmark preset's configurations are consistent.
+  const auto& mid = p.at("mid").at("components");
+  EXPECT_EQ(yeto::wan::WanTransformerConfig::from_json(mid.at("transformer").at("config")).inner_dim(), 384);
+  EXPECT_EQ(yeto::wan::WanVaeConfig::from_json(mid.at("vae").at("config")).spatial_factor(), 8);
 }
 
 TEST(WanFamily, FramesAndRequest) {
