@@ -68,12 +68,14 @@ int run_learner(CommandContext& ctx) {
   sync::DilocoSync outer(std::move(o));
   const learner::RunResult r = learner::run(cfg, ro, &outer);
   const sync::DilocoStats st = outer.stats();
-  spdlog::info("learner {}: {} steps, {} global fragments applied, {} bytes sent, {} received{}", ctx.value("learner-id"),
-               r.steps, st.fragments_applied, st.client.bytes_sent, st.client.bytes_received,
+  const std::string who = ctx.value("learner-id") + (island && dist::rank_of(*island) > 0
+                                                         ? " rank " + std::to_string(dist::rank_of(*island))
+                                                         : std::string());
+  spdlog::info("learner {}: {} steps, {} global fragments applied, {} bytes sent, {} received{}", who, r.steps,
+               st.fragments_applied, st.client.bytes_sent, st.client.bytes_received,
                st.finished ? ", ended on the final cut" : "");
   if (st.finished || r.stopped_early) return 0;
-  spdlog::error("learner {}: the run ended without the syncer's final cut; the saved weights are local",
-                ctx.value("learner-id"));
+  spdlog::error("learner {}: the run ended without the syncer's final cut; the saved weights are local", who);
   return static_cast<int>(ExitCode::failure);
 }
 
