@@ -299,3 +299,21 @@ TEST(LtxHost, Bf16BaseSamplesAndTrainsFloat32Adapters) {
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_EQ(ffprobe_frames(tmp / "bf16.mp4"), 9);
 }
+
+TEST(LtxHost, TrainingRefusesClipsOffTheVaeGrid) {
+  // 8 frames (not 1 + 8k) or 48 pixels (not a multiple of 32): refused naming the data keys.
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data", 2);
+  std::string toml = train_toml(1);
+  toml.replace(toml.find("num_frames = 9"), 14, "num_frames = 8");
+  tmp.write("frames.toml", toml);
+  auto r = yeto::test::run_host({"train", "--config", (tmp / "frames.toml").string(), "--output", (tmp / "a").string()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.all().find("set data.num_frames to 1, 9, 17"), std::string::npos) << r.all();
+  toml = train_toml(1);
+  toml.replace(toml.find("height = 64"), 11, "height = 48");
+  tmp.write("size.toml", toml);
+  r = yeto::test::run_host({"train", "--config", (tmp / "size.toml").string(), "--output", (tmp / "b").string()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.all().find("multiples of 32 (data.height, data.width)"), std::string::npos) << r.all();
+}
