@@ -106,6 +106,28 @@ TEST(PixArtHost, CheckParityReproducesTheRecordedPipelineRun) {
   for (const auto& cmp : c.at("comparisons")) EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
 }
 
+TEST(PixArtHost, LegacyTransformer2DModelSnapshotReproducesTheSameRun) {
+  // PixArt-XL-2 snapshots name the transformer class Transformer2DModel with that class's key set;
+  // a copy of the tiny repository rewritten that way reproduces the recorded run.
+  yeto::test::TempDir tmp;
+  fs::copy(kRepos / "pixart-tiny", tmp / "pixart-tiny", fs::copy_options::recursive);
+  fs::copy(kRepos / "pixart-tiny-reference", tmp / "pixart-tiny-reference", fs::copy_options::recursive);
+  auto index = nlohmann::json::parse(read_bytes(tmp / "pixart-tiny/model_index.json"));
+  index["transformer"] = {"diffusers", "Transformer2DModel"};
+  tmp.write("pixart-tiny/model_index.json", index.dump(2));
+  auto cfg = nlohmann::json::parse(read_bytes(tmp / "pixart-tiny/transformer/config.json"));
+  cfg["_class_name"] = "Transformer2DModel";
+  cfg.erase("interpolation_scale");
+  cfg.erase("use_additional_conditions");
+  cfg.update({{"double_self_attention", false}, {"num_vector_embeds", nullptr}, {"only_cross_attention", false},
+              {"use_linear_projection", false}});
+  tmp.write("pixart-tiny/transformer/config.json", cfg.dump(2));
+  const auto cases = parity_json({tmp / "pixart-tiny-reference"});
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_TRUE(cases[0].at("pass").get<bool>()) << cases[0].dump(1);
+  EXPECT_EQ(cases[0].at("comparisons").size(), 49u);
+}
+
 TEST(PixArtHost, SampleWritesTheReferenceImage) {
   // `yeto-host sample` with the reference run's settings: the PNG is (image_postprocessed * 255)
   // rounded, within one level where float rounding meets a .5 boundary; the same seed gives the
