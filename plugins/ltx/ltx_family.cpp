@@ -173,7 +173,7 @@ json presets() {
   out["tiny"] = preset(
       "The shapes of the tests' ltx-tiny repository (LTX-Video 0.9.0 layout): 2 blocks, 2 heads x 16 (inner 32), "
       "16 latent channels; VAE [8, 8, 16, 16] with patch 4 (spatial compression 32, temporal 8); T5 d_model 32 "
-      "(2 layers). About 40 k transformer parameters.",
+      "(2 layers). About 53 k transformer parameters.",
       transformer_config(16, 2, 2, 16, 32), vae_config({8, 8, 16, 16}, {2, 1, 1, 1, 2}, 16),
       t5_config(32, 8, 4, 80, 2));
   out["small"] = preset(
