@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/sha256.hpp"
+#include "dist/island_group.hpp"
 #include "support/temp_dir.hpp"
 #include "sync/diloco_sync.hpp"
 #include "sync/state.hpp"
@@ -370,6 +372,101 @@ TEST(DilocoSync, ARejoiningIslandStartsFromTheCurrentGlobalState) {
   if (::testing::Test::HasFailure())
     for (const auto& r : tape) std::cerr << r.dump() << "\n";
   EXPECT_TRUE(again.bytes() == yeto::test::read_text(dir / "state" / "final_cut.bin"));
+}
+
+// An island of two ranks (threads of this process, joined over Gloo on 127.0.0.1) next to an
+// island of one: rank 0 owns the client and broadcasts what it blends in; both ranks train
+// ddp-style (each towards its own target, gradients averaged) and must hold the same bytes
+// at every step boundary, including the staged non-contiguous tensor, and end on the cut.
+TEST(DilocoSync, AnIslandOfTwoRanksStaysBitIdenticalAndEndsOnTheFinalCut) {
+  yeto::test::TempDir dir;
+  SyncerThread syncer(dir / "state", 2, 8);
+  const std::uint16_t master = unused_port();
+  struct Rank {
+    std::unique_ptr<Island> island;
+    std::vector<std::string> hashes;  // after every after_step()
+    std::vector<std::uint64_t> applied;
+    bool finished = false;
+    ys::DilocoStats stats;
+    std::string error;
+  };
+  std::vector<Rank> ranks(2);
+  std::atomic<bool> joined{false};
+  auto run_rank = [&](int r) {
+    try {
+      yeto::dist::IslandEnv env;
+      env.rank = r;
+      env.local_rank = r;
+      env.world_size = 2;
+      env.master_addr = "127.0.0.1";
+      env.master_port = master;
+      auto group = yeto::dist::IslandGroup::connect(env, {10.0, 60.0, yeto::dist::Backend::gloo});
+      Rank& me = ranks[static_cast<std::size_t>(r)];
+      me.island = std::make_unique<Island>(1.0 + 0.5 * r, 0.1 * r);  // different start: start() aligns them
+      auto o = options("island-0", syncer.port(), r == 0 ? dir / "a.events.jsonl" : fs::path());
+      o.island = group.get();
+      ys::DilocoSync sync(std::move(o));
+      auto& t = me.island->trainable;
+      sync.start(t);
+      joined = true;
+      for (std::int64_t s = 1; s <= 100000 && !sync.stop_requested(); ++s) {
+        {
+          at::NoGradGuard ng;
+          for (std::size_t i = 0; i < t.size(); ++i) t[i].second.mutable_grad() = (t[i].second - me.island->targets[i]).detach();
+          yeto::dist::average_gradients(*group, t);
+          for (auto& [name, x] : t) x.sub_(x.grad() * 0.05);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        sync.after_step(s, s * 8, t);
+        me.hashes.push_back(yeto::sha256_hex(me.island->bytes()));
+        me.applied.push_back(sync.stats().fragments_applied);
+      }
+      me.finished = sync.finish(t);
+      me.hashes.push_back(yeto::sha256_hex(me.island->bytes()));
+      me.stats = sync.stats();
+    } catch (const std::exception& e) {
+      ranks[static_cast<std::size_t>(r)].error = e.what();
+    }
+  };
+  std::thread r0(run_rank, 0), r1(run_rank, 1);
+  // The one-rank island starts once the two-rank island joined, so that the budget cannot be
+  // spent before both are in (quorum 2 counts only live learners).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!joined && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  IslandRun b(2.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 100000);
+  b.start();
+  r0.join();
+  r1.join();
+  b.join();
+  ASSERT_EQ(ranks[0].error, "");
+  ASSERT_EQ(ranks[1].error, "");
+  ASSERT_EQ(syncer.join(20), 0);
+  EXPECT_TRUE(ranks[0].finished);
+  EXPECT_TRUE(ranks[1].finished);
+  EXPECT_TRUE(b.finished);
+  EXPECT_EQ(ranks[0].hashes, ranks[1].hashes);
+  EXPECT_EQ(ranks[0].applied, ranks[1].applied);
+  int blends = 0;
+  for (std::size_t i = 1; i < ranks[0].applied.size(); ++i)
+    if (ranks[0].applied[i] > ranks[0].applied[i - 1]) ++blends;
+  EXPECT_GE(blends, 2);
+  const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+  EXPECT_TRUE(ranks[0].island->bytes() == cut);
+  EXPECT_TRUE(ranks[1].island->bytes() == cut);
+  EXPECT_TRUE(b.island.bytes() == cut);
+  // Rank 1 never talked to the syncer; rank 0 staged the view only when it had to.
+  EXPECT_EQ(ranks[1].stats.client.bytes_sent, 0u);
+  EXPECT_GT(ranks[1].stats.broadcasts, 0u);
+  EXPECT_EQ(ranks[0].stats.broadcasts, ranks[1].stats.broadcasts);
+  EXPECT_GT(ranks[0].stats.staged_steps, 0u);
+  std::set<std::string> learners;
+  for (const auto& r : syncer.tape())
+    if (r["event"] == "join" || r["event"] == "merge")
+      for (const auto& l : r["learners"]) learners.insert(l.get<std::string>());
+  EXPECT_EQ(learners, (std::set<std::string>{"island-0", "island-1"}));
+  const json fin = json::parse(yeto::test::read_text(dir / "state" / "final.json"));
+  EXPECT_EQ(fin["acked"].size(), 2u);
+  EXPECT_EQ(count(events_of(dir / "a.events.jsonl"), "final_applied"), 1u);
 }
 
 }  // namespace
