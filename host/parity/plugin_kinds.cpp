@@ -341,16 +341,28 @@ std::map<std::string, py::Function> plugin_pipeline_helpers(const CaseContext& c
   const std::string cls = ctx.class_name();
   const std::string name = plugin_for_class(cls);
   if (name.empty()) return {};
-  auto& pc = plugin_classes(name);
-  if (!pc.registry->has(cls)) return {};
-  std::shared_ptr<const yeto_component_v1> comp(pc.registry->create(cls, "{}", ""), plugin::ComponentDeleter());
   std::set<std::string> methods;
   const std::regex called(cls + R"(\.([A-Za-z_][A-Za-z0-9_]*)\s*\()");
   for (const auto& call : ctx.case_json().value("calls", json::array())) {
     const std::string python = call.value("python", std::string());
     for (std::sregex_iterator it(python.begin(), python.end(), called), end; it != end; ++it) methods.insert((*it)[1]);
   }
+  if (methods.empty()) return {};
   std::map<std::string, py::Function> fns;
+  std::shared_ptr<const yeto_component_v1> comp;
+  try {
+    auto& pc = plugin_classes(name);
+    if (!pc.registry->has(cls)) return {};
+    comp.reset(pc.registry->create(cls, "{}", ""), plugin::ComponentDeleter());
+  } catch (const std::exception& e) {
+    // A plugin that cannot be loaded here leaves its helpers unsupported, with the reason.
+    const std::string why = e.what();
+    for (const auto& method : methods)
+      fns[cls + "." + method] = [cls, method, name, why](const py::ValueList&, const py::Kwargs&) -> py::Value {
+        throw py::Unsupported(cls + "." + method + ": plugin '" + name + "' is not available: " + why);
+      };
+    return fns;
+  }
   for (const auto& method : methods) {
     fns[cls + "." + method] = [comp, method, cls](const py::ValueList& args, const py::Kwargs& kwargs) {
       plugin::NamedTensors tensors;
