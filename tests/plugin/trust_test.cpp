@@ -399,6 +399,8 @@ TEST(AdapterName, FlagThenBuiltInAliasThenManifestAlias) {
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "ltx-video", "--model"}}), none), "ltx");
   for (const char* alias : {"pixart-alpha", "pixart-sigma"})
     EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "pixart") << alias;
+  for (const char* alias : {"wan21-t2v-1.3b", "wan21-t2v-14b", "wan22-t2v-a14b", "wan22", "wan22-ti2v-5b"})
+    EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "wan") << alias;
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}, {"model.adapter", "mine", "--set"}}), none),
             "mine");
   EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "/data/some/model", "--model"}}), none), "");
