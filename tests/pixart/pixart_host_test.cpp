@@ -222,4 +222,18 @@ TEST(PixArtHost, InitModelTrainExportSample) {
   EXPECT_EQ(x.substr(1, 3), "PNG");
   EXPECT_EQ(x, read_bytes(tmp / "y.png"));
   EXPECT_NE(x, read_bytes(tmp / "base.png")) << "the trained adapter should change the picture";
+
+  // The cache keeps the T5 padding mask next to the embeddings, and training from it runs.
+  std::string cached = read_bytes(tmp / "run.toml");
+  r = yeto::test::run_host({"cache", "--config", (tmp / "run.toml").string(), "--output", (tmp / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto manifest = read_bytes(tmp / "cache" / "manifest.jsonl");
+  EXPECT_NE(manifest.find("\"prompt_attention_mask\""), std::string::npos) << manifest.substr(0, 400);
+  cached.replace(cached.find("data/train.jsonl"), 16, "cache");
+  cached.replace(cached.find("max_steps = 40"), 14, "max_steps = 3");
+  tmp.write("cached.toml", cached);
+  r = yeto::test::run_host(
+      {"train", "--config", (tmp / "cached.toml").string(), "--output", (tmp / "run-cached").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(series(tmp / "run-cached", "loss").size(), 3u);
 }
