@@ -410,14 +410,16 @@ class WanPlugin : public yeto::sdk::Plugin {
     if (negative.empty()) negative.assign(r.prompts.size(), "");
     const double g_high = r.guidance;
     const double g_low = r.guidance_2.value_or(r.guidance);
-    const bool any_cfg = g_high > 1.0 || (denoisers_.size() > 1 && g_low > 1.0);
+    // WanPipeline.do_classifier_free_guidance: decided by the first guidance scale for every
+    // step (a low-noise step then mixes with guidance_2, whatever its value).
+    const bool cfg = g_high > 1.0;
     const auto cond = encode_text(r.prompts, r.max_sequence_length);
     record("input_ids", cond.ids);
     record("attention_mask", cond.mask);
     record("text_encoder_last_hidden_state", cond.hidden);
     record("prompt_embeds", cond.embeds);
     TextConditioning uncond;
-    if (any_cfg) {
+    if (cfg) {
       uncond = encode_text(negative, r.max_sequence_length);
       record("negative_input_ids", uncond.ids);
       record("negative_attention_mask", uncond.mask);
@@ -470,7 +472,7 @@ class WanPlugin : public yeto::sdk::Plugin {
       const auto pred_cond = run_transformer(name, latents, timestep, cond.embeds).to(at::kFloat);
       record(p + "noise_pred_cond", pred_cond);
       at::Tensor noise_pred = pred_cond;
-      if (g > 1.0) {
+      if (cfg) {
         const auto pred_uncond = run_transformer(name, latents, timestep, uncond.embeds).to(at::kFloat);
         record(p + "noise_pred_uncond", pred_uncond);
         noise_pred = pred_uncond + g * (pred_cond - pred_uncond);
