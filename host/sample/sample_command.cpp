@@ -109,6 +109,7 @@ int run_sample(cli::CommandContext& ctx) {
                             {"guidance", real(ctx, "guidance", 3.5)},
                             {"height", number<std::int64_t>(ctx, "height", 1024, 16)},
                             {"width", number<std::int64_t>(ctx, "width", 1024, 16)}};
+  if (ctx.has("guidance-2")) request["guidance_2"] = real(ctx, "guidance-2", 3.5);
   if (ctx.has("max-sequence-length"))
     request["max_sequence_length"] = number<std::int64_t>(ctx, "max-sequence-length", 512, 1);
   std::optional<std::int64_t> num_frames;
@@ -212,6 +213,8 @@ void register_sample_commands(Registry& r) {
                {"seed", "S", "Seed of the initial noise (default 0); a prompts file's seed wins."},
                {"steps", "N", "Denoising steps (default 28)."},
                {"guidance", "G", "Guidance scale (default 3.5)."},
+               {"guidance-2", "G", "Guidance of the second (low-noise) denoiser of two-denoiser models such as Wan 2.2 "
+                                   "(default: --guidance)."},
                {"height", "H", "Height in pixels (default 1024)."},
                {"width", "W", "Width in pixels (default 1024)."},
                {"num-frames", "F", "Frames to generate (video families; the plugin may round it, which is logged)."},

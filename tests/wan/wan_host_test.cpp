@@ -214,6 +214,23 @@ TEST(WanHost, SampleWritesAnMp4WithTheVaeFrameRule) {
   EXPECT_EQ(s.at("height"), 48);
 }
 
+TEST(WanHost, SampleGuidance2DrivesTheLowNoiseDenoiser) {
+  yeto::test::TempDir tmp;
+  auto sample = [&](const std::string& out, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"sample", "--model", (kFixtures / "repos" / "wan22-tiny").string(),
+                                     "--diffusion-adapter", "wan", "--prompt", "a boat", "--seed", "5", "--steps", "4",
+                                     "--guidance", "4.0", "--height", "32", "--width", "32", "--num-frames", "1",
+                                     "--max-sequence-length", "16", "--output", (tmp / out).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = yeto::test::run_host(args);
+    EXPECT_EQ(r.exit_code, 0) << r.all();
+    return read_text(tmp / out);
+  };
+  const auto base = sample("a.png", {});
+  EXPECT_EQ(sample("b.png", {"--guidance-2", "4.0"}), base);  // default: the first guidance
+  EXPECT_NE(sample("c.png", {"--guidance-2", "1.5"}), base);
+}
+
 TEST(WanHost, Wan21LoraOnRawVideoLowersValLoss) {
   const auto t0 = std::chrono::steady_clock::now();
   yeto::test::TempDir tmp;
