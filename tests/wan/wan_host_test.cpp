@@ -130,6 +130,14 @@ TEST(WanHost, PluginIsBuiltSignedAndVerifies) {
     EXPECT_NE(m.dump().find(alias), std::string::npos) << alias;
 }
 
+TEST(WanHost, ExampleConfigsValidate) {
+  for (const char* f : {"configs/wan21.toml", "configs/wan22.toml"}) {
+    const auto r = yeto::test::run_host({"config", "--config", (fs::path(YETO_SOURCE_DIR) / f).string()});
+    EXPECT_EQ(r.exit_code, 0) << f << "\n" << r.all();
+    EXPECT_NE(r.out.find("adapter = \"wan\""), std::string::npos) << r.out;
+  }
+}
+
 TEST(WanHost, CheckParityComponentAndSchedulerCases) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto p = kFixtures / "parity";
