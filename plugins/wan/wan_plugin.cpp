@@ -333,6 +333,11 @@ class WanPlugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: the causal VAE encodes 1 + " + std::to_string(tf) +
                                           "k frames, got " + std::to_string(px.size(2)) +
                                           " (set data.num_frames to 1, 5, 9, 13, ...)");
+    const auto multiple = vae_config_.spatial_factor() * 2;  // VAE factor x the transformer's 2x2 patches
+    if (px.size(3) % multiple != 0 || px.size(4) % multiple != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: height and width must be multiples of " +
+                                          std::to_string(multiple) + ", got " + std::to_string(px.size(3)) + "x" +
+                                          std::to_string(px.size(4)) + " (set data.height / data.width)");
     const auto o = parse_json(options_json, "encode_media options");
     const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
     auto z = output(out, "mean", "vae").to(at::kFloat);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -253,6 +254,19 @@ TEST(WanHost, Wan21LoraOnRawVideoLowersValLoss) {
   EXPECT_LT(val.at(20), 0.85 * val.at(0));
   const auto lora = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
   for (const auto& [name, t] : lora) EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name;
+}
+
+TEST(WanHost, ClipShapesTheVaeCannotEncodeAreRefusedNamingTheKey) {
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data");
+  auto toml = train_toml(kFixtures / "repos" / "wan21-tiny", 2, 0.01);
+  tmp.write("frames.toml", std::regex_replace(toml, std::regex("num_frames = 5"), "num_frames = 4"));
+  tmp.write("size.toml", std::regex_replace(toml, std::regex("height = 32"), "height = 40"));
+  for (const auto& [file, key] : {std::pair{"frames.toml", "data.num_frames"}, std::pair{"size.toml", "data.height"}}) {
+    const auto r = yeto::test::run_host({"train", "--config", (tmp / file).string(), "--output", (tmp / file).string() + ".run"});
+    EXPECT_NE(r.exit_code, 0) << file;
+    EXPECT_NE(r.all().find(key), std::string::npos) << r.all();
+  }
 }
 
 TEST(WanHost, Wan22LoraTrainsBothDenoisers) {
