@@ -1,0 +1,127 @@
+// The plugin half of the family kit (yeto_family): the pieces every Diffusers family plugin
+// written on yeto/plugin.hpp repeats, with one owner. JSON options and host configuration, calls
+// into the host's components (VAE, text encoders, tokenizers, scheduler), device/precision
+// placement, loading checkpoint tensors into a module by Diffusers name, LoRA / full tuning of
+// one or more named denoisers with PEFT-style trainable names, and VAE latent encoding with an
+// optional seeded posterior sample. Every error is a yeto::sdk::Failure whose message names the
+// option, key, component or tensor. Include it only in plugins (it pulls in yeto/plugin.hpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <nlohmann/json.hpp>
+
+#include <yeto/plugin.hpp>
+
+#include "yeto/nn/family_config.hpp"
+#include "yeto/nn/linear.hpp"
+
+namespace yeto::family {
+
+using sdk::NamedTensors;
+
+// ---- JSON and host configuration ------------------------------------------------------------
+
+// Parses `text`; invalid JSON fails YETO_ERR_INVALID_ARGUMENT "<what>: invalid JSON: ...".
+nlohmann::json parse_json(const std::string& text, const std::string& what);
+// The bytes of a file; a missing one fails YETO_ERR_NOT_FOUND "<path>: cannot open".
+std::string read_text_file(const std::string& path);
+// parse_json(read_text_file(path), path).
+nlohmann::json read_json_file(const std::string& path);
+// Python's bare -Infinity / Infinity / NaN outside strings (as Diffusers writes some configs,
+// e.g. DPM-Solver's "lambda_min_clipped": -Infinity) replaced by null, so the text parses.
+std::string python_nonfinite_to_null(const std::string& text);
+
+// A run-configuration value from the host (null when there is no host, no config_get or no key).
+nlohmann::json host_config(const std::string& key);
+std::string host_config_string(const std::string& key, const std::string& fallback);
+std::int64_t host_config_int(const std::string& key, std::int64_t fallback);
+
+// ---- placement --------------------------------------------------------------------------------
+
+// "bf16" -> kBFloat16, "fp16" -> kHalf, anything else kFloat.
+at::ScalarType dtype_of(const std::string& precision);
+// "auto" or empty: cuda:0 when CUDA is available, else CPU; otherwise a device name, refused
+// with "device: '<name>' is not a device name (cpu, cuda, cuda:N)".
+at::Device device_of(const std::string& device);
+
+// ---- host components ------------------------------------------------------------------------
+
+// forward() of the host component `component` with `options` (its "method" names the call);
+// a failure is re-raised as "<component>: <method>: <message>" with the component's status.
+NamedTensors call(const std::string& component, const NamedTensors& inputs, const nlohmann::json& options);
+// The output tensor `name` of a call; a missing one fails "<component> returned no '<name>' tensor".
+const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component);
+
+// ---- component classes built on a torch::nn::Module --------------------------------------
+
+// Every parameter, then (with_buffers) every buffer, by Diffusers name: a Component's parameters().
+NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers = true);
+// A Component's load_weights(): copies each tensor into the parameter (or, with_buffers, buffer)
+// of that name; shapes must match ("<cls> tensor '<name>': checkpoint shape ..., model shape ...").
+// A name the module lacks fails "<cls> has no parameter '<name>' (<hint>)" when strict, else is skipped.
+void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, bool strict, const std::string& cls,
+                         const std::string& hint, bool with_buffers = true);
+
+// ---- tuning: LoRA or full, over named denoisers ---------------------------------------------
+
+// A denoiser the run trains: its component name (the first part of every trainable name) and module.
+struct NamedModule {
+  std::string component;
+  torch::nn::Module* module = nullptr;
+};
+
+// prepare's "tuning" option: "lora" (default) or "full"; anything else fails
+// "prepare: 'tuning' must be lora or full, got '...'".
+std::string parse_tuning(const nlohmann::json& options);
+
+// prepare's "lora" object (r 16, alpha = r, dropout 0, init kaiming); a wrong type fails
+// "prepare: lora options (r, alpha, dropout, init): ...", r <= 0 "prepare: lora.r must be positive".
+nn::LoraConfig parse_lora_config(const nlohmann::json& lora);
+
+// How a family resolves `lora.targets` (throws std::invalid_argument with its message).
+using TargetResolver = std::function<LoraTargets(const nlohmann::json& targets)>;
+
+// What prepare does with one denoiser after placing it. "full": every parameter trains. "lora":
+// every base parameter is frozen; then, unless the module already carries `adapter` (prepared
+// before: the adapter keeps its trained values), the adapter is added to the resolved targets
+// (all-linear: every LoRA-capable layer except the paths in all_linear_excludes), seeded from
+// the host's rng_seed(seed_name) (0 without a host). Targets that match nothing fail
+// "lora.targets: ...". Returns the layer paths that received the adapter now.
+struct TuningSpec {
+  TargetResolver resolve_targets;
+  std::vector<std::string> all_linear_excludes = {"proj_out"};
+  std::string adapter = "default";
+  std::string seed_name = "lora_init";
+};
+std::vector<std::string> prepare_tuning(torch::nn::Module& model, const std::string& tuning,
+                                        const nlohmann::json& options, const TuningSpec& spec);
+
+// The trainable tensors of the denoisers in canonical order (sorted by name): with "full" tuning
+// "<component>.<parameter>", with LoRA "<component>.<layer path>.lora_A.weight" / ".lora_B.weight"
+// (PEFT's names). LoRA without any adapter attached fails
+// "no LoRA adapter attached: call prepare() with lora options".
+NamedTensors trainable_parameters(const std::vector<NamedModule>& denoisers, const std::string& tuning,
+                                  const std::string& adapter = "default");
+
+// ---- latents ---------------------------------------------------------------------------------
+
+// The latent of a diagonal-Gaussian VAE posterior: the mean, or with encode_media options
+// {"sample": true, "seed": s} mean + exp(logvar / 2) * eps, eps drawn in float32 from a CPU
+// generator seeded with s (0 by default), as torch.Generator("cpu").manual_seed(s) would.
+at::Tensor posterior_latent(const at::Tensor& mean, const at::Tensor& logvar, const nlohmann::json& options);
+
+// encode_media for an image VAE the host serves (AutoencoderKL): `options_json` parsed as
+// "encode_media options", `vae_component`'s encode on `pixels`, the posterior latent (logvar
+// clamped to [-30, 20] as DiagonalGaussianDistribution does), then (z - shift) * scale in float32.
+at::Tensor encode_with_host_vae(const at::Tensor& pixels, const std::string& options_json, double shift_factor,
+                                double scaling_factor, const std::string& vae_component = "vae");
+
+}  // namespace yeto::family

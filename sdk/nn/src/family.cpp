@@ -1,0 +1,235 @@
+#include "yeto/nn/family.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace yeto::family {
+
+using nlohmann::json;
+using sdk::fail;
+using sdk::Host;
+
+json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
+  }
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json read_json_file(const std::string& path) { return parse_json(read_text_file(path), path); }
+
+std::string python_nonfinite_to_null(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const char* lit : {"-Infinity", "Infinity", "NaN"}) {
+      const std::string l = lit;
+      if (text.compare(i, l.size(), l) == 0) {
+        out += "null";
+        i += l.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+json host_config(const std::string& key) {
+  if (!Host::api() || !Host::api()->config_get) return json();
+  try {
+    return json::parse(Host::config_json(key));
+  } catch (const std::exception&) {
+    return json();
+  }
+}
+
+std::string host_config_string(const std::string& key, const std::string& fallback) {
+  const auto j = host_config(key);
+  return j.is_string() ? j.get<std::string>() : fallback;
+}
+
+std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
+  const auto j = host_config(key);
+  return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
+}
+
+at::ScalarType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+at::Device device_of(const std::string& device) {
+  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
+  try {
+    return at::Device(device);
+  } catch (const c10::Error&) {
+    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
+  }
+}
+
+NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
+  const auto c = Host::component(component);
+  try {
+    return c.forward(inputs, options.dump());
+  } catch (const sdk::Failure& e) {
+    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
+  }
+}
+
+const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
+  for (const auto& [n, t] : out)
+    if (n == name) return t;
+  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
+}
+
+NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers) {
+  NamedTensors out;
+  for (const auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
+  if (with_buffers)
+    for (const auto& b : model.named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, bool strict, const std::string& cls,
+                         const std::string& hint, bool with_buffers) {
+  at::NoGradGuard no_grad;
+  auto params = model.named_parameters();
+  auto buffers = model.named_buffers();
+  for (const auto& [name, t] : weights) {
+    at::Tensor* dst = params.find(name);
+    if (!dst && with_buffers) dst = buffers.find(name);
+    if (!dst) {
+      if (strict) fail(YETO_ERR_INVALID_ARGUMENT, cls + " has no parameter '" + name + "' (" + hint + ")");
+      continue;
+    }
+    if (dst->sizes() != t.sizes())
+      fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
+                                          ", model shape " + c10::str(dst->sizes()));
+    dst->copy_(t);
+  }
+}
+
+std::string parse_tuning(const json& options) {
+  const auto tuning = options.value("tuning", std::string("lora"));
+  if (tuning != "lora" && tuning != "full")
+    fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning + "'");
+  return tuning;
+}
+
+nn::LoraConfig parse_lora_config(const json& lora) {
+  nn::LoraConfig cfg;
+  try {
+    cfg.r = lora.value("r", std::int64_t{16});
+    cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
+    cfg.dropout = lora.value("dropout", 0.0);
+    cfg.init = lora.value("init", std::string("kaiming"));
+  } catch (const json::exception& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
+  }
+  if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
+  return cfg;
+}
+
+std::vector<std::string> prepare_tuning(torch::nn::Module& model, const std::string& tuning, const json& options,
+                                        const TuningSpec& spec) {
+  if (tuning == "full") {
+    for (auto& p : model.parameters()) p.set_requires_grad(true);
+    return {};
+  }
+  for (auto& p : model.parameters()) p.set_requires_grad(false);
+  const json lora = options.contains("lora") && options["lora"].is_object() ? options["lora"] : json::object();
+  const auto cfg = parse_lora_config(lora);
+  LoraTargets targets;
+  try {
+    targets = spec.resolve_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
+  } catch (const std::invalid_argument& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+  }
+  std::vector<std::string> patterns = targets.patterns;
+  bool already = false;
+  for (const auto& [path, layer] : nn::lora_capable_layers(model)) {
+    if (targets.all_linear &&
+        std::find(spec.all_linear_excludes.begin(), spec.all_linear_excludes.end(), path) ==
+            spec.all_linear_excludes.end())
+      patterns.push_back(path);
+    already = already || layer->has_adapter(spec.adapter);
+  }
+  if (already) return {};  // prepared before: keep the adapter (and its trained values)
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed(spec.seed_name) : 0);
+  try {
+    return nn::add_lora(model, patterns, cfg, spec.adapter, gen);
+  } catch (const std::invalid_argument& e) {
+    fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
+  }
+}
+
+NamedTensors trainable_parameters(const std::vector<NamedModule>& denoisers, const std::string& tuning,
+                                  const std::string& adapter) {
+  std::map<std::string, at::Tensor> sorted;
+  for (const auto& d : denoisers) {
+    if (tuning == "full") {
+      for (const auto& p : d.module->named_parameters()) sorted.emplace(d.component + "." + p.key(), p.value());
+      continue;
+    }
+    for (const auto& [path, layer] : nn::lora_capable_layers(*d.module)) {
+      if (!layer->has_adapter(adapter)) continue;
+      sorted.emplace(d.component + "." + path + ".lora_A.weight", layer->lora_A(adapter));
+      sorted.emplace(d.component + "." + path + ".lora_B.weight", layer->lora_B(adapter));
+    }
+  }
+  if (tuning != "full" && sorted.empty())
+    fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
+  NamedTensors out;
+  for (auto& [name, t] : sorted) out.emplace_back(name, t);
+  return out;
+}
+
+at::Tensor posterior_latent(const at::Tensor& mean, const at::Tensor& logvar, const json& options) {
+  auto z = mean;
+  if (options.value("sample", false)) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(options.value("seed", std::uint64_t{0}));
+    const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
+    z = z + at::exp(0.5 * logvar) * eps;
+  }
+  return z;
+}
+
+at::Tensor encode_with_host_vae(const at::Tensor& pixels, const std::string& options_json, double shift_factor,
+                                double scaling_factor, const std::string& vae_component) {
+  const auto o = parse_json(options_json, "encode_media options");
+  const auto out = call(vae_component, {{"sample", pixels}}, {{"method", "encode"}});
+  const auto& mean = output(out, "mean", vae_component);
+  at::Tensor logvar;
+  if (o.value("sample", false)) logvar = output(out, "logvar", vae_component).clamp(-30.0, 20.0);
+  const auto z = posterior_latent(mean, logvar, o);
+  return (z.to(at::kFloat) - shift_factor) * scaling_factor;
+}
+
+}  // namespace yeto::family
