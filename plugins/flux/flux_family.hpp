@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "yeto/nn/family_config.hpp"
+
 namespace yeto::flux {
 
 // The seven FLUX.1 components (model_index.json name, accepted classes).
@@ -32,10 +34,7 @@ nlohmann::json presets();
 // (every attention projection), "all-linear" (every linear layer except the final proj_out), or
 // module patterns matched PEFT-style. Returns the pattern list for nn::add_lora; an empty list
 // with all_linear = true means every layer but the output projection.
-struct LoraTargets {
-  std::vector<std::string> patterns;
-  bool all_linear = false;
-};
+using LoraTargets = yeto::family::LoraTargets;
 LoraTargets resolve_lora_targets(const nlohmann::json& targets);
 
 // np.linspace(start, stop, num) in float64, exactly as NumPy computes it.
