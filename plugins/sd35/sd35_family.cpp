@@ -72,64 +72,11 @@ json vae_config(std::vector<int> channels, int groups, int sample_size) {
 
 // CLIP-L style (quick_gelu) or CLIP-G style (exact gelu) text tower with a projection.
 json clip_config(int hidden, int layers, int heads, int intermediate, const char* act) {
-  return {{"architectures", {"CLIPTextModelWithProjection"}},
-          {"attention_dropout", 0.0},
-          {"bos_token_id", 0},
-          {"dropout", 0.0},
-          {"eos_token_id", 2},
-          {"hidden_act", act},
-          {"hidden_size", hidden},
-          {"initializer_factor", 1.0},
-          {"initializer_range", 0.02},
-          {"intermediate_size", intermediate},
-          {"layer_norm_eps", 1e-05},
-          {"max_position_embeddings", 77},
-          {"model_type", "clip_text_model"},
-          {"num_attention_heads", heads},
-          {"num_hidden_layers", layers},
-          {"pad_token_id", 1},
-          {"projection_dim", hidden},
-          {"torch_dtype", "float32"},
-          {"vocab_size", 49408}};
+  return family::clip_text_config({hidden, layers, heads, intermediate, "CLIPTextModelWithProjection", act});
 }
 
 json t5_config(int d_model, int d_kv, int heads, int d_ff, int layers) {
-  return {{"architectures", {"T5EncoderModel"}},
-          {"classifier_dropout", 0.0},
-          {"d_ff", d_ff},
-          {"d_kv", d_kv},
-          {"d_model", d_model},
-          {"decoder_start_token_id", 0},
-          {"dense_act_fn", "gelu_new"},
-          {"dropout_rate", 0.1},
-          {"eos_token_id", 1},
-          {"feed_forward_proj", "gated-gelu"},
-          {"initializer_factor", 1.0},
-          {"is_encoder_decoder", true},
-          {"is_gated_act", true},
-          {"layer_norm_epsilon", 1e-06},
-          {"model_type", "t5"},
-          {"num_decoder_layers", layers},
-          {"num_heads", heads},
-          {"num_layers", layers},
-          {"pad_token_id", 0},
-          {"relative_attention_max_distance", 128},
-          {"relative_attention_num_buckets", 32},
-          {"tie_word_embeddings", false},
-          {"torch_dtype", "float32"},
-          {"vocab_size", 640}};
-}
-
-// SD3's second CLIP tokenizer pads with "!" (vocabulary id 0), the first with <|endoftext|>.
-json clip_tokenizer_config(const std::string& pad) {
-  return {{"tokenizer_class", "CLIPTokenizer"}, {"model_max_length", 77},   {"bos_token", "<|startoftext|>"},
-          {"eos_token", "<|endoftext|>"},       {"pad_token", pad},         {"unk_token", "<|endoftext|>"},
-          {"do_lower_case", true}};
-}
-
-json t5_tokenizer_config() {
-  return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 512}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
-          {"unk_token", "<unk>"},           {"extra_ids", 100},        {"legacy", true}};
+  return family::t5_encoder_config({d_model, d_kv, heads, d_ff, layers});
 }
 
 json preset(const std::string& description, const json& transformer, const json& vae, const json& clip_l,
@@ -142,9 +89,10 @@ json preset(const std::string& description, const json& transformer, const json&
             {"text_encoder", {{"config", clip_l}}},
             {"text_encoder_2", {{"config", clip_g}}},
             {"text_encoder_3", {{"config", t5}}},
-            {"tokenizer", {{"config", clip_tokenizer_config("<|endoftext|>")}}},
-            {"tokenizer_2", {{"config", clip_tokenizer_config("!")}}},
-            {"tokenizer_3", {{"config", t5_tokenizer_config()}}},
+            {"tokenizer", {{"config", family::clip_tokenizer_config("<|endoftext|>")}}},
+            // SD3's second CLIP tokenizer pads with "!" (vocabulary id 0), the first with <|endoftext|>.
+            {"tokenizer_2", {{"config", family::clip_tokenizer_config("!")}}},
+            {"tokenizer_3", {{"config", family::t5_tokenizer_config()}}},
             {"scheduler", {{"config", scheduler_config()}}}}}};
 }
 
@@ -221,35 +169,10 @@ json presets() {
 }
 
 LoraTargets resolve_lora_targets(const json& targets) {
-  LoraTargets out;
-  std::vector<std::string> items;
-  if (targets.is_null()) {
-    items = {"auto"};
-  } else if (targets.is_string()) {
-    items = {targets.get<std::string>()};
-  } else if (targets.is_array()) {
-    for (const auto& t : targets) {
-      if (!t.is_string()) bad("lora.targets: every entry must be a string, got " + t.dump());
-      items.push_back(t.get<std::string>());
-    }
-  } else {
-    bad("lora.targets: expected auto, attention, all-linear or a list of module patterns, got " + targets.dump());
-  }
-  if (items.empty()) bad("lora.targets: the list is empty; use auto, attention, all-linear or module patterns");
-  if (items.size() == 1 && items[0] == "auto") {
-    out.patterns = {"attn.to_q",       "attn.to_k",       "attn.to_v",       "attn.to_out.0",
-                    "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"};
-  } else if (items.size() == 1 && items[0] == "attention") {
-    out.patterns = {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
-  } else if (items.size() == 1 && items[0] == "all-linear") {
-    out.all_linear = true;
-  } else {
-    for (const auto& i : items)
-      if (i == "auto" || i == "attention" || i == "all-linear")
-        bad("lora.targets: '" + i + "' cannot be combined with other entries");
-    out.patterns = items;
-  }
-  return out;
+  return family::resolve_lora_targets(
+      targets, {{"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj", "attn.add_k_proj",
+                 "attn.add_v_proj", "attn.to_add_out"},
+                {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"}});
 }
 
 GenerateRequest parse_generate_request(const json& j) {
@@ -302,9 +225,7 @@ GenerateRequest parse_generate_request(const json& j) {
 }
 
 std::string resolve_precision(const std::string& precision, const std::string& device) {
-  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return precision;
-  if (precision.empty() || precision == "auto") return device.rfind("cuda", 0) == 0 ? "bf16" : "fp32";
-  bad("precision: expected auto, fp32, bf16 or fp16, got '" + precision + "'");
+  return family::resolve_precision(precision, device);
 }
 
 }  // namespace yeto::sd35

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "yeto/nn/family_config.hpp"
+
 namespace yeto::sd35 {
 
 // The nine StableDiffusion3Pipeline components (model_index.json name, accepted classes,
@@ -36,10 +38,7 @@ nlohmann::json presets();
 // attn.to_out.0 and the added-stream projections of the joint attention), "attention" (every
 // attention projection, the dual attention's attn2 included), "all-linear" (every linear layer
 // except the final proj_out), or module patterns matched PEFT-style.
-struct LoraTargets {
-  std::vector<std::string> patterns;
-  bool all_linear = false;
-};
+using LoraTargets = yeto::family::LoraTargets;
 LoraTargets resolve_lora_targets(const nlohmann::json& targets);
 
 // A generation request, validated. Throws std::invalid_argument naming the key. Defaults are

@@ -12,14 +12,12 @@
 
 #include <cmath>
 #include <fstream>
-#include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "sd35_family.hpp"
 #include "sd35_transformer.hpp"
-#include "yeto/nn/linear.hpp"
+#include "yeto/nn/family.hpp"
 
 namespace {
 
@@ -30,75 +28,14 @@ using yeto::sdk::NamedTensors;
 namespace sd35 = yeto::sd35;
 
 constexpr const char* kClass = "SD3Transformer2DModel";
-constexpr const char* kLoraAdapter = "default";
-
-json parse_json(const std::string& text, const std::string& what) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
-  }
-}
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
-  std::stringstream s;
-  s << in.rdbuf();
-  return parse_json(s.str(), path);
-}
-
-// A run-configuration value from the host, or `fallback` when there is no host or no such key.
-json host_config(const std::string& key) {
-  if (!Host::api() || !Host::api()->config_get) return json();
-  try {
-    return json::parse(Host::config_json(key));
-  } catch (const std::exception&) {
-    return json();
-  }
-}
-
-std::string host_config_string(const std::string& key, const std::string& fallback) {
-  const auto j = host_config(key);
-  return j.is_string() ? j.get<std::string>() : fallback;
-}
-
-std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
-  const auto j = host_config(key);
-  return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
-}
-
-at::ScalarType dtype_of(const std::string& precision) {
-  if (precision == "bf16") return at::kBFloat16;
-  if (precision == "fp16") return at::kHalf;
-  return at::kFloat;
-}
-
-at::Device device_of(const std::string& device) {
-  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
-  try {
-    return at::Device(device);
-  } catch (const c10::Error&) {
-    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
-  }
-}
-
-// ---- host components -------------------------------------------------------------------
-
-NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
-  const auto c = Host::component(component);
-  try {
-    return c.forward(inputs, options.dump());
-  } catch (const yeto::sdk::Failure& e) {
-    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
-  }
-}
-
-const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
-  for (const auto& [n, t] : out)
-    if (n == name) return t;
-  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
-}
+using yeto::family::call;
+using yeto::family::device_of;
+using yeto::family::dtype_of;
+using yeto::family::host_config_int;
+using yeto::family::host_config_string;
+using yeto::family::output;
+using yeto::family::parse_json;
+using yeto::family::read_json_file;
 
 // ---- the transformer component -----------------------------------------------------------
 
@@ -129,34 +66,14 @@ class TransformerComponent : public yeto::sdk::Component {
     return {{"sample", out}};
   }
 
-  NamedTensors parameters() override {
-    NamedTensors out;
-    for (const auto& p : model_->named_parameters()) out.emplace_back(p.key(), p.value());
-    for (const auto& b : model_->named_buffers()) out.emplace_back(b.key(), b.value());
-    return out;
-  }
+  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
 
   // The host may stream one tensor per call. Strict loading refuses names the model does not
   // have; shapes must always match.
   void load_weights(const NamedTensors& weights, bool strict) override {
-    at::NoGradGuard no_grad;
-    auto params = model_->named_parameters();
-    auto buffers = model_->named_buffers();
-    for (const auto& [name, t] : weights) {
-      at::Tensor* dst = params.find(name);
-      if (!dst) dst = buffers.find(name);
-      if (!dst) {
-        if (strict)
-          fail(YETO_ERR_INVALID_ARGUMENT,
-               std::string(kClass) + " has no parameter '" + name + "' (is this an SD3 / SD3.5 transformer checkpoint "
-                                     "with this config's num_layers, dual_attention_layers and qk_norm?)");
-        continue;
-      }
-      if (dst->sizes() != t.sizes())
-        fail(YETO_ERR_INVALID_ARGUMENT, std::string(kClass) + " tensor '" + name + "': checkpoint shape " +
-                                            c10::str(t.sizes()) + ", model shape " + c10::str(dst->sizes()));
-      dst->copy_(t);
-    }
+    yeto::family::load_module_weights(*model_, weights, strict, kClass,
+                                      "is this an SD3 / SD3.5 transformer checkpoint with this config's num_layers, "
+                                      "dual_attention_layers and qk_norm?");
   }
 
   sd35::SD3Transformer2DModel& model() { return model_; }
@@ -216,62 +133,12 @@ class Sd35Plugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT,
            "model.max_sequence_length must be 0 (the SD3 pipeline's 256) or at most 512, got " + std::to_string(max_len));
     max_sequence_length_ = max_len == 0 ? 256 : max_len;
-    tuning_ = o.value("tuning", std::string("lora"));
-    if (tuning_ != "lora" && tuning_ != "full")
-      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
-    if (tuning_ == "full") {
-      for (auto& p : model->parameters()) p.set_requires_grad(true);
-      return;
-    }
-    for (auto& p : model->parameters()) p.set_requires_grad(false);
-    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
-    yeto::nn::LoraConfig cfg;
-    try {
-      cfg.r = lora.value("r", std::int64_t{16});
-      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
-      cfg.dropout = lora.value("dropout", 0.0);
-      cfg.init = lora.value("init", std::string("kaiming"));
-    } catch (const json::exception& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
-    }
-    if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
-    sd35::LoraTargets targets;
-    try {
-      targets = sd35::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    std::vector<std::string> patterns = targets.patterns;
-    bool already = false;
-    for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
-      if (targets.all_linear && path != "proj_out") patterns.push_back(path);
-      already = already || layer->has_adapter(kLoraAdapter);
-    }
-    if (already) return;  // prepared before: keep the adapter (and its trained values)
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init") : 0);
-    try {
-      yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
-    }
+    tuning_ = yeto::family::parse_tuning(o);
+    yeto::family::prepare_tuning(*model, tuning_, o, {sd35::resolve_lora_targets});
   }
 
   NamedTensors trainable_parameters() override {
-    auto& model = transformer();
-    std::map<std::string, at::Tensor> sorted;
-    if (tuning_ == "full") {
-      for (const auto& p : model->named_parameters()) sorted.emplace("transformer." + p.key(), p.value());
-    } else {
-      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
-        if (!layer->has_adapter(kLoraAdapter)) continue;
-        sorted.emplace("transformer." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
-        sorted.emplace("transformer." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
-      }
-      if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
-    }
-    NamedTensors out;
-    for (auto& [name, t] : sorted) out.emplace_back(name, t);
-    return out;
+    return yeto::family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
   }
 
   NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
@@ -279,17 +146,8 @@ class Sd35Plugin : public yeto::sdk::Plugin {
     if (px.dim() != 4 || px.size(1) != 3)
       fail(YETO_ERR_INVALID_ARGUMENT, "sd35 encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
                                       "[-1, 1], got " + c10::str(px.sizes()) + " (SD3.5 has no video VAE)");
-    const auto o = parse_json(options_json, "encode_media options");
-    const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
-    auto z = output(out, "mean", "vae");
-    if (o.value("sample", false)) {
-      const auto logvar = output(out, "logvar", "vae").clamp(-30.0, 20.0);
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
-      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
-      z = z + at::exp(0.5 * logvar) * eps;
-    }
     // SD3's latent normalisation: (z - shift_factor) * scaling_factor.
-    return {{"latents", (z.to(at::kFloat) - shift_factor()) * scaling_factor()}};
+    return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
   }
 
   NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
