@@ -275,9 +275,11 @@ class WanPlugin : public yeto::sdk::Plugin {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
+    const auto recompute = host_config("train.activation_checkpointing");
     for (const auto& name : denoisers_) {
       auto& model = transformer(name);
       model->to(device, dtype_of(precision));
+      model->activation_checkpointing = recompute.is_boolean() && recompute.get<bool>();
       if (tuning_ == "full") {
         for (auto& p : model->parameters()) p.set_requires_grad(true);
         continue;

@@ -4,11 +4,13 @@
 #include <string>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/dropout.h>
 
 #include "yeto/nn/activations.hpp"
 #include "yeto/nn/attention.hpp"
+#include "yeto/nn/checkpoint.hpp"
 
 namespace yeto::wan {
 namespace {
@@ -258,8 +260,20 @@ at::Tensor WanTransformer3DModelImpl::forward(const at::Tensor& hidden_states, c
   const auto timestep_proj = ce.time_proj(at::silu(temb)).unflatten(1, {6, -1});
   const auto context = ce.text_embedder(encoder_hidden_states.to(dtype));
 
-  for (const auto& block : *blocks)
-    x = block->as<WanTransformerBlockImpl>()->forward(x, context, timestep_proj, rope_cos, rope_sin);
+  const bool recompute = activation_checkpointing && at::GradMode::is_enabled();
+  for (const auto& module : *blocks) {
+    auto* block = module->as<WanTransformerBlockImpl>();
+    if (!recompute) {
+      x = block->forward(x, context, timestep_proj, rope_cos, rope_sin);
+      continue;
+    }
+    const auto cos = rope_cos, sin = rope_sin;  // structured bindings cannot be captured in C++20
+    x = nn::checkpoint(
+        [block, cos, sin](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{block->forward(in[0], in[1], in[2], cos, sin)};
+        },
+        {x, context, timestep_proj})[0];
+  }
 
   const auto mod = (scale_shift_table.to(at::kFloat) + temb.to(at::kFloat).unsqueeze(1)).chunk(2, 1);
   x = (fp32_layer_norm(norm_out, x) * (1 + mod[1]) + mod[0]).to(x.scalar_type());

@@ -108,6 +108,10 @@ class WanTransformer3DModelImpl : public torch::nn::Module {
 
   const WanTransformerConfig& config() const { return config_; }
 
+  // Recompute each block's activations in backward instead of keeping them
+  // (train.activation_checkpointing); only while grad mode is on.
+  bool activation_checkpointing = false;
+
   torch::nn::Conv3d patch_embedding{nullptr};
   WanConditionEmbedder condition_embedder{nullptr};
   torch::nn::ModuleList blocks{nullptr};
