@@ -101,37 +101,7 @@ json vae_config() {
           {"use_quant_conv", true}};
 }
 
-json t5_config() {
-  return {{"architectures", {"T5EncoderModel"}},
-          {"classifier_dropout", 0.0},
-          {"d_ff", 96},
-          {"d_kv", 10},
-          {"d_model", 40},
-          {"decoder_start_token_id", 0},
-          {"dense_act_fn", "gelu_new"},
-          {"dropout_rate", 0.1},
-          {"eos_token_id", 1},
-          {"feed_forward_proj", "gated-gelu"},
-          {"initializer_factor", 1.0},
-          {"is_encoder_decoder", true},
-          {"is_gated_act", true},
-          {"layer_norm_epsilon", 1e-06},
-          {"model_type", "t5"},
-          {"num_decoder_layers", 2},
-          {"num_heads", 4},
-          {"num_layers", 2},
-          {"pad_token_id", 0},
-          {"relative_attention_max_distance", 128},
-          {"relative_attention_num_buckets", 32},
-          {"tie_word_embeddings", false},
-          {"torch_dtype", "float32"},
-          {"vocab_size", 640}};
-}
-
-json t5_tokenizer_config() {
-  return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 512}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
-          {"unk_token", "<unk>"},           {"extra_ids", 100},        {"legacy", true}};
-}
+json t5_config() { return family::t5_encoder_config({40, 10, 4, 96, 2}); }
 
 json preset(const std::string& description, const json& transformer) {
   return {{"description", description},
@@ -140,7 +110,7 @@ json preset(const std::string& description, const json& transformer) {
            {{"transformer", {{"config", transformer}}},
             {"vae", {{"config", vae_config()}}},
             {"text_encoder", {{"config", t5_config()}}},
-            {"tokenizer", {{"config", t5_tokenizer_config()}}},
+            {"tokenizer", {{"config", family::t5_tokenizer_config()}}},
             {"scheduler", {{"config", scheduler_config()}}}}}};
 }
 
@@ -213,37 +183,11 @@ json presets() {
 }
 
 LoraTargets resolve_lora_targets(const json& targets) {
-  LoraTargets out;
-  std::vector<std::string> items;
-  if (targets.is_null()) {
-    items = {"auto"};
-  } else if (targets.is_string()) {
-    items = {targets.get<std::string>()};
-  } else if (targets.is_array()) {
-    for (const auto& t : targets) {
-      if (!t.is_string()) bad("lora.targets: every entry must be a string, got " + t.dump());
-      items.push_back(t.get<std::string>());
-    }
-  } else {
-    bad("lora.targets: expected auto, attention, all-linear or a list of module patterns, got " + targets.dump());
-  }
-  if (items.empty()) bad("lora.targets: the list is empty; use auto, attention, all-linear or module patterns");
   const std::vector<std::string> attention = {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
                                               "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"};
-  if (items.size() == 1 && items[0] == "auto") {
-    out.patterns = attention;
-    out.patterns.insert(out.patterns.end(), {"ff.net.0.proj", "ff.net.2"});
-  } else if (items.size() == 1 && items[0] == "attention") {
-    out.patterns = attention;
-  } else if (items.size() == 1 && items[0] == "all-linear") {
-    out.all_linear = true;
-  } else {
-    for (const auto& i : items)
-      if (i == "auto" || i == "attention" || i == "all-linear")
-        bad("lora.targets: '" + i + "' cannot be combined with other entries");
-    out.patterns = items;
-  }
-  return out;
+  auto with_ff = attention;
+  with_ff.insert(with_ff.end(), {"ff.net.0.proj", "ff.net.2"});
+  return family::resolve_lora_targets(targets, {with_ff, attention});
 }
 
 GenerateRequest parse_generate_request(const json& j) {
@@ -308,9 +252,7 @@ std::string preprocess_caption(const std::string& text) {
 }
 
 std::string resolve_precision(const std::string& precision, const std::string& device) {
-  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return precision;
-  if (precision.empty() || precision == "auto") return device.rfind("cuda", 0) == 0 ? "bf16" : "fp32";
-  bad("precision: expected auto, fp32, bf16 or fp16, got '" + precision + "'");
+  return family::resolve_precision(precision, device);
 }
 
 }  // namespace yeto::pixart

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "yeto/nn/family_config.hpp"
+
 namespace yeto::pixart {
 
 // The five PixArt components (model_index.json name, accepted classes).
@@ -39,10 +41,7 @@ nlohmann::json presets();
 // LoRA targets: "auto" (attention q/k/v/out of the self- and cross-attention and both feed-forward
 // projections of every block), "attention" (the eight attention projections), "all-linear" (every
 // linear layer but the final proj_out), or module patterns matched PEFT-style.
-struct LoraTargets {
-  std::vector<std::string> patterns;
-  bool all_linear = false;
-};
+using LoraTargets = yeto::family::LoraTargets;
 LoraTargets resolve_lora_targets(const nlohmann::json& targets);
 
 // A generation request, validated. Throws std::invalid_argument naming the key.

@@ -17,15 +17,13 @@
 
 #include <cmath>
 #include <fstream>
-#include <map>
-#include <sstream>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "pixart_family.hpp"
 #include "pixart_transformer.hpp"
-#include "yeto/nn/linear.hpp"
+#include "yeto/nn/family.hpp"
 
 namespace {
 
@@ -35,102 +33,19 @@ using yeto::sdk::Host;
 using yeto::sdk::NamedTensors;
 namespace pixart = yeto::pixart;
 
-constexpr const char* kLoraAdapter = "default";
-
-json parse_json(const std::string& text, const std::string& what) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
-  }
-}
+using yeto::family::call;
+using yeto::family::device_of;
+using yeto::family::dtype_of;
+using yeto::family::host_config_int;
+using yeto::family::host_config_string;
+using yeto::family::output;
+using yeto::family::parse_json;
+using yeto::family::python_nonfinite_to_null;
 
 // Diffusers configs may hold Python's bare -Infinity / Infinity / NaN (every DPM-Solver config has
 // "lambda_min_clipped": -Infinity). Outside strings they become null: this plugin reads no such key.
-std::string without_python_nonfinite(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) out += text[++i];
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    bool replaced = false;
-    for (const char* lit : {"-Infinity", "Infinity", "NaN"}) {
-      const std::string l = lit;
-      if (text.compare(i, l.size(), l) == 0) {
-        out += "null";
-        i += l.size() - 1;
-        replaced = true;
-        break;
-      }
-    }
-    if (!replaced) out += c;
-  }
-  return out;
-}
-
 json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
-  std::stringstream s;
-  s << in.rdbuf();
-  return parse_json(without_python_nonfinite(s.str()), path);
-}
-
-std::string host_config_string(const std::string& key, const std::string& fallback) {
-  if (!Host::api() || !Host::api()->config_get) return fallback;
-  try {
-    const auto j = json::parse(Host::config_json(key));
-    return j.is_string() ? j.get<std::string>() : fallback;
-  } catch (const std::exception&) {
-    return fallback;
-  }
-}
-
-std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
-  if (!Host::api() || !Host::api()->config_get) return fallback;
-  try {
-    const auto j = json::parse(Host::config_json(key));
-    return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
-  } catch (const std::exception&) {
-    return fallback;
-  }
-}
-
-at::ScalarType dtype_of(const std::string& precision) {
-  if (precision == "bf16") return at::kBFloat16;
-  if (precision == "fp16") return at::kHalf;
-  return at::kFloat;
-}
-
-at::Device device_of(const std::string& device) {
-  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
-  try {
-    return at::Device(device);
-  } catch (const c10::Error&) {
-    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
-  }
-}
-
-NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
-  const auto c = Host::component(component);
-  try {
-    return c.forward(inputs, options.dump());
-  } catch (const yeto::sdk::Failure& e) {
-    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
-  }
-}
-
-const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
-  for (const auto& [n, t] : out)
-    if (n == name) return t;
-  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
+  return parse_json(python_nonfinite_to_null(yeto::family::read_text_file(path)), path);
 }
 
 const at::Tensor* find(const NamedTensors& in, const std::string& name) {
@@ -147,7 +62,7 @@ class TransformerComponent : public yeto::sdk::Component {
     const std::string where = dir.empty() ? std::string("PixArtTransformer2DModel config") : dir + "/config.json";
     try {
       model_ = pixart::PixArtTransformer2DModel(
-          pixart::PixArtTransformerConfig::from_json(parse_json(without_python_nonfinite(config_json), where)));
+          pixart::PixArtTransformerConfig::from_json(parse_json(python_nonfinite_to_null(config_json), where)));
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
     }
@@ -187,29 +102,13 @@ class TransformerComponent : public yeto::sdk::Component {
                           opt(aspect_ratio));
   }
 
-  NamedTensors parameters() override {
-    NamedTensors out;
-    for (const auto& p : model_->named_parameters()) out.emplace_back(p.key(), p.value());
-    for (const auto& b : model_->named_buffers()) out.emplace_back(b.key(), b.value());
-    return out;
-  }
+  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
 
+  // Checkpoint names are matched against the parameters only (not the buffers).
   void load_weights(const NamedTensors& weights, bool strict) override {
-    at::NoGradGuard no_grad;
-    auto params = model_->named_parameters();
-    for (const auto& [name, t] : weights) {
-      at::Tensor* dst = params.find(name);
-      if (!dst) {
-        if (strict)
-          fail(YETO_ERR_INVALID_ARGUMENT, "PixArtTransformer2DModel has no parameter '" + name +
-                                              "' (is this a PixArt transformer checkpoint of this configuration?)");
-        continue;
-      }
-      if (dst->sizes() != t.sizes())
-        fail(YETO_ERR_INVALID_ARGUMENT, "PixArtTransformer2DModel tensor '" + name + "': checkpoint shape " +
-                                            c10::str(t.sizes()) + ", model shape " + c10::str(dst->sizes()));
-      dst->copy_(t);
-    }
+    yeto::family::load_module_weights(*model_, weights, strict, "PixArtTransformer2DModel",
+                                      "is this a PixArt transformer checkpoint of this configuration?",
+                                      /*with_buffers=*/false);
   }
 
   pixart::PixArtTransformer2DModel& model() { return model_; }
@@ -263,63 +162,12 @@ class PixArtPlugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT, "model.max_sequence_length must be 0 (the pipeline's default, " +
                                           std::to_string(default_max_length_) + ") or positive");
     max_sequence_length_ = max_len == 0 ? default_max_length_ : max_len;
-    tuning_ = o.value("tuning", std::string("lora"));
-    if (tuning_ != "lora" && tuning_ != "full")
-      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
-    if (tuning_ == "full") {
-      for (auto& p : model->parameters()) p.set_requires_grad(true);
-      return;
-    }
-    for (auto& p : model->parameters()) p.set_requires_grad(false);
-    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
-    yeto::nn::LoraConfig cfg;
-    try {
-      cfg.r = lora.value("r", std::int64_t{16});
-      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
-      cfg.dropout = lora.value("dropout", 0.0);
-      cfg.init = lora.value("init", std::string("kaiming"));
-    } catch (const json::exception& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
-    }
-    if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
-    pixart::LoraTargets targets;
-    try {
-      targets = pixart::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    std::vector<std::string> patterns = targets.patterns;
-    if (targets.all_linear)
-      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
-        if (path != "proj_out") patterns.push_back(path);
-    bool already = false;
-    for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
-      already = already || layer->has_adapter(kLoraAdapter);
-    if (already) return;  // prepared before: keep the adapter (and its trained values)
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init") : 0);
-    try {
-      yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
-    }
+    tuning_ = yeto::family::parse_tuning(o);
+    yeto::family::prepare_tuning(*model, tuning_, o, {pixart::resolve_lora_targets});
   }
 
   NamedTensors trainable_parameters() override {
-    auto& model = transformer();
-    std::map<std::string, at::Tensor> sorted;
-    if (tuning_ == "full") {
-      for (const auto& p : model->named_parameters()) sorted.emplace("transformer." + p.key(), p.value());
-    } else {
-      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
-        if (!layer->has_adapter(kLoraAdapter)) continue;
-        sorted.emplace("transformer." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
-        sorted.emplace("transformer." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
-      }
-      if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
-    }
-    NamedTensors out;
-    for (auto& [name, t] : sorted) out.emplace_back(name, t);
-    return out;
+    return yeto::family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
   }
 
   // Pixels in [-1, 1] -> VAE latent (mean, or a sample from the seeded generator) x scaling_factor.
@@ -328,16 +176,7 @@ class PixArtPlugin : public yeto::sdk::Plugin {
     if (px.dim() != 4 || px.size(1) != 3)
       fail(YETO_ERR_INVALID_ARGUMENT, "pixart encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
                                       "[-1, 1], got " + c10::str(px.sizes()) + " (PixArt has no video VAE)");
-    const auto o = parse_json(options_json, "encode_media options");
-    const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
-    auto z = output(out, "mean", "vae");
-    if (o.value("sample", false)) {
-      const auto logvar = output(out, "logvar", "vae").clamp(-30.0, 20.0);
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
-      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
-      z = z + at::exp(0.5 * logvar) * eps;
-    }
-    return {{"latents", (z.to(at::kFloat) - shift_factor()) * scaling_factor()}};
+    return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
   }
 
   // Prompts -> T5 states with the padding mask the transformer's cross-attention needs.
