@@ -120,8 +120,10 @@ int run_sample(cli::CommandContext& ctx) {
 
   const config::Config& cfg = ctx.config();
   if (cfg.get_string("model.id").empty()) throw UsageError("sample: --model (model.id) is required");
-  const std::filesystem::path adapter_dir = ctx.value("adapter-dir");
-  if (ctx.has("adapter-dir")) {
+  // Several adapters fold one after another (e.g. the high- and low-noise adapters of Wan 2.2).
+  std::vector<std::filesystem::path> adapter_dirs;
+  for (const auto& d : ctx.values("adapter-dir")) adapter_dirs.emplace_back(d);
+  for (const auto& adapter_dir : adapter_dirs) {
     if (!std::filesystem::exists(adapter_dir))
       throw Error("--adapter-dir " + adapter_dir.string() + ": no such file or directory", ExitCode::not_found);
     check_adapter_plugin(adapter_dir, cfg);  // before any plugin loads
@@ -133,7 +135,7 @@ int run_sample(cli::CommandContext& ctx) {
   if (!pipe->plugin().has(YETO_CAP_GENERATE))
     throw Error("sample: plugin '" + pipe->loaded_plugin().manifest.name + "' does not implement generation",
                 ExitCode::not_available);
-  if (ctx.has("adapter-dir")) {
+  for (const auto& adapter_dir : adapter_dirs) {
     const FoldReport folded = fold_adapter(*pipe, cfg, adapter_dir);
     spdlog::info("sample: folded {} LoRA modules of {} from {} into the model", folded.modules, folded.components,
                  adapter_dir.string());
@@ -222,7 +224,7 @@ void register_sample_commands(Registry& r) {
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},
                {"output", "PATH", "Output: FILE.png, FILE.mp4 or DIR/ (frames) (required)."},
                {"format", "F", "png, mp4 or frames (default: from --output)."},
-               {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin)."}};
+               {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn.", true}};
   c.run = sample::run_sample;
   r.add(std::move(c));
 }

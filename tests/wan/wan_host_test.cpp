@@ -310,12 +310,20 @@ TEST(WanHost, Wan22LoraTrainsBothDenoisers) {
     EXPECT_EQ(read_json(dir / "adapter_config.json").at("auto_mapping").at("parent_library"),
               "diffusers.models.transformers.transformer_wan");
   }
-  // The low-noise adapter folds into transformer_2 for sampling.
-  const auto s = yeto::test::run_host({"sample", "--model", (kFixtures / "repos" / "wan22-tiny").string(),
-                                       "--diffusion-adapter", "wan", "--prompt", "a boat", "--steps", "2",
-                                       "--height", "32", "--width", "32", "--num-frames", "1",
-                                       "--max-sequence-length", "16", "--adapter-dir",
-                                       (tmp / "adapter-transformer_2").string(), "--output", (tmp / "a.png").string()});
-  EXPECT_EQ(s.exit_code, 0) << s.all();
-  EXPECT_NE(s.all().find("LoRA modules of transformer_2"), std::string::npos) << s.all();
+  // Sampling folds the low-noise adapter into transformer_2, and both adapters when both are given.
+  auto sample = [&](const std::string& out, const std::vector<std::string>& components) {
+    std::vector<std::string> args = {"sample", "--model", (kFixtures / "repos" / "wan22-tiny").string(),
+                                     "--diffusion-adapter", "wan", "--prompt", "a boat", "--steps", "2", "--height",
+                                     "32", "--width", "32", "--num-frames", "1", "--max-sequence-length", "16",
+                                     "--output", (tmp / out).string()};
+    for (const auto& c : components) args.insert(args.end(), {"--adapter-dir", (tmp / ("adapter-" + c)).string()});
+    const auto s = yeto::test::run_host(args);
+    EXPECT_EQ(s.exit_code, 0) << s.all();
+    for (const auto& c : components)
+      EXPECT_NE(s.all().find("LoRA modules of " + c + " from"), std::string::npos) << s.all();
+    return read_text(tmp / out);
+  };
+  const auto low = sample("low.png", {"transformer_2"});
+  const auto both = sample("both.png", {"transformer", "transformer_2"});
+  EXPECT_NE(low, both);
 }
