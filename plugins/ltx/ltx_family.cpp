@@ -87,39 +87,12 @@ json vae_config(std::vector<int> channels, std::vector<int> layers, int latent_c
 }
 
 // T5 v1.1 layout (google/t5-v1_1-xxl keys), as LTX-Video ships its text encoder.
+// The published LTX-Video text encoder config also carries output_past and use_cache.
 json t5_config(int d_model, int d_kv, int heads, int d_ff, int layers) {
-  return {{"architectures", {"T5EncoderModel"}},
-          {"classifier_dropout", 0.0},
-          {"d_ff", d_ff},
-          {"d_kv", d_kv},
-          {"d_model", d_model},
-          {"decoder_start_token_id", 0},
-          {"dense_act_fn", "gelu_new"},
-          {"dropout_rate", 0.1},
-          {"eos_token_id", 1},
-          {"feed_forward_proj", "gated-gelu"},
-          {"initializer_factor", 1.0},
-          {"is_encoder_decoder", true},
-          {"is_gated_act", true},
-          {"layer_norm_epsilon", 1e-06},
-          {"model_type", "t5"},
-          {"num_decoder_layers", layers},
-          {"num_heads", heads},
-          {"num_layers", layers},
-          {"output_past", true},
-          {"pad_token_id", 0},
-          {"relative_attention_max_distance", 128},
-          {"relative_attention_num_buckets", 32},
-          {"tie_word_embeddings", false},
-          {"torch_dtype", "float32"},
-          {"use_cache", true},
-          {"vocab_size", 640}};
-}
-
-// The conversion script sets model_max_length 128.
-json t5_tokenizer_config() {
-  return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 128}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
-          {"unk_token", "<unk>"},           {"extra_ids", 100},        {"legacy", true}};
+  auto c = family::t5_encoder_config({d_model, d_kv, heads, d_ff, layers});
+  c["output_past"] = true;
+  c["use_cache"] = true;
+  return c;
 }
 
 json preset(const std::string& description, const json& transformer, const json& vae, const json& t5) {
@@ -129,7 +102,8 @@ json preset(const std::string& description, const json& transformer, const json&
            {{"transformer", {{"config", transformer}}},
             {"vae", {{"config", vae}}},
             {"text_encoder", {{"config", t5}}},
-            {"tokenizer", {{"config", t5_tokenizer_config()}}},
+            // The conversion script sets the tokenizer's model_max_length to 128.
+            {"tokenizer", {{"config", family::t5_tokenizer_config(128)}}},
             {"scheduler", {{"config", scheduler_config()}}}}}};
 }
 
@@ -186,32 +160,8 @@ json presets() {
 }
 
 LoraTargets resolve_lora_targets(const json& targets) {
-  LoraTargets out;
-  std::vector<std::string> items;
-  if (targets.is_null()) {
-    items = {"auto"};
-  } else if (targets.is_string()) {
-    items = {targets.get<std::string>()};
-  } else if (targets.is_array()) {
-    for (const auto& t : targets) {
-      if (!t.is_string()) bad("lora.targets: every entry must be a string, got " + t.dump());
-      items.push_back(t.get<std::string>());
-    }
-  } else {
-    bad("lora.targets: expected auto, attention, all-linear or a list of module patterns, got " + targets.dump());
-  }
-  if (items.empty()) bad("lora.targets: the list is empty; use auto, attention, all-linear or module patterns");
-  if (items.size() == 1 && (items[0] == "auto" || items[0] == "attention")) {
-    out.patterns = {"to_q", "to_k", "to_v", "to_out.0"};
-  } else if (items.size() == 1 && items[0] == "all-linear") {
-    out.all_linear = true;
-  } else {
-    for (const auto& i : items)
-      if (i == "auto" || i == "attention" || i == "all-linear")
-        bad("lora.targets: '" + i + "' cannot be combined with other entries");
-    out.patterns = items;
-  }
-  return out;
+  const std::vector<std::string> attention = {"to_q", "to_k", "to_v", "to_out.0"};
+  return family::resolve_lora_targets(targets, {attention, attention});
 }
 
 std::vector<double> linspace(double start, double stop, std::int64_t num) {
@@ -299,9 +249,7 @@ GenerateRequest parse_generate_request(const json& j) {
 }
 
 std::string resolve_precision(const std::string& precision, const std::string& device) {
-  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return precision;
-  if (precision.empty() || precision == "auto") return device.rfind("cuda", 0) == 0 ? "bf16" : "fp32";
-  bad("precision: expected auto, fp32, bf16 or fp16, got '" + precision + "'");
+  return family::resolve_precision(precision, device);
 }
 
 }  // namespace yeto::ltx

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "yeto/nn/family_config.hpp"
+
 namespace yeto::ltx {
 
 // The five LTX-Video components (model_index.json name, accepted classes).
@@ -34,10 +36,7 @@ nlohmann::json presets();
 // LoRA targets: "auto" and "attention" (q/k/v/out of both attentions of every block, the
 // projections LTX-Video LoRA training adapts), "all-linear" (every linear layer but proj_out),
 // or PEFT-style module patterns. all_linear = true: every layer but the output projection.
-struct LoraTargets {
-  std::vector<std::string> patterns;
-  bool all_linear = false;
-};
+using LoraTargets = yeto::family::LoraTargets;
 LoraTargets resolve_lora_targets(const nlohmann::json& targets);
 
 // np.linspace(start, stop, num) in float64, exactly as NumPy computes it.

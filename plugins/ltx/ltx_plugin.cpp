@@ -10,9 +10,6 @@
 #include <yeto/plugin.hpp>
 
 #include <cmath>
-#include <fstream>
-#include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -20,7 +17,7 @@
 #include "ltx_latents.hpp"
 #include "ltx_transformer.hpp"
 #include "ltx_vae.hpp"
-#include "yeto/nn/linear.hpp"
+#include "yeto/nn/family.hpp"
 
 namespace {
 
@@ -30,52 +27,19 @@ using yeto::sdk::Host;
 using yeto::sdk::NamedTensors;
 namespace ltx = yeto::ltx;
 
-constexpr const char* kLoraAdapter = "default";
+using yeto::family::call;
+using yeto::family::device_of;
+using yeto::family::dtype_of;
+using yeto::family::host_config;
+using yeto::family::host_config_string;
+using yeto::family::output;
 
+// Empty option text means no options.
 json parse_json(const std::string& text, const std::string& what) {
-  try {
-    return json::parse(text.empty() ? std::string("{}") : text);
-  } catch (const json::exception& e) {
-    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
-  }
+  return yeto::family::parse_json(text.empty() ? std::string("{}") : text, what);
 }
 
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
-  std::stringstream s;
-  s << in.rdbuf();
-  return parse_json(s.str(), path);
-}
-
-json host_config(const std::string& key) {
-  if (!Host::api() || !Host::api()->config_get) return json();
-  try {
-    return json::parse(Host::config_json(key));
-  } catch (const std::exception&) {
-    return json();
-  }
-}
-
-std::string host_config_string(const std::string& key, const std::string& fallback) {
-  const auto j = host_config(key);
-  return j.is_string() ? j.get<std::string>() : fallback;
-}
-
-at::ScalarType dtype_of(const std::string& precision) {
-  if (precision == "bf16") return at::kBFloat16;
-  if (precision == "fp16") return at::kHalf;
-  return at::kFloat;
-}
-
-at::Device device_of(const std::string& device) {
-  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
-  try {
-    return at::Device(device);
-  } catch (const c10::Error&) {
-    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
-  }
-}
+json read_json_file(const std::string& path) { return parse_json(yeto::family::read_text_file(path), path); }
 
 // The run's device and dtype, as a component built by the host should use them.
 std::pair<at::Device, at::ScalarType> run_placement() {
@@ -84,48 +48,10 @@ std::pair<at::Device, at::ScalarType> run_placement() {
   return {device, dtype_of(precision)};
 }
 
-NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
-  const auto c = Host::component(component);
-  try {
-    return c.forward(inputs, options.dump());
-  } catch (const yeto::sdk::Failure& e) {
-    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
-  }
-}
-
-const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
-  for (const auto& [n, t] : out)
-    if (n == name) return t;
-  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
-}
-
-template <class M>
-NamedTensors module_parameters(M& model) {
-  NamedTensors out;
-  for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value());
-  for (const auto& b : model->named_buffers()) out.emplace_back(b.key(), b.value());
-  return out;
-}
-
 // Streams are welcome: the host may call this once per tensor. Strict loading refuses names the
 // model does not have; shapes must always match.
-template <class M>
-void module_load(M& model, const NamedTensors& weights, bool strict, const std::string& cls) {
-  at::NoGradGuard no_grad;
-  auto params = model->named_parameters();
-  auto buffers = model->named_buffers();
-  for (const auto& [name, t] : weights) {
-    at::Tensor* dst = params.find(name);
-    if (!dst) dst = buffers.find(name);
-    if (!dst) {
-      if (strict) fail(YETO_ERR_INVALID_ARGUMENT, cls + " has no parameter '" + name + "' (is this an " + cls + " checkpoint?)");
-      continue;
-    }
-    if (dst->sizes() != t.sizes())
-      fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
-                                          ", model shape " + c10::str(dst->sizes()));
-    dst->copy_(t);
-  }
+void module_load(torch::nn::Module& model, const NamedTensors& weights, bool strict, const std::string& cls) {
+  yeto::family::load_module_weights(model, weights, strict, cls, "is this an " + cls + " checkpoint?");
 }
 
 template <class Cfg>
@@ -190,9 +116,9 @@ class TransformerComponent : public yeto::sdk::Component {
     }
   }
 
-  NamedTensors parameters() override { return module_parameters(model_); }
+  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
   void load_weights(const NamedTensors& weights, bool strict) override {
-    module_load(model_, weights, strict, "LTXVideoTransformer3DModel");
+    module_load(*model_, weights, strict, "LTXVideoTransformer3DModel");
   }
   ltx::LtxVideoTransformer3DModel& model() { return model_; }
 
@@ -234,9 +160,9 @@ class VaeComponent : public yeto::sdk::Component {
     fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLLTXVideo: unknown method '" + method + "' (encode, decode)");
   }
 
-  NamedTensors parameters() override { return module_parameters(model_); }
+  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
   void load_weights(const NamedTensors& weights, bool strict) override {
-    module_load(model_, weights, strict, "AutoencoderKLLTXVideo");
+    module_load(*model_, weights, strict, "AutoencoderKLLTXVideo");
   }
   ltx::AutoencoderKLLTXVideo& model() { return model_; }
 
@@ -356,61 +282,12 @@ class LtxPlugin : public yeto::sdk::Plugin {
     max_sequence_length_ = len == 0 ? 128 : len;
     const auto fps = host_config("data.fps");
     train_frame_rate_ = fps.is_number() && fps.get<double>() > 0 ? fps.get<double>() : 25.0;
-    tuning_ = o.value("tuning", std::string("lora"));
-    if (tuning_ != "lora" && tuning_ != "full")
-      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
-    if (tuning_ == "full") {
-      for (auto& p : model->parameters()) p.set_requires_grad(true);
-      return;
-    }
-    for (auto& p : model->parameters()) p.set_requires_grad(false);
-    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
-    yeto::nn::LoraConfig cfg;
-    try {
-      cfg.r = lora.value("r", std::int64_t{16});
-      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
-      cfg.dropout = lora.value("dropout", 0.0);
-      cfg.init = lora.value("init", std::string("kaiming"));
-    } catch (const json::exception& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
-    }
-    if (cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
-    ltx::LoraTargets targets;
-    try {
-      targets = ltx::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    std::vector<std::string> patterns = targets.patterns;
-    if (targets.all_linear)
-      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
-        if (path != "proj_out") patterns.push_back(path);
-    for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
-      if (layer->has_adapter(kLoraAdapter)) return;  // prepared before: keep the adapter and its values
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init") : 0);
-    try {
-      yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
-    }
+    tuning_ = yeto::family::parse_tuning(o);
+    yeto::family::prepare_tuning(*model, tuning_, o, {ltx::resolve_lora_targets});
   }
 
   NamedTensors trainable_parameters() override {
-    auto& model = transformer();
-    std::map<std::string, at::Tensor> sorted;
-    if (tuning_ == "full") {
-      for (const auto& p : model->named_parameters()) sorted.emplace("transformer." + p.key(), p.value());
-    } else {
-      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
-        if (!layer->has_adapter(kLoraAdapter)) continue;
-        sorted.emplace("transformer." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
-        sorted.emplace("transformer." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
-      }
-      if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
-    }
-    NamedTensors out;
-    for (auto& [name, t] : sorted) out.emplace_back(name, t);
-    return out;
+    return yeto::family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
   }
 
   // Pixels [B, 3, H, W] (one frame) or [B, 3, F, H, W] in [-1, 1] -> normalised latents
@@ -437,12 +314,7 @@ class LtxPlugin : public yeto::sdk::Plugin {
     auto& v = vae();
     const auto dev = v->latents_mean.device();
     const auto dist = v->encode(px.to(dev, v->latents_mean.scalar_type()));
-    auto z = dist.mean;
-    if (o.value("sample", false)) {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
-      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device(), z.scalar_type());
-      z = z + at::exp(0.5 * dist.logvar) * eps;
-    }
+    const auto z = yeto::family::posterior_latent(dist.mean, dist.logvar, o);
     return {{"latents", ltx::normalize_latents(z.to(at::kFloat), v->latents_mean.to(at::kFloat),
                                                v->latents_std.to(at::kFloat), vae_config_.scaling_factor)}};
   }
