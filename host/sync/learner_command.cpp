@@ -88,6 +88,11 @@ int run_train_islands(CommandContext& ctx, std::uint32_t islands) {
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) throw Error("cannot find this program's path (/proc/self/exe)");
   e.host_bin = std::string(self, static_cast<std::size_t>(n));
+  // A binary replaced on disk while it runs (a rebuild) reads as "PATH (deleted)": start the
+  // children from PATH, the program now installed there.
+  const std::string deleted = " (deleted)";
+  if (std::string s = e.host_bin.string(); s.size() > deleted.size() && s.ends_with(deleted))
+    e.host_bin = s.substr(0, s.size() - deleted.size());
   if (ctx.args().config_file) e.config_file = std::filesystem::absolute(*ctx.args().config_file);
   for (const auto& ov : ctx.args().overrides)
     if (ov.key != "run.output" && ov.key != "sync.islands") e.sets.push_back(ov.key + "=" + ov.value);

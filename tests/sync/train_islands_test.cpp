@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -121,6 +122,52 @@ TEST(TrainIslands, TheSyncerBudgetEndsBothIslandsOnTheFinalCut) {
     EXPECT_TRUE(canonical_bytes(run / island / "lora.safetensors") == cut) << island;
   }
   for (const auto& i : s["per_island"]) EXPECT_LT(i["steps"].get<int>(), 400) << s.dump();
+}
+
+// Islands of two ranks each (train.island_ranks = 2, ddp): the launcher starts four learner
+// processes with the torchrun variables; each island is one learner to the syncer, its rank 1
+// trains its own shard and ends on the same cut without ever talking to the syncer.
+TEST(TrainIslands, IslandsOfTwoRanksTrainDdpAndEndOnTheFinalCut) {
+  yeto::test::TempDir dir;
+  yeto::learner::test::write_dataset(dir / "data", 12, {}, 32);
+  // 24 steps: four rank processes start less evenly than two, and an island that reached
+  // max_steps before the other joined would end the run alone (learners_done).
+  dir.write("run.toml", run_toml(24));
+  const fs::path run = dir / "run";
+  const auto r = yeto::test::run_host({"train", "--islands", "2", "--island-ranks", "2", "--shard", "ddp", "--config",
+                                       (dir / "run.toml").string(), "--output", run.string()});
+  auto logs = [&] {
+    std::string all = r.all();
+    for (const char* f : {"syncer/syncer.log", "island-0/learner.log", "island-0/learner-rank1.log",
+                          "island-1/learner.log", "island-1/learner-rank1.log"})
+      if (fs::exists(run / f)) all += std::string("\n==== ") + f + "\n" + yeto::read_file(run / f);
+    return all;
+  };
+  ASSERT_EQ(r.exit_code, 0) << logs();
+  const json s = json::parse(yeto::read_file(run / "summary.json"));
+  EXPECT_EQ(s["island_exits"], json::array({0, 0}));
+  EXPECT_EQ(s["final"]["acked"].size(), 2u) << s.dump();
+  std::set<std::string> learners;
+  for (const auto& rec : yeto::sync::read_tape_records(run / "syncer" / "tape.jsonl"))
+    if (rec["event"] == "join" || rec["event"] == "merge")
+      for (const auto& l : rec["learners"]) learners.insert(l.get<std::string>());
+  EXPECT_EQ(learners, (std::set<std::string>{"island-0", "island-1"}));
+  const std::string cut = yeto::read_file(run / "syncer" / "final_cut.bin");
+  for (const char* island : {"island-0", "island-1"}) {
+    ASSERT_TRUE(fs::exists(run / island / "lora.safetensors")) << r.all();
+    EXPECT_TRUE(canonical_bytes(run / island / "lora.safetensors") == cut) << island;
+    const std::string rank1 = yeto::read_file(run / island / "learner-rank1.log");
+    EXPECT_NE(rank1.find("rank 1 of 2"), std::string::npos) << rank1;
+    EXPECT_NE(rank1.find(std::string("learner ") + island + " rank 1: 24 steps"), std::string::npos) << rank1;
+    EXPECT_NE(rank1.find("ended on the final cut"), std::string::npos) << rank1;
+    // Both ranks' samples count: one rank alone sees at most micro batch 2 x 24 steps = 48.
+    std::string last;
+    std::istringstream in(yeto::read_file(run / island / "metrics.jsonl"));
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty()) last = l;
+    EXPECT_EQ(json::parse(last)["step"], 24) << last;
+    EXPECT_GT(json::parse(last)["samples"].get<int>(), 48) << last;
+  }
 }
 
 }  // namespace
