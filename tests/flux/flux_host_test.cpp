@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "support/family_host.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -18,12 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kRepos = fs::path(YETO_TEST_FIXTURES) / "repos";
-const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using yeto::test::read_text;
 
 std::vector<std::string> sample_args(const fs::path& repo, const fs::path& out) {
   return {"sample", "--model", repo.string(), "--diffusion-adapter", "flux", "--prompt", "a red circle on a white background", "--seed", "42",
@@ -34,16 +30,12 @@ std::vector<std::string> sample_args(const fs::path& repo, const fs::path& out) 
 }  // namespace
 
 TEST(FluxHost, PluginIsBuiltSignedAndVerifies) {
-  for (const char* f : {"flux.so", "flux.yeto.json", "flux.yeto.sig"})
-    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
-  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "flux.so").string()});
-  EXPECT_EQ(r.exit_code, 0) << r.all();
+  ASSERT_NO_FATAL_FAILURE(yeto::test::verify_staged_plugin("flux"));
 }
 
 TEST(FluxHost, CheckParityReproducesTheRecordedPipelineRun) {
-  const auto r = yeto::test::run_host({"check-parity", (kRepos / "flux-tiny-reference").string(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto j = nlohmann::json::parse(r.out).at("cases");
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(yeto::test::run_check_parity({kRepos / "flux-tiny-reference"}, &j));
   ASSERT_EQ(j.size(), 1u);
   const auto& c = j[0];
   EXPECT_EQ(c.at("kind"), "pipeline_end_to_end");
@@ -60,20 +52,9 @@ TEST(FluxHost, CheckParityReproducesTheRecordedPipelineRun) {
 
 TEST(FluxHost, UnsignedCopyIsRefused) {
   yeto::test::TempDir tmp;
-  fs::create_directories(tmp / "plugins");
-  fs::copy_file(kStagePlugins / "flux.so", tmp / "plugins/flux.so");
-  fs::copy_file(kStagePlugins / "flux.yeto.json", tmp / "plugins/flux.yeto.json");
-  auto args = sample_args(kRepos / "flux-tiny", tmp / "out.png");
-  args.insert(args.end(), {"--set", "plugins.dirs=" + (tmp / "plugins").string()});
-  const auto r = yeto::test::run_host(args);
-  EXPECT_EQ(r.exit_code, 20) << r.all();
-  EXPECT_NE(r.all().find("unsigned"), std::string::npos) << r.all();
-  EXPECT_FALSE(fs::exists(tmp / "out.png"));
-  // The signed original next to it loads.
-  fs::copy_file(kStagePlugins / "flux.yeto.sig", tmp / "plugins/flux.yeto.sig");
-  const auto ok = yeto::test::run_host(args);
-  EXPECT_EQ(ok.exit_code, 0) << ok.all();
-  EXPECT_TRUE(fs::exists(tmp / "out.png"));
+  // Then the signed original next to it loads.
+  yeto::test::expect_unsigned_copy_refused("flux", sample_args(kRepos / "flux-tiny", tmp / "out.png"), tmp / "out.png",
+                                           tmp, /*then_signed_loads=*/true);
 }
 
 TEST(FluxHost, SavedAndReloadedRepositoryGivesIdenticalOutputs) {
@@ -100,17 +81,16 @@ TEST(FluxHost, SavedAndReloadedRepositoryGivesIdenticalOutputs) {
   ASSERT_EQ(a.exit_code, 0) << a.all();
   const auto b = yeto::test::run_host(sample_args(copy, tmp / "b.png"));
   ASSERT_EQ(b.exit_code, 0) << b.all();
-  EXPECT_EQ(read_bytes(tmp / "a.png"), read_bytes(tmp / "b.png"));
+  EXPECT_EQ(read_text(tmp / "a.png"), read_text(tmp / "b.png"));
 }
 
 TEST(FluxHost, CheckParityRunsTheTransformerCasesThroughThePlugin) {
   // The `model` kind: FluxTransformer2DModel built by the plugin's registered constructor,
   // forward, loss and named gradients against the Diffusers recordings.
   const auto fixtures = fs::path(YETO_TEST_FIXTURES) / "parity";
-  const auto r = yeto::test::run_host({"check-parity", (fixtures / "flux-transformer").string(),
-                                       (fixtures / "flux-transformer-guidance").string(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto j = nlohmann::json::parse(r.out).at("cases");
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(
+      yeto::test::run_check_parity({fixtures / "flux-transformer", fixtures / "flux-transformer-guidance"}, &j));
   ASSERT_EQ(j.size(), 2u);
   for (const auto& c : j) {
     EXPECT_EQ(c.at("kind"), "model");

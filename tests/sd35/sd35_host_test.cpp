@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "dataset.hpp"
 #include "io/tensors.hpp"
+#include "support/family_host.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -26,13 +26,9 @@ namespace {
 
 const fs::path kRepos = fs::path(YETO_TEST_FIXTURES) / "repos";
 const fs::path kParity = fs::path(YETO_TEST_FIXTURES) / "parity";
-const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
 const char* kPrompt = "a red circle on a white background";
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using yeto::test::read_text;
 
 // The reference call of sd35-tiny-reference as a sample command.
 std::vector<std::string> sample_args(const fs::path& repo, const fs::path& out) {
@@ -41,36 +37,22 @@ std::vector<std::string> sample_args(const fs::path& repo, const fs::path& out) 
           "64",       "--width",  "64",          "--max-sequence-length", "32",   "--output", out.string()};
 }
 
-std::map<std::int64_t, double> series(const fs::path& run_dir, const std::string& field) {
-  std::map<std::int64_t, double> out;
-  std::istringstream in(read_bytes(run_dir / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(field)) out[j.at("step").get<std::int64_t>()] = j.at(field).get<double>();
-  }
-  return out;
-}
 
 }  // namespace
 
 TEST(Sd35Host, PluginIsBuiltSignedAndVerifies) {
-  for (const char* f : {"sd35.so", "sd35.yeto.json", "sd35.yeto.sig"})
-    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
-  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "sd35.so").string()});
-  EXPECT_EQ(r.exit_code, 0) << r.all();
-  const auto manifest = nlohmann::json::parse(read_bytes(kStagePlugins / "sd35.yeto.json"));
+  nlohmann::json manifest;
+  ASSERT_NO_FATAL_FAILURE(yeto::test::verify_staged_plugin("sd35", &manifest));
   EXPECT_EQ(manifest.at("families"), nlohmann::json::array({"sd35"})) << manifest.dump();
 }
 
 TEST(Sd35Host, CheckParityPassesEverySd35Case) {
   // The transformer (kind model: forward, loss, gradients), the SD3.5 scheduler and the recorded
   // end-to-end run (kind pipeline_end_to_end), in one yeto-host process.
-  const auto r = yeto::test::run_host({"check-parity", (kParity / "sd35-transformer").string(),
-                                       (kParity / "scheduler-flow-match-euler-shift3").string(),
-                                       (kRepos / "sd35-tiny-reference").string(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto cases = nlohmann::json::parse(r.out).at("cases");
+  nlohmann::json cases;
+  ASSERT_NO_FATAL_FAILURE(yeto::test::run_check_parity(
+      {kParity / "sd35-transformer", kParity / "scheduler-flow-match-euler-shift3", kRepos / "sd35-tiny-reference"},
+      &cases));
   ASSERT_EQ(cases.size(), 3u);
   const std::map<std::string, fs::path> dirs = {{"sd35-transformer", kParity / "sd35-transformer"},
                                                 {"scheduler-flow-match-euler-shift3",
@@ -81,7 +63,7 @@ TEST(Sd35Host, CheckParityPassesEverySd35Case) {
     ASSERT_TRUE(dirs.count(name)) << name;
     EXPECT_TRUE(c.at("supported").get<bool>()) << c.dump(1);
     EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
-    const auto case_json = nlohmann::json::parse(read_bytes(dirs.at(name) / "case.json"));
+    const auto case_json = nlohmann::json::parse(read_text(dirs.at(name) / "case.json"));
     if (name != "scheduler-flow-match-euler-shift3") {  // the scheduler case compares per call
       EXPECT_EQ(c.at("comparisons").size(), case_json.at("compare").size()) << name;
     }
@@ -100,15 +82,8 @@ TEST(Sd35Host, CheckParityPassesEverySd35Case) {
 
 TEST(Sd35Host, UnsignedCopyIsRefused) {
   yeto::test::TempDir tmp;
-  fs::create_directories(tmp / "plugins");
-  fs::copy_file(kStagePlugins / "sd35.so", tmp / "plugins/sd35.so");
-  fs::copy_file(kStagePlugins / "sd35.yeto.json", tmp / "plugins/sd35.yeto.json");
-  auto args = sample_args(kRepos / "sd35-tiny", tmp / "out.png");
-  args.insert(args.end(), {"--set", "plugins.dirs=" + (tmp / "plugins").string()});
-  const auto r = yeto::test::run_host(args);
-  EXPECT_EQ(r.exit_code, 20) << r.all();
-  EXPECT_NE(r.all().find("unsigned"), std::string::npos) << r.all();
-  EXPECT_FALSE(fs::exists(tmp / "out.png"));
+  yeto::test::expect_unsigned_copy_refused("sd35", sample_args(kRepos / "sd35-tiny", tmp / "out.png"), tmp / "out.png",
+                                           tmp);
 }
 
 TEST(Sd35Host, SampleWritesTheReferencePictureByteIdentically) {
@@ -117,7 +92,7 @@ TEST(Sd35Host, SampleWritesTheReferencePictureByteIdentically) {
   ASSERT_EQ(a.exit_code, 0) << a.all();
   const auto b = yeto::test::run_host(sample_args(kRepos / "sd35-tiny", tmp / "b.png"));
   ASSERT_EQ(b.exit_code, 0) << b.all();
-  EXPECT_EQ(read_bytes(tmp / "a.png"), read_bytes(tmp / "b.png"));
+  EXPECT_EQ(read_text(tmp / "a.png"), read_text(tmp / "b.png"));
   // Every pixel is the recorded image's (x * 255).round(), up to one level where the float32
   // result sits on a rounding boundary.
   int w = 0, h = 0, n = 0;
@@ -151,34 +126,23 @@ TEST(Sd35Host, TinyPresetTrainsExportsAndSamples) {
   // 2. train: LoRA on the default targets, val_loss drops clearly.
   yeto::learner::test::write_dataset(tmp / "data", 16, {}, 32);
   const int steps = 40;
-  tmp.write("run.toml", "[run]\nthreads = 1\n"
-                        "[model]\nid = \"" + (tmp / "m").string() + "\"\nadapter = \"sd35\"\nprecision = \"fp32\"\n"
-                        "max_sequence_length = 16\n"
-                        "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
-                        "[validation]\nsplit = 0.25\nmax_rows = 8\n"
-                        "[lora]\nr = 4\nalpha = 4.0\n"
-                        "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 3\ncheckpoint_every = 20\n"
-                        "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n"
-                        "[diffusion]\nseed = 5\ntimestep_sampling = \"logit-normal\"\n");
-  const auto train = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", (tmp / "run").string()});
+  yeto::test::TinyLoraRun run{(tmp / "m").string(), "sd35"};
+  run.steps = steps;
+  tmp.write("run.toml", run.toml());
+  const auto train = yeto::test::train(tmp / "run.toml", tmp / "run");
   ASSERT_EQ(train.exit_code, 0) << train.all();
-  const auto val = series(tmp / "run", "val_loss");
-  ASSERT_TRUE(val.count(0) && val.count(steps)) << train.all();
-  std::printf("  sd35 tiny preset val_loss %.4f -> %.4f (ratio %.3f)\n", val.at(0), val.at(steps),
-              val.at(steps) / val.at(0));
-  EXPECT_LT(val.at(steps), 0.9 * val.at(0)) << train.all();
+  ASSERT_NO_FATAL_FAILURE(yeto::test::expect_val_loss_drops(tmp / "run", steps, "sd35 tiny preset", 0.9, train.all()));
   ASSERT_TRUE(fs::exists(tmp / "run" / "lora.safetensors"));
   const auto lora = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
   EXPECT_TRUE(lora.count("transformer.transformer_blocks.0.attn.add_q_proj.lora_B.weight")) << lora.size();
 
   // 3. export: the adapter directory.
-  const auto exp = yeto::test::run_host(
-      {"export", "--checkpoint", (tmp / "run").string(), "--output-dir", (tmp / "adapter").string()});
+  const auto exp = yeto::test::export_adapter(tmp / "run", tmp / "adapter");
   ASSERT_EQ(exp.exit_code, 0) << exp.all();
   for (const char* f : {"pytorch_lora_weights.safetensors", "adapter_config.json", "adapter_model.safetensors",
                         "yeto_diffusion_adapter.json"})
     EXPECT_TRUE(fs::exists(tmp / "adapter" / f)) << f;
-  const auto peft = nlohmann::json::parse(read_bytes(tmp / "adapter" / "adapter_config.json"));
+  const auto peft = nlohmann::json::parse(read_text(tmp / "adapter" / "adapter_config.json"));
   EXPECT_EQ(peft.at("auto_mapping").at("base_model_class"), "SD3Transformer2DModel") << peft.dump();
   EXPECT_EQ(peft.at("auto_mapping").at("parent_library"), "diffusers.models.transformers.transformer_sd3");
   const auto diffusers_lora = yeto::io::load_safetensors(tmp / "adapter" / "pytorch_lora_weights.safetensors");
@@ -199,8 +163,8 @@ TEST(Sd35Host, TinyPresetTrainsExportsAndSamples) {
     ASSERT_EQ(s.exit_code, 0) << s.all();
     ASSERT_TRUE(fs::exists(tmp / name));
   }
-  EXPECT_EQ(read_bytes(tmp / "lora-1.png"), read_bytes(tmp / "lora-2.png"));
-  EXPECT_NE(read_bytes(tmp / "base.png"), read_bytes(tmp / "lora-1.png"));
+  EXPECT_EQ(read_text(tmp / "lora-1.png"), read_text(tmp / "lora-2.png"));
+  EXPECT_NE(read_text(tmp / "base.png"), read_text(tmp / "lora-1.png"));
 }
 
 TEST(Sd35Host, WithoutT5WithoutGuidanceAndBeyondThePositionTable) {
@@ -218,13 +182,13 @@ TEST(Sd35Host, WithoutT5WithoutGuidanceAndBeyondThePositionTable) {
   fs::copy(kRepos / "sd35-tiny", no_t5, fs::copy_options::recursive);
   fs::remove_all(no_t5 / "text_encoder_3");
   fs::remove_all(no_t5 / "tokenizer_3");
-  auto index = nlohmann::json::parse(read_bytes(no_t5 / "model_index.json"));
+  auto index = nlohmann::json::parse(read_text(no_t5 / "model_index.json"));
   index["text_encoder_3"] = {nullptr, nullptr};
   index["tokenizer_3"] = {nullptr, nullptr};
   std::ofstream(no_t5 / "model_index.json") << index.dump(2);
   const auto r = yeto::test::run_host(args(no_t5, tmp / "no-t5.png", "1.0", "64"));
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  EXPECT_NE(read_bytes(tmp / "t5.png"), read_bytes(tmp / "no-t5.png"));
+  EXPECT_NE(read_text(tmp / "t5.png"), read_text(tmp / "no-t5.png"));
   // 128 px is a 8x8 patch grid; the tiny transformer's table holds 6x6 (pos_embed_max_size).
   const auto big = yeto::test::run_host(args(kRepos / "sd35-tiny", tmp / "big.png", "5.0", "128"));
   EXPECT_NE(big.exit_code, 0) << big.all();
