@@ -197,7 +197,7 @@ struct DilocoSync::Impl {
   std::vector<std::span<const float>> const_spans() const { return {spans.begin(), spans.end()}; }
 
   void start(const learner::Trainable& trainable) {
-    if (client) throw Error("outer sync: start() called twice");
+    if (started) throw Error("outer sync: start() called twice");
     if (trainable.empty()) throw UsageError("outer sync: there are no trainable tensors to synchronise");
     std::vector<TensorSpec> specs;
     for (const auto& [name, t] : trainable) {
