@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/family_host.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -21,19 +22,13 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kFixtures = fs::path(YETO_TEST_FIXTURES);
-const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using yeto::test::read_text;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -42,14 +37,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Runs check-parity on the case directories; every case must pass and report every key of its
 // case.json `compare`.
 void expect_parity(const std::vector<fs::path>& dirs, const std::string& kind) {
-  std::vector<std::string> args = {"check-parity"};
-  for (const auto& d : dirs) args.push_back(d.string());
-  args.push_back("--json");
   const auto t0 = std::chrono::steady_clock::now();
-  const auto r = yeto::test::run_host(args);
+  nlohmann::json cases;
+  yeto::test::run_check_parity(dirs, &cases);
   std::printf("  check-parity (%zu case(s)) %.1f s\n", dirs.size(), seconds_since(t0));
-  ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto cases = nlohmann::json::parse(r.out).at("cases");
+  if (testing::Test::HasFatalFailure()) return;
   ASSERT_EQ(cases.size(), dirs.size());
   for (std::size_t i = 0; i < dirs.size(); ++i) {
     const auto& c = cases[i];
@@ -102,37 +94,21 @@ void write_video_dataset(const fs::path& dir, int rows) {
 }
 
 std::string train_toml(int steps) {
-  return "[run]\nthreads = 1\n"
-         "[model]\nid = \"" + (kFixtures / "repos/ltx-tiny").string() +
-         "\"\nadapter = \"ltx\"\nprecision = \"fp32\"\nmax_sequence_length = 16\n"
-         "[data]\npath = \"data/train.jsonl\"\nheight = 64\nwidth = 64\nnum_frames = 9\nfps = 25.0\n"
-         "resize_mode = \"center-crop\"\nbucket_by_shape = true\nworkers = 1\n"
-         "[validation]\nsplit = 0.25\nmax_rows = 6\n"
-         "[lora]\nr = 4\nalpha = 4.0\n"
-         "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 2\ncheckpoint_every = 100\n"
-         "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n"
-         "[diffusion]\nseed = 5\ntimestep_sampling = \"logit-normal\"\n";
-}
-
-std::map<std::int64_t, double> series(const fs::path& run_dir, const std::string& field) {
-  std::map<std::int64_t, double> out;
-  std::istringstream in(read_text(run_dir / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(field)) out[j.at("step").get<std::int64_t>()] = j.at(field).get<double>();
-  }
-  return out;
+  yeto::test::TinyLoraRun run{(kFixtures / "repos/ltx-tiny").string(), "ltx"};
+  run.data = "height = 64\nwidth = 64\nnum_frames = 9\nfps = 25.0\nresize_mode = \"center-crop\"\n"
+             "bucket_by_shape = true\n";
+  run.validation_rows = 6;
+  run.steps = steps;
+  run.micro_batch_size = 2;
+  run.checkpoint_every = 100;
+  return run.toml();
 }
 
 }  // namespace
 
 TEST(LtxHost, PluginIsBuiltSignedAndVerifies) {
-  for (const char* f : {"ltx.so", "ltx.yeto.json", "ltx.yeto.sig"})
-    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
-  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "ltx.so").string()});
-  EXPECT_EQ(r.exit_code, 0) << r.all();
-  const auto m = read_json(kStagePlugins / "ltx.yeto.json");
+  nlohmann::json m;
+  ASSERT_NO_FATAL_FAILURE(yeto::test::verify_staged_plugin("ltx", &m));
   EXPECT_NE(m.dump().find("ltx-video"), std::string::npos) << m.dump();
 }
 
@@ -207,19 +183,16 @@ TEST(LtxHost, LoraOnRawVideosLowersValidationLoss) {
   EXPECT_NE(check.out.find("9x64x64: 6 rows"), std::string::npos) << check.out;
   EXPECT_NE(check.out.find("9x64x128: 6 rows"), std::string::npos) << check.out;
   const auto t0 = std::chrono::steady_clock::now();
-  const auto r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", (tmp / "run").string()});
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
   std::printf("  train 40 steps: %.1f s\n", seconds_since(t0));
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto val = series(tmp / "run", "val_loss");
-  ASSERT_TRUE(val.count(0) && val.count(40)) << read_text(tmp / "run/metrics.jsonl");
-  std::printf("  ltx-tiny val_loss %.4f -> %.4f (ratio %.3f)\n", val.at(0), val.at(40), val.at(40) / val.at(0));
-  EXPECT_LT(val.at(40), 0.9 * val.at(0));
+  ASSERT_NO_FATAL_FAILURE(
+      yeto::test::expect_val_loss_drops(tmp / "run", 40, "ltx-tiny", 0.9, read_text(tmp / "run/metrics.jsonl")));
   EXPECT_TRUE(fs::exists(tmp / "run/lora.safetensors"));
 
   // Export the run (its recorded config is the default for every setting) and sample from base +
   // adapter: the adapter reaches the transformer, so the clip differs from the base model's.
-  auto r2 = yeto::test::run_host({"export", "--checkpoint", (tmp / "run").string(), "--output-dir",
-                                  (tmp / "adapter").string()});
+  auto r2 = yeto::test::export_adapter(tmp / "run", tmp / "adapter");
   ASSERT_EQ(r2.exit_code, 0) << r2.all();
   const auto cfg = read_json(tmp / "adapter/adapter_config.json");
   EXPECT_EQ(cfg.at("auto_mapping").at("base_model_class"), "LTXVideoTransformer3DModel");
@@ -277,7 +250,7 @@ TEST(LtxHost, Bf16BaseSamplesAndTrainsFloat32Adapters) {
   auto r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", (tmp / "run").string()});
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_NE(r.all().find("bf16 on cpu"), std::string::npos) << r.all();
-  const auto loss = series(tmp / "run", "loss");
+  const auto loss = yeto::test::metric_series(tmp / "run", "loss");
   ASSERT_EQ(loss.size(), 3u);
   for (const auto& [step, v] : loss) EXPECT_TRUE(std::isfinite(v)) << step;
   const std::string bytes = read_text(tmp / "run/lora.safetensors");

@@ -9,13 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "../learner/dataset.hpp"
 #include "io/tensors.hpp"
+#include "support/family_host.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -25,19 +25,13 @@ namespace {
 
 const fs::path kRepos = fs::path(YETO_TEST_FIXTURES) / "repos";
 const fs::path kParity = fs::path(YETO_TEST_FIXTURES) / "parity";
-const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
+using yeto::test::read_text;
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
+// The check-parity cases (null after a failed run, which the run has already reported).
 nlohmann::json parity_json(const std::vector<fs::path>& cases) {
-  std::vector<std::string> args = {"check-parity", "--json"};
-  for (const auto& c : cases) args.push_back(c.string());
-  const auto r = yeto::test::run_host(args);
-  EXPECT_EQ(r.exit_code, 0) << r.all();
-  return nlohmann::json::parse(r.out).at("cases");
+  nlohmann::json out;
+  yeto::test::run_check_parity(cases, &out);
+  return out;
 }
 
 void print_comparisons(const nlohmann::json& c) {
@@ -46,25 +40,12 @@ void print_comparisons(const nlohmann::json& c) {
                 cmp.at("name").get<std::string>().c_str(), cmp.value("max_abs", 0.0), cmp.value("atol", 0.0));
 }
 
-std::map<std::int64_t, double> series(const fs::path& run_dir, const std::string& field) {
-  std::map<std::int64_t, double> out;
-  std::istringstream in(read_bytes(run_dir / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(field)) out[j.at("step").get<std::int64_t>()] = j.at(field).get<double>();
-  }
-  return out;
-}
 
 }  // namespace
 
 TEST(PixArtHost, PluginIsBuiltSignedAndVerifies) {
-  for (const char* f : {"pixart.so", "pixart.yeto.json", "pixart.yeto.sig"})
-    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
-  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "pixart.so").string()});
-  EXPECT_EQ(r.exit_code, 0) << r.all();
-  const auto manifest = nlohmann::json::parse(read_bytes(kStagePlugins / "pixart.yeto.json"));
+  nlohmann::json manifest;
+  ASSERT_NO_FATAL_FAILURE(yeto::test::verify_staged_plugin("pixart", &manifest));
   EXPECT_EQ(manifest.at("aliases"), nlohmann::json({"pixart-alpha", "pixart-sigma"})) << manifest.dump();
 }
 
@@ -100,7 +81,7 @@ TEST(PixArtHost, CheckParityReproducesTheRecordedPipelineRun) {
   const auto& c = cases[0];
   EXPECT_EQ(c.at("kind"), "pipeline_end_to_end");
   EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
-  const auto case_json = nlohmann::json::parse(read_bytes(kRepos / "pixart-tiny-reference" / "case.json"));
+  const auto case_json = nlohmann::json::parse(read_text(kRepos / "pixart-tiny-reference" / "case.json"));
   EXPECT_EQ(c.at("comparisons").size(), case_json.at("compare").size());
   print_comparisons(c);
   for (const auto& cmp : c.at("comparisons")) EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
@@ -112,10 +93,10 @@ TEST(PixArtHost, LegacyTransformer2DModelSnapshotReproducesTheSameRun) {
   yeto::test::TempDir tmp;
   fs::copy(kRepos / "pixart-tiny", tmp / "pixart-tiny", fs::copy_options::recursive);
   fs::copy(kRepos / "pixart-tiny-reference", tmp / "pixart-tiny-reference", fs::copy_options::recursive);
-  auto index = nlohmann::json::parse(read_bytes(tmp / "pixart-tiny/model_index.json"));
+  auto index = nlohmann::json::parse(read_text(tmp / "pixart-tiny/model_index.json"));
   index["transformer"] = {"diffusers", "Transformer2DModel"};
   tmp.write("pixart-tiny/model_index.json", index.dump(2));
-  auto cfg = nlohmann::json::parse(read_bytes(tmp / "pixart-tiny/transformer/config.json"));
+  auto cfg = nlohmann::json::parse(read_text(tmp / "pixart-tiny/transformer/config.json"));
   cfg["_class_name"] = "Transformer2DModel";
   cfg.erase("interpolation_scale");
   cfg.erase("use_additional_conditions");
@@ -143,7 +124,7 @@ TEST(PixArtHost, SampleWritesTheReferenceImage) {
   ASSERT_EQ(a.exit_code, 0) << a.all();
   const auto b = yeto::test::run_host(args(tmp / "b.png"));
   ASSERT_EQ(b.exit_code, 0) << b.all();
-  EXPECT_EQ(read_bytes(tmp / "a.png"), read_bytes(tmp / "b.png"));
+  EXPECT_EQ(read_text(tmp / "a.png"), read_text(tmp / "b.png"));
 
   int w = 0, h = 0, n = 0;
   unsigned char* px = stbi_load((tmp / "a.png").c_str(), &w, &h, &n, 3);
@@ -173,34 +154,25 @@ TEST(PixArtHost, InitModelTrainExportSample) {
     EXPECT_TRUE(fs::exists(model / f)) << f;
 
   yeto::learner::test::write_dataset(tmp / "data", 24, {}, 32);
-  tmp.write("run.toml",
-            "[run]\nthreads = 1\n"
-            "[model]\nid = \"" + model.string() + "\"\nadapter = \"pixart\"\nprecision = \"fp32\"\n"
-            "max_sequence_length = 16\n"
-            "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
-            "[validation]\nsplit = 0.25\nmax_rows = 6\n"
-            "[lora]\nr = 4\nalpha = 4.0\n"
-            "[train]\nmax_steps = 40\nmicro_batch_size = 3\ncheckpoint_every = 20\n"
-            "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n"
-            "[diffusion]\nseed = 5\ntimestep_sampling = \"uniform\"\n");
+  yeto::test::TinyLoraRun config{model.string(), "pixart"};
+  config.validation_rows = 6;
+  config.steps = 40;
+  config.timestep_sampling = "uniform";
+  tmp.write("run.toml", config.toml());
   const fs::path run = tmp / "run";
-  r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", run.string()});
+  r = yeto::test::train(tmp / "run.toml", run);
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto val = series(run, "val_loss");
-  ASSERT_TRUE(val.count(0) && val.count(40)) << r.all();
-  std::printf("  pixart-tiny (preset) val_loss %.4f -> %.4f (ratio %.3f)\n", val.at(0), val.at(40),
-              val.at(40) / val.at(0));
-  EXPECT_LT(val.at(40), 0.9 * val.at(0)) << r.all();
+  ASSERT_NO_FATAL_FAILURE(yeto::test::expect_val_loss_drops(run, 40, "pixart-tiny (preset)", 0.9, r.all()));
   EXPECT_TRUE(fs::exists(run / "lora.safetensors"));
 
-  r = yeto::test::run_host({"export", "--checkpoint", run.string(), "--output-dir", (tmp / "adapter").string()});
+  r = yeto::test::export_adapter(run, tmp / "adapter");
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto record = nlohmann::json::parse(read_bytes(tmp / "adapter" / "yeto_diffusion_adapter.json"));
+  const auto record = nlohmann::json::parse(read_text(tmp / "adapter" / "yeto_diffusion_adapter.json"));
   EXPECT_EQ(record.at("plugin").at("name"), "pixart");
   EXPECT_EQ(record.at("base_model").at("class_name"), "PixArtTransformer2DModel");
   EXPECT_EQ(record.at("trainable_modules").size(), 20u);  // auto targets of 2 blocks
   EXPECT_TRUE(fs::exists(tmp / "adapter" / "pytorch_lora_weights.safetensors"));
-  const auto peft = nlohmann::json::parse(read_bytes(tmp / "adapter" / "adapter_config.json"));
+  const auto peft = nlohmann::json::parse(read_text(tmp / "adapter" / "adapter_config.json"));
   EXPECT_EQ(peft.at("auto_mapping").at("parent_library"), "diffusers.models.transformers.pixart_transformer_2d");
 
   auto sample = [&](const fs::path& out, bool adapter) {
@@ -217,23 +189,22 @@ TEST(PixArtHost, InitModelTrainExportSample) {
   }
   r = sample(tmp / "base.png", false);
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto x = read_bytes(tmp / "x.png");
+  const auto x = read_text(tmp / "x.png");
   EXPECT_GT(x.size(), 8u);
   EXPECT_EQ(x.substr(1, 3), "PNG");
-  EXPECT_EQ(x, read_bytes(tmp / "y.png"));
-  EXPECT_NE(x, read_bytes(tmp / "base.png")) << "the trained adapter should change the picture";
+  EXPECT_EQ(x, read_text(tmp / "y.png"));
+  EXPECT_NE(x, read_text(tmp / "base.png")) << "the trained adapter should change the picture";
 
   // The cache keeps the T5 padding mask next to the embeddings, and training from it runs.
-  std::string cached = read_bytes(tmp / "run.toml");
+  std::string cached = read_text(tmp / "run.toml");
   r = yeto::test::run_host({"cache", "--config", (tmp / "run.toml").string(), "--output", (tmp / "cache").string()});
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto manifest = read_bytes(tmp / "cache" / "manifest.jsonl");
+  const auto manifest = read_text(tmp / "cache" / "manifest.jsonl");
   EXPECT_NE(manifest.find("\"prompt_attention_mask\""), std::string::npos) << manifest.substr(0, 400);
   cached.replace(cached.find("data/train.jsonl"), 16, "cache");
   cached.replace(cached.find("max_steps = 40"), 14, "max_steps = 3");
   tmp.write("cached.toml", cached);
-  r = yeto::test::run_host(
-      {"train", "--config", (tmp / "cached.toml").string(), "--output", (tmp / "run-cached").string()});
+  r = yeto::test::train(tmp / "cached.toml", tmp / "run-cached");
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  EXPECT_EQ(series(tmp / "run-cached", "loss").size(), 3u);
+  EXPECT_EQ(yeto::test::metric_series(tmp / "run-cached", "loss").size(), 3u);
 }
