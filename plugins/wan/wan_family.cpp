@@ -88,45 +88,11 @@ json vae_config(int base_dim, std::vector<int> dim_mult) {
           {"z_dim", 16}};
 }
 
-json umt5_config(int d_model, int d_kv, int heads, int d_ff, int layers) {
-  return {{"architectures", {"UMT5EncoderModel"}},
-          {"classifier_dropout", 0.0},
-          {"d_ff", d_ff},
-          {"d_kv", d_kv},
-          {"d_model", d_model},
-          {"decoder_start_token_id", 0},
-          {"dense_act_fn", "gelu_new"},
-          {"dropout_rate", 0.1},
-          {"eos_token_id", 1},
-          {"feed_forward_proj", "gated-gelu"},
-          {"initializer_factor", 1.0},
-          {"is_encoder_decoder", true},
-          {"is_gated_act", true},
-          {"layer_norm_epsilon", 1e-06},
-          {"model_type", "umt5"},
-          {"num_decoder_layers", layers},
-          {"num_heads", heads},
-          {"num_layers", layers},
-          {"pad_token_id", 0},
-          {"relative_attention_max_distance", 128},
-          {"relative_attention_num_buckets", 32},
-          {"scalable_attention", true},
-          {"tie_word_embeddings", false},
-          {"tokenizer_class", "T5Tokenizer"},
-          {"torch_dtype", "float32"},
-          {"vocab_size", 640}};
-}
-
-json tokenizer_config() {
-  return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 512}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
-          {"unk_token", "<unk>"},           {"extra_ids", 100},        {"legacy", true}};
-}
-
 json preset(const std::string& description, bool two, const json& transformer, const json& vae, const json& umt5) {
   json components = {{"transformer", {{"config", transformer}}},
                      {"vae", {{"config", vae}}},
                      {"text_encoder", {{"config", umt5}}},
-                     {"tokenizer", {{"config", tokenizer_config()}}},
+                     {"tokenizer", {{"config", family::t5_tokenizer_config(512)}}},
                      {"scheduler", {{"config", scheduler_config()}}}};
   if (two) components["transformer_2"] = {{"config", transformer}};
   return {{"description", description}, {"model_index", model_index(two)}, {"components", components}};
@@ -188,7 +154,7 @@ json plan_from_model_index(const std::string& model_dir, const json& index) {
 json presets() {
   json out = json::object();
   const auto vae = vae_config(8, {1, 2, 2, 4});
-  const auto umt5 = umt5_config(32, 8, 4, 80, 2);
+  const auto umt5 = family::umt5_encoder_config({32, 8, 4, 80, 2});
   out["tiny"] = preset(
       "The shapes of the tests' wan21-tiny repository (Wan 2.1 T2V): 2 blocks, 2 heads x 16 (inner 32), ffn 64, "
       "text_dim 32; causal VAE base_dim 8, dim_mult [1, 2, 2, 4] (4x temporal, 8x spatial, 16 latent channels); UMT5 "
@@ -201,29 +167,14 @@ json presets() {
   out["mid"] = preset(
       "A ~30 M-parameter Wan 2.1 style transformer for CPU benchmarks: 8 blocks, 6 heads x 64 (inner 384), ffn 1536, "
       "UMT5 d_model 256 (4 layers), VAE base_dim 32.",
-      false, transformer_config(6, 64, 1536, 8, 256), vae_config(32, {1, 2, 4, 4}), umt5_config(256, 32, 8, 640, 4));
+      false, transformer_config(6, 64, 1536, 8, 256), vae_config(32, {1, 2, 4, 4}), family::umt5_encoder_config({256, 32, 8, 640, 4}));
   return out;
 }
 
-LoraTargets resolve_lora_targets(const json& targets) {
-  if (targets.is_string()) {
-    const auto t = targets.get<std::string>();
-    if (t == "auto" || t == "attention") return {{"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
-                                                  "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"},
-                                                 false};
-    if (t == "all-linear") return {{}, true};
-    return {{t}, false};
-  }
-  if (targets.is_array() && !targets.empty()) {
-    LoraTargets out;
-    for (const auto& p : targets) {
-      if (!p.is_string()) bad("lora.targets: every pattern must be a string, got " + p.dump());
-      out.patterns.push_back(p.get<std::string>());
-    }
-    return out;
-  }
-  bad("lora.targets: expected \"auto\", \"attention\", \"all-linear\" or a non-empty list of module patterns, got " +
-      targets.dump());
+family::LoraTargets resolve_lora_targets(const json& targets) {
+  static const std::vector<std::string> attention = {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+                                                     "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"};
+  return family::resolve_lora_targets(targets, {attention, attention});
 }
 
 GenerateRequest parse_generate_request(const json& r) {
@@ -282,12 +233,6 @@ std::int64_t valid_num_frames(std::int64_t requested, std::int64_t f) {
   if (f <= 1) return std::max<std::int64_t>(requested, 1);
   const auto n = requested % f == 1 ? requested : requested / f * f + 1;
   return std::max<std::int64_t>(n, 1);
-}
-
-std::string resolve_precision(const std::string& precision, const std::string& device) {
-  if (precision == "auto" || precision.empty()) return device.rfind("cuda", 0) == 0 ? "bf16" : "fp32";
-  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return precision;
-  bad("model.precision: expected auto, fp32, bf16 or fp16, got '" + precision + "'");
 }
 
 }  // namespace yeto::wan

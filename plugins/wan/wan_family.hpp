@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "yeto/nn/family_config.hpp"
+
 namespace yeto::wan {
 
 // {"components": {...}, "family": "wan", "boundary_ratio"?: r} for a WanPipeline repository.
@@ -24,11 +26,8 @@ nlohmann::json presets();
 
 // "auto" / "attention": q, k, v and out of both attentions of every block (the Wan LoRA
 // training default); "all-linear": every linear layer but proj_out; or PEFT-style patterns.
-struct LoraTargets {
-  std::vector<std::string> patterns;
-  bool all_linear = false;
-};
-LoraTargets resolve_lora_targets(const nlohmann::json& targets);
+// Throws std::invalid_argument naming lora.targets.
+family::LoraTargets resolve_lora_targets(const nlohmann::json& targets);
 
 struct GenerateRequest {
   std::vector<std::string> prompts;
@@ -49,6 +48,5 @@ GenerateRequest parse_generate_request(const nlohmann::json& request);
 // 1 + 4k frames; 6 -> 5, 8 -> 9), at least 1.
 std::int64_t valid_num_frames(std::int64_t requested, std::int64_t temporal_factor);
 
-std::string resolve_precision(const std::string& precision, const std::string& device);
 
 }  // namespace yeto::wan

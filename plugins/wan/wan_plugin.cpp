@@ -15,16 +15,13 @@
 #include <yeto/plugin.hpp>
 
 #include <algorithm>
-#include <fstream>
-#include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "wan_family.hpp"
 #include "wan_transformer.hpp"
 #include "wan_vae.hpp"
-#include "yeto/nn/linear.hpp"
+#include "yeto/nn/family.hpp"
 
 namespace {
 
@@ -34,100 +31,21 @@ using yeto::sdk::Host;
 using yeto::sdk::NamedTensors;
 namespace wan = yeto::wan;
 
-constexpr const char* kLoraAdapter = "default";
+using yeto::family::call;
+using yeto::family::host_config;
+using yeto::family::host_config_string;
+using yeto::family::output;
+using yeto::family::parse_json;
+using yeto::family::read_json_file;
 
-json parse_json(const std::string& text, const std::string& what) {
+// The run's precision for a component built on `device` (model.precision; auto: bf16 on CUDA).
+at::ScalarType run_dtype(const at::Device& device) {
   try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(YETO_ERR_INVALID_ARGUMENT, what + ": invalid JSON: " + e.what());
-  }
-}
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(YETO_ERR_NOT_FOUND, path + ": cannot open");
-  std::stringstream s;
-  s << in.rdbuf();
-  return parse_json(s.str(), path);
-}
-
-json host_config(const std::string& key) {
-  if (!Host::api() || !Host::api()->config_get) return json();
-  try {
-    return json::parse(Host::config_json(key));
-  } catch (const std::exception&) {
-    return json();
-  }
-}
-
-std::string host_config_string(const std::string& key, const std::string& fallback) {
-  const auto j = host_config(key);
-  return j.is_string() ? j.get<std::string>() : fallback;
-}
-
-at::ScalarType dtype_of(const std::string& precision) {
-  if (precision == "bf16") return at::kBFloat16;
-  if (precision == "fp16") return at::kHalf;
-  return at::kFloat;
-}
-
-at::Device device_of(const std::string& device) {
-  if (device == "auto" || device.empty()) return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
-  try {
-    return at::Device(device);
-  } catch (const c10::Error&) {
-    fail(YETO_ERR_INVALID_ARGUMENT, "device: '" + device + "' is not a device name (cpu, cuda, cuda:N)");
-  }
-}
-
-std::string run_precision(const at::Device& device) {
-  try {
-    return wan::resolve_precision(host_config_string("model.precision", "auto"), device.str());
+    return yeto::family::dtype_of(
+        yeto::family::resolve_precision(host_config_string("model.precision", "auto"), device.str(), "model.precision"));
   } catch (const std::invalid_argument& e) {
     fail(YETO_ERR_INVALID_ARGUMENT, e.what());
   }
-}
-
-NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
-  const auto c = Host::component(component);
-  try {
-    return c.forward(inputs, options.dump());
-  } catch (const yeto::sdk::Failure& e) {
-    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
-  }
-}
-
-const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
-  for (const auto& [n, t] : out)
-    if (n == name) return t;
-  fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
-}
-
-// Copies named tensors into a module by name (streamed: any subset per call).
-void load_into(torch::nn::Module& m, const NamedTensors& weights, bool strict, const std::string& cls) {
-  at::NoGradGuard no_grad;
-  auto params = m.named_parameters();
-  auto buffers = m.named_buffers();
-  for (const auto& [name, t] : weights) {
-    at::Tensor* dst = params.find(name);
-    if (!dst) dst = buffers.find(name);
-    if (!dst) {
-      if (strict) fail(YETO_ERR_INVALID_ARGUMENT, cls + " has no parameter '" + name + "' (is this a Wan checkpoint?)");
-      continue;
-    }
-    if (dst->sizes() != t.sizes())
-      fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
-                                          ", model shape " + c10::str(dst->sizes()));
-    dst->copy_(t);
-  }
-}
-
-NamedTensors list_params(torch::nn::Module& m) {
-  NamedTensors out;
-  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value());
-  for (const auto& b : m.named_buffers()) out.emplace_back(b.key(), b.value());
-  return out;
 }
 
 // ---- components -------------------------------------------------------------------------
@@ -141,8 +59,8 @@ class TransformerComponent : public yeto::sdk::Component {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
     }
-    const auto device = device_of(host_config_string("run.device", "auto"));
-    model_->to(device, dtype_of(run_precision(device)));
+    const auto device = yeto::family::device_of(host_config_string("run.device", "auto"));
+    model_->to(device, run_dtype(device));
     model_->eval();
   }
 
@@ -157,9 +75,9 @@ class TransformerComponent : public yeto::sdk::Component {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
-  NamedTensors parameters() override { return list_params(*model_); }
+  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
   void load_weights(const NamedTensors& weights, bool strict) override {
-    load_into(*model_, weights, strict, "WanTransformer3DModel");
+    yeto::family::load_module_weights(*model_, weights, strict, "WanTransformer3DModel", "is this a Wan checkpoint?");
   }
   wan::WanTransformer3DModel& model() { return model_; }
 
@@ -176,8 +94,8 @@ class VaeComponent : public yeto::sdk::Component {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
     }
-    const auto device = device_of(host_config_string("run.device", "auto"));
-    model_->to(device, dtype_of(run_precision(device)));
+    const auto device = yeto::family::device_of(host_config_string("run.device", "auto"));
+    model_->to(device, run_dtype(device));
     model_->eval();
   }
 
@@ -198,9 +116,9 @@ class VaeComponent : public yeto::sdk::Component {
     }
     fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLWan: unknown method '" + method + "' (encode, decode)");
   }
-  NamedTensors parameters() override { return list_params(*model_); }
+  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
   void load_weights(const NamedTensors& weights, bool strict) override {
-    load_into(*model_, weights, strict, "AutoencoderKLWan");
+    yeto::family::load_module_weights(*model_, weights, strict, "AutoencoderKLWan", "is this a Wan 2.1 VAE checkpoint?");
   }
   wan::AutoencoderKLWan& model() { return model_; }
 
@@ -242,10 +160,11 @@ class WanPlugin : public yeto::sdk::Plugin {
 
   void prepare(const std::string& options_json) override {
     const auto o = parse_json(options_json, "prepare options");
-    const auto device = device_of(o.value("device", std::string("auto")));
-    std::string precision;
+    const auto device = yeto::family::device_of(o.value("device", std::string("auto")));
+    at::ScalarType dtype;
     try {
-      precision = wan::resolve_precision(o.value("precision", std::string("auto")), device.str());
+      dtype = yeto::family::dtype_of(
+          yeto::family::resolve_precision(o.value("precision", std::string("auto")), device.str(), "precision"));
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
@@ -255,71 +174,25 @@ class WanPlugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT,
            "model.max_sequence_length must be 0 (Wan's 512) or at most 512, got " + std::to_string(l));
     max_sequence_length_ = l == 0 ? 512 : l;
-    tuning_ = o.value("tuning", std::string("lora"));
-    if (tuning_ != "lora" && tuning_ != "full")
-      fail(YETO_ERR_INVALID_ARGUMENT, "prepare: 'tuning' must be lora or full, got '" + tuning_ + "'");
-    const json lora = o.contains("lora") && o["lora"].is_object() ? o["lora"] : json::object();
-    yeto::nn::LoraConfig cfg;
-    try {
-      cfg.r = lora.value("r", std::int64_t{16});
-      cfg.alpha = lora.value("alpha", static_cast<double>(cfg.r));
-      cfg.dropout = lora.value("dropout", 0.0);
-      cfg.init = lora.value("init", std::string("kaiming"));
-    } catch (const json::exception& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, std::string("prepare: lora options (r, alpha, dropout, init): ") + e.what());
-    }
-    if (tuning_ == "lora" && cfg.r <= 0) fail(YETO_ERR_INVALID_ARGUMENT, "prepare: lora.r must be positive");
-    wan::LoraTargets targets;
-    try {
-      targets = wan::resolve_lora_targets(lora.contains("targets") ? lora["targets"] : json("auto"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
+    tuning_ = yeto::family::parse_tuning(o);
     const auto recompute = host_config("train.activation_checkpointing");
     for (const auto& name : denoisers_) {
       auto& model = transformer(name);
-      model->to(device, dtype_of(precision));
+      model->to(device, dtype);
       model->activation_checkpointing = recompute.is_boolean() && recompute.get<bool>();
-      if (tuning_ == "full") {
-        for (auto& p : model->parameters()) p.set_requires_grad(true);
-        continue;
-      }
-      for (auto& p : model->parameters()) p.set_requires_grad(false);
-      std::vector<std::string> patterns = targets.patterns;
-      bool already = false;
-      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
-        if (targets.all_linear && path != "proj_out") patterns.push_back(path);
-        already = already || layer->has_adapter(kLoraAdapter);
-      }
-      if (already) continue;  // prepared before: keep the adapter and its trained values
-      // One stream per denoiser, rank-independent (lora_init*): every island starts equal.
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(Host::api() ? Host::rng_seed("lora_init:" + name) : 0);
-      try {
-        yeto::nn::add_lora(*model, patterns, cfg, kLoraAdapter, gen);
-      } catch (const std::invalid_argument& e) {
-        fail(YETO_ERR_INVALID_ARGUMENT, std::string("lora.targets: ") + e.what());
-      }
+      // LoRA on both experts, each from its own rank-independent stream (lora_init*): every
+      // island starts equal; prepared before, the adapter keeps its trained values.
+      yeto::family::TuningSpec spec;
+      spec.resolve_targets = [](const json& t) { return wan::resolve_lora_targets(t); };
+      spec.seed_name = "lora_init:" + name;
+      yeto::family::prepare_tuning(*model, tuning_, o, spec);
     }
   }
 
   NamedTensors trainable_parameters() override {
-    std::map<std::string, at::Tensor> sorted;
-    for (const auto& name : denoisers_) {
-      auto& model = transformer(name);
-      if (tuning_ == "full") {
-        for (const auto& p : model->named_parameters()) sorted.emplace(name + "." + p.key(), p.value());
-        continue;
-      }
-      for (const auto& [path, layer] : yeto::nn::lora_capable_layers(*model)) {
-        if (!layer->has_adapter(kLoraAdapter)) continue;
-        sorted.emplace(name + "." + path + ".lora_A.weight", layer->lora_A(kLoraAdapter));
-        sorted.emplace(name + "." + path + ".lora_B.weight", layer->lora_B(kLoraAdapter));
-      }
-    }
-    if (sorted.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "no LoRA adapter attached: call prepare() with lora options");
-    NamedTensors out;
-    for (auto& [n, t] : sorted) out.emplace_back(n, t);
-    return out;
+    std::vector<yeto::family::NamedModule> modules;
+    for (const auto& name : denoisers_) modules.push_back({name, transformer(name).ptr().get()});
+    return yeto::family::trainable_parameters(modules, tuning_);
   }
 
   // Pixels [B, 3, T, H, W] (or an image batch [B, 3, H, W]) in [-1, 1] -> normalised latents
@@ -342,13 +215,8 @@ class WanPlugin : public yeto::sdk::Plugin {
                                           std::to_string(px.size(4)) + " (set data.height / data.width)");
     const auto o = parse_json(options_json, "encode_media options");
     const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
-    auto z = output(out, "mean", "vae").to(at::kFloat);
-    if (o.value("sample", false)) {
-      const auto logvar = output(out, "logvar", "vae").to(at::kFloat);
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(o.value("seed", std::uint64_t{0}));
-      const auto eps = at::randn(z.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(z.device());
-      z = z + at::exp(0.5 * logvar) * eps;
-    }
+    const auto z = yeto::family::posterior_latent(output(out, "mean", "vae").to(at::kFloat),
+                                                  output(out, "logvar", "vae").to(at::kFloat), o);
     return {{"latents", (z - latents_mean(z)) * (1.0 / latents_std(z))}};
   }
 
