@@ -9,12 +9,12 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "support/family_host.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -23,19 +23,13 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kFixtures = fs::path(YETO_TEST_FIXTURES);
-const fs::path kStagePlugins = fs::path(YETO_BUILD_DIR) / "stage" / "plugins";
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using yeto::test::read_text;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -43,11 +37,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // Runs check-parity on `dirs` and expects every case and comparison to pass; prints the errors.
 nlohmann::json check_parity(const std::vector<fs::path>& dirs) {
-  std::vector<std::string> args = {"check-parity", "--json"};
-  for (const auto& d : dirs) args.push_back(d.string());
-  const auto r = yeto::test::run_host(args);
-  EXPECT_EQ(r.exit_code, 0) << r.all();
-  const auto cases = nlohmann::json::parse(r.out).at("cases");
+  nlohmann::json cases;
+  yeto::test::run_check_parity(dirs, &cases);  // a failed run leaves `cases` null
   EXPECT_EQ(cases.size(), dirs.size());
   for (const auto& c : cases) {
     EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
@@ -97,36 +88,24 @@ void write_video_dataset(const fs::path& dir) {
 }
 
 std::string train_toml(const fs::path& repo, int steps, double lr) {
-  return "[run]\nthreads = 1\n"
-         "[model]\nid = \"" + repo.string() + "\"\nadapter = \"wan\"\nprecision = \"fp32\"\nmax_sequence_length = 16\n"
-         "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nnum_frames = 5\nfps = 8.0\n"
-         "resize_mode = \"center-crop\"\nbucket_by_shape = true\nworkers = 1\n"
-         "[validation]\nsplit = 0.25\nmax_rows = 4\n"
-         "[lora]\nr = 4\nalpha = 4.0\n"
-         "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 2\ncheckpoint_every = 1000\n"
-         "[optimizer]\nlearning_rate = " + std::to_string(lr) + "\nweight_decay = 0.0\nwarmup_steps = 1\n"
-         "[diffusion]\nseed = 7\ntimestep_sampling = \"uniform\"\n";
-}
-
-std::map<std::int64_t, double> series(const fs::path& run_dir, const std::string& field) {
-  std::map<std::int64_t, double> out;
-  std::istringstream in(read_text(run_dir / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(field) && j.at(field).is_number()) out[j.at("step").get<std::int64_t>()] = j.at(field).get<double>();
-  }
-  return out;
+  yeto::test::TinyLoraRun run{repo.string(), "wan"};
+  run.data = "height = 32\nwidth = 32\nnum_frames = 5\nfps = 8.0\nresize_mode = \"center-crop\"\n"
+             "bucket_by_shape = true\n";
+  run.validation_rows = 4;
+  run.steps = steps;
+  run.micro_batch_size = 2;
+  run.checkpoint_every = 1000;
+  run.learning_rate = std::to_string(lr);
+  run.seed = 7;
+  run.timestep_sampling = "uniform";
+  return run.toml();
 }
 
 }  // namespace
 
 TEST(WanHost, PluginIsBuiltSignedAndVerifies) {
-  for (const char* f : {"wan.so", "wan.yeto.json", "wan.yeto.sig"})
-    ASSERT_TRUE(fs::exists(kStagePlugins / f)) << (kStagePlugins / f);
-  const auto r = yeto::test::run_host({"plugins", "verify", (kStagePlugins / "wan.so").string()});
-  EXPECT_EQ(r.exit_code, 0) << r.all();
-  const auto m = read_json(kStagePlugins / "wan.yeto.json");
+  nlohmann::json m;
+  ASSERT_NO_FATAL_FAILURE(yeto::test::verify_staged_plugin("wan", &m));
   for (const char* alias : {"wan21-t2v-1.3b", "wan21-t2v-14b", "wan22-t2v-a14b", "wan22-ti2v-5b"})
     EXPECT_NE(m.dump().find(alias), std::string::npos) << alias;
 }
@@ -245,13 +224,12 @@ TEST(WanHost, Wan21LoraOnRawVideoLowersValLoss) {
   yeto::test::TempDir tmp;
   write_video_dataset(tmp / "data");
   tmp.write("run.toml", train_toml(kFixtures / "repos" / "wan21-tiny", 20, 0.03));
-  const auto r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output", (tmp / "run").string()});
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto val = series(tmp / "run", "val_loss");
-  ASSERT_TRUE(val.count(0) && val.count(20)) << read_text(tmp / "run" / "metrics.jsonl");
-  std::printf("  wan21-tiny val_loss %.4f -> %.4f (ratio %.3f) in %.1f s\n", val.at(0), val.at(20),
-              val.at(20) / val.at(0), seconds_since(t0));
-  EXPECT_LT(val.at(20), 0.85 * val.at(0));
+  char took[32];
+  std::snprintf(took, sizeof took, " in %.1f s", seconds_since(t0));
+  ASSERT_NO_FATAL_FAILURE(yeto::test::expect_val_loss_drops(tmp / "run", 20, "wan21-tiny", 0.85,
+                                                            read_text(tmp / "run" / "metrics.jsonl"), took));
   const auto lora = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
   for (const auto& [name, t] : lora) EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name;
 }
@@ -276,8 +254,7 @@ TEST(WanHost, Wan22LoraTrainsBothDenoisers) {
   // With activation checkpointing: the blocks of both experts are recomputed in backward.
   tmp.write("run.toml", std::regex_replace(train_toml(kFixtures / "repos" / "wan22-tiny", 8, 0.02),
                                            std::regex("\\[train\\]\n"), "[train]\nactivation_checkpointing = true\n"));
-  const auto r = yeto::test::run_host({"train", "--config", (tmp / "run.toml").string(), "--output",
-                                       (tmp / "run").string()});
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const auto lora = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
   std::map<std::string, int> moved, total;
@@ -295,14 +272,12 @@ TEST(WanHost, Wan22LoraTrainsBothDenoisers) {
   EXPECT_EQ(moved["transformer_2"], total["transformer_2"]);
 
   // Export: one adapter directory per denoiser (--component), refused without it.
-  const auto all = yeto::test::run_host({"export", "--checkpoint", (tmp / "run").string(), "--output-dir",
-                                         (tmp / "both").string()});
+  const auto all = yeto::test::export_adapter(tmp / "run", tmp / "both");
   EXPECT_EQ(all.exit_code, 2) << all.all();
   EXPECT_NE(all.all().find("--component"), std::string::npos) << all.all();
   for (const std::string component : {"transformer", "transformer_2"}) {
     const auto dir = tmp / ("adapter-" + component);
-    const auto e = yeto::test::run_host({"export", "--checkpoint", (tmp / "run").string(), "--output-dir",
-                                         dir.string(), "--component", component});
+    const auto e = yeto::test::export_adapter(tmp / "run", dir, {"--component", component});
     ASSERT_EQ(e.exit_code, 0) << e.all();
     const auto file = yeto::io::load_safetensors(dir / "pytorch_lora_weights.safetensors");
     EXPECT_EQ(file.size(), 32u) << component;
