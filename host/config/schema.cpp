@@ -140,7 +140,7 @@ std::vector<KeyDef> build_schema() {
       F("diffusion.mode_scale", 1.29, "Scale of mode timestep sampling."),
 
       // [sync]
-      I("sync.islands", 1, "Learner islands started by `yeto-host train` in embedded local mode.").range(1, 1024),
+      I("sync.islands", 1, "Learner islands of the run: `yeto-host train` starts this many in embedded local mode, the data is split into this many shards, and the syncer waits for this many to join (within sync.join_timeout_s of its start) before islands that reached their step budget end the run.").range(1, 1024),
       I("sync.fragments", 1, "Fragments the trainable tensors are split into; each syncs on its own schedule.").flag("fragments").range(1, 65536),
       C("sync.fragment_pattern", "binpack", {"binpack", "strided"}, "How tensors are laid out into fragments.").flag("fragment-pattern"),
       I("sync.inner_steps", 50, "Inner optimizer steps per fragment between pushes (H).").range(1, std::nullopt),
@@ -159,7 +159,7 @@ std::vector<KeyDef> build_schema() {
       F("sync.grace_factor", 1.5, "Adaptive grace = grace_factor x the recent spread of push arrivals in a round, clamped to [grace_min_s, grace_max_s].").range(0.0, std::nullopt),
       F("sync.round_deadline_s", 30.0, "A fragment round that has not reached its quorum this long after its first push merges what it has.").range(0.001, std::nullopt),
       F("sync.reconnect_budget_s", 120.0, "How long a learner keeps reconnecting (with backoff) before it gives up on the syncer.").range(0.001, std::nullopt),
-      F("sync.join_timeout_s", 60.0, "How long a learner waits at start-up for the run's global state; after that it trains on its local weights and is overwritten when the state arrives.").range(0.0, std::nullopt),
+      F("sync.join_timeout_s", 60.0, "How long a learner waits at start-up for the run's global state; after that it trains on its local weights and is overwritten when the state arrives. The syncer waits as long after its start for the sync.islands it expects.").range(0.0, std::nullopt),
       F("sync.final_timeout_s", 10.0, "How long the syncer waits for learners to acknowledge the final cut.").range(0.001, std::nullopt),
       I("sync.max_staleness", 8, "Pushes whose base version is more than this many merges behind are refused (the learner resyncs).").range(0, std::nullopt),
       B("sync.heloco", true, "Correct stale pseudo-gradients against the outer momentum (HeLoCo) before merging."),

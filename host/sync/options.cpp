@@ -43,6 +43,8 @@ void SyncerOptions::validate() const {
   if (outer_momentum < 0 || outer_momentum >= 1) throw UsageError("sync.outer_momentum must lie in [0, 1)");
   if (checkpoint_every < 1) throw UsageError("sync.checkpoint_every must be at least 1");
   if (heloco_params.block < 1) throw UsageError("sync.heloco_block must be at least 1");
+  if (expected_learners < 1) throw UsageError("sync.islands must be at least 1");
+  if (expect_window_s < 0) throw UsageError("sync.join_timeout_s must not be negative");
 }
 
 void ClientOptions::validate() const {
@@ -101,6 +103,8 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.budget_outer_steps = static_cast<std::uint64_t>(c.get_int("sync.budget_outer_steps"));
   o.budget_samples = static_cast<std::uint64_t>(c.get_int("sync.budget_samples"));
   o.budget_seconds = c.get_number("sync.budget_seconds");
+  o.expected_learners = static_cast<std::uint32_t>(c.get_int("sync.islands"));
+  o.expect_window_s = c.get_number("sync.join_timeout_s");
   return o;
 }
 

@@ -54,6 +54,10 @@ struct SyncerOptions {
   std::uint64_t budget_outer_steps = 0;
   std::uint64_t budget_samples = 0;
   double budget_seconds = 0;
+  // The run's islands (sync.islands): the learners-done final cut waits until this many
+  // distinct learners have joined, or until expect_window_s after the syncer started.
+  std::uint32_t expected_learners = 1;
+  double expect_window_s = 60.0;
   void validate() const;
 };
 

@@ -93,6 +93,7 @@ struct Syncer::Impl {
   // wait for them; when every live learner is done the syncer takes the final cut. Not
   // checkpointed: a learner resends `done` on every connection.
   std::set<std::string> done_learners;
+  bool missing_logged = false;
   int exit_code = 0;
   bool done = false;
 
@@ -504,9 +505,23 @@ struct Syncer::Impl {
   }
 
   // Every live learner has reached its own budget: merge what is pending (nobody else will
-  // push) and take the final cut.
+  // push) and take the final cut. Islands the run expects (sync.islands) that have not joined
+  // yet are waited for until the join window after the syncer's start has passed: a slow
+  // island must not find the run already ended, nor a lost one hold it open for ever.
   void check_all_done(double now) {
     if (finishing || !st.initialised || done_learners.empty() || !active_ids().empty() || live_ids().empty()) return;
+    if (st.registry.size() < o.expected_learners) {
+      if (now - started < o.expect_window_s) return;
+      if (!missing_logged) {
+        missing_logged = true;
+        tape->write("missing_learners", -1, -1, live_ids(),
+                    {{"expected", o.expected_learners}, {"joined", st.registry.size()},
+                     {"window_s", o.expect_window_s}});
+        spdlog::warn("syncer: {} of {} expected islands joined within sync.join_timeout_s = {} s; taking the final "
+                     "cut without the rest",
+                     st.registry.size(), o.expected_learners, o.expect_window_s);
+      }
+    }
     for (std::uint32_t p = 0; p < rounds.size(); ++p)
       if (!rounds[p].pushes.empty()) {
         const std::size_t q = std::max<std::size_t>(1, std::min<std::size_t>(o.quorum, rounds[p].pushes.size()));

@@ -49,8 +49,12 @@ ys::Timeouts fast_timeouts() {
 
 class SyncerThread {
  public:
-  SyncerThread(const fs::path& state, std::uint32_t quorum, std::uint64_t budget_outer_steps) : state_(state) {
+  SyncerThread(const fs::path& state, std::uint32_t quorum, std::uint64_t budget_outer_steps,
+               std::uint32_t expected_learners = 1, double expect_window_s = 60)
+      : state_(state) {
     ys::SyncerOptions o;
+    o.expected_learners = expected_learners;
+    o.expect_window_s = expect_window_s;
     o.state_dir = state;
     o.run_secret = kSecret;
     o.timeouts = fast_timeouts();
@@ -262,6 +266,63 @@ TEST(DilocoSync, IslandsThatReachTheirStepBudgetEndTheRunTogether) {
   for (const auto& r : tape)
     if (r["event"] == "merge" && r["learners"] == json::array({"island-1"})) alone = true;
   EXPECT_TRUE(alone);
+}
+
+TEST(DilocoSync, TheRunWaitsForAnExpectedIslandThatJoinsLate) {
+  // Two islands expected; island-0 reaches its step budget before island-1 even connects.
+  // The learners-done final cut must wait for island-1 and merge its pushes.
+  yeto::test::TempDir dir;
+  SyncerThread syncer(dir / "state", 1, 0, 2, 30);
+  IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 20);
+  IslandRun b(3.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 40);
+  a.start();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until && count(syncer.tape(), "done") == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(count(syncer.tape(), "done"), 1u) << "island-0 did not reach its step budget";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // several syncer ticks with island-0 done alone
+  EXPECT_EQ(count(syncer.tape(), "final_cut"), 0u) << "the run ended before the expected second island joined";
+  b.start();
+  a.join();
+  b.join();
+  ASSERT_EQ(syncer.join(20), 0);
+  EXPECT_TRUE(a.finished);
+  EXPECT_TRUE(b.finished);
+  EXPECT_EQ(b.steps.load(), 40);
+  const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+  EXPECT_TRUE(a.island.bytes() == cut);
+  EXPECT_TRUE(b.island.bytes() == cut);
+  const auto tape = syncer.tape();
+  bool b_merged = false;
+  for (const auto& r : tape) {
+    if (r["event"] == "merge")
+      for (const auto& l : r["learners"]) b_merged = b_merged || l == "island-1";
+    if (r["event"] == "final_cut") {
+      EXPECT_EQ(r["reason"], "learners_done");
+    }
+  }
+  EXPECT_TRUE(b_merged);
+  EXPECT_EQ(count(tape, "missing_learners"), 0u);
+}
+
+TEST(DilocoSync, AnExpectedIslandThatNeverJoinsHoldsTheRunOnlyForTheJoinWindow) {
+  yeto::test::TempDir dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  SyncerThread syncer(dir / "state", 1, 0, 2, 1.5);
+  IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 10);
+  a.start();
+  a.join();
+  ASSERT_EQ(syncer.join(20), 0);
+  EXPECT_TRUE(a.finished);
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.5);
+  const auto tape = syncer.tape();
+  ASSERT_EQ(count(tape, "missing_learners"), 1u);
+  for (const auto& r : tape)
+    if (r["event"] == "missing_learners") {
+      EXPECT_EQ(r["expected"], 2);
+      EXPECT_EQ(r["joined"], 1);
+    }
+  EXPECT_TRUE(a.island.bytes() == yeto::test::read_text(dir / "state" / "final_cut.bin"));
 }
 
 TEST(DilocoSync, TrainingNeverWaitsForAnAbsentOrSilentSyncer) {
