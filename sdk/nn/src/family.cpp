@@ -79,6 +79,16 @@ std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
   return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
 }
 
+std::vector<std::string> conditioning_prompts(const json& p) {
+  if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
+  std::vector<std::string> prompts;
+  for (const auto& s : p) {
+    if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
+    prompts.push_back(s.get<std::string>());
+  }
+  return prompts;
+}
+
 at::ScalarType dtype_of(const std::string& precision) {
   if (precision == "bf16") return at::kBFloat16;
   if (precision == "fp16") return at::kHalf;

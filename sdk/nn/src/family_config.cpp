@@ -1,5 +1,6 @@
 #include "yeto/nn/family_config.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace yeto::family {
@@ -118,6 +119,84 @@ json t5_tokenizer_config(int model_max_length) {
   return {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", model_max_length}, {"eos_token", "</s>"},
           {"pad_token", "<pad>"},           {"unk_token", "<unk>"},                 {"extra_ids", 100},
           {"legacy", true}};
+}
+
+std::string component_class(const json& model_index, const ComponentSpec& spec, const std::string& where,
+                            const std::string& plugin) {
+  const auto& entry = model_index.at(spec.name);
+  if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
+    bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
+  const auto cls = entry[1].get<std::string>();
+  if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
+    std::string expected;
+    for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
+    bad(where + ": '" + spec.name + "' is " + cls + "; the " + plugin + " plugin expects " + expected);
+  }
+  return cls;
+}
+
+RequestReader::RequestReader(const json& request) : j_(request) {
+  if (!j_.is_object()) bad("generate request: expected a JSON object");
+}
+
+bool RequestReader::has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+std::vector<std::string> RequestReader::strings(const char* key) const {
+  if (!j_.contains(key) || !j_.at(key).is_array() || j_.at(key).empty())
+    bad(std::string("generate request: '") + key + "' must be a non-empty array of strings");
+  std::vector<std::string> out;
+  for (const auto& p : j_.at(key)) {
+    if (!p.is_string()) bad(std::string("generate request: '") + key + "' must hold strings, got " + p.dump());
+    out.push_back(p.get<std::string>());
+  }
+  return out;
+}
+
+std::int64_t RequestReader::integer(const char* key, std::int64_t fallback, std::int64_t min) const {
+  if (!has(key)) return fallback;
+  if (!j_.at(key).is_number_integer()) bad(std::string("generate request: '") + key + "' must be an integer");
+  const auto v = j_.at(key).get<std::int64_t>();
+  if (v < min) bad(std::string("generate request: '") + key + "' must be at least " + std::to_string(min));
+  return v;
+}
+
+double RequestReader::number(const char* key, double fallback) const {
+  if (!has(key)) return fallback;
+  if (!j_.at(key).is_number()) bad(std::string("generate request: '") + key + "' must be a number");
+  return j_.at(key).get<double>();
+}
+
+bool RequestReader::boolean(const char* key, bool fallback) const {
+  if (!has(key)) return fallback;
+  if (!j_.at(key).is_boolean()) bad(std::string("generate request: '") + key + "' must be a boolean");
+  return j_.at(key).get<bool>();
+}
+
+std::uint64_t RequestReader::seed(std::uint64_t fallback) const {
+  if (!has("seed")) return fallback;
+  const auto& s = j_.at("seed");
+  if (!s.is_number_unsigned() && !(s.is_number_integer() && s.get<std::int64_t>() >= 0))
+    bad("generate request: 'seed' must be a non-negative integer");
+  return s.get<std::uint64_t>();
+}
+
+std::vector<double> linspace(double start, double stop, std::int64_t num) {
+  if (num < 0) bad("linspace: num must be non-negative");
+  std::vector<double> y(static_cast<std::size_t>(num));
+  const std::int64_t div = num - 1;
+  const double delta = stop - start;
+  for (std::int64_t i = 0; i < num; ++i) {
+    double v = static_cast<double>(i);
+    if (div > 0) {
+      const double step = delta / static_cast<double>(div);
+      v = step == 0.0 ? v / static_cast<double>(div) * delta : v * step;
+    } else {
+      v = v * delta;
+    }
+    y[static_cast<std::size_t>(i)] = v + start;
+  }
+  if (num > 1) y.back() = stop;
+  return y;
 }
 
 }  // namespace yeto::family

@@ -44,6 +44,10 @@ nlohmann::json host_config(const std::string& key);
 std::string host_config_string(const std::string& key, const std::string& fallback);
 std::int64_t host_config_int(const std::string& key, std::int64_t fallback);
 
+// encode_conditioning's prompts: a non-empty JSON array of strings ("encode_conditioning: expected
+// a JSON array of prompts", "encode_conditioning: every prompt must be a string").
+std::vector<std::string> conditioning_prompts(const nlohmann::json& prompts);
+
 // ---- placement --------------------------------------------------------------------------------
 
 // "bf16" -> kBFloat16, "fp16" -> kHalf, anything else kFloat.

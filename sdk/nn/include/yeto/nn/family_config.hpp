@@ -3,6 +3,7 @@
 // targets. Errors are std::invalid_argument naming the key; a plugin turns them into a status.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -61,5 +62,47 @@ nlohmann::json umt5_encoder_config(const T5Shape& shape);
 // and of the T5 tokenizer (`model_max_length` differs between families).
 nlohmann::json clip_tokenizer_config(const std::string& pad_token = "<|endoftext|>");
 nlohmann::json t5_tokenizer_config(int model_max_length = 512);
+
+// One component a family's pipeline has in model_index.json, and the classes it accepts there.
+struct ComponentSpec {
+  const char* name;
+  std::vector<std::string> classes;
+  bool optional = false;  // the family decides what an absent optional component means
+};
+
+// The class model_index.json names for `spec` (the caller has checked the entry exists).
+// Throws std::invalid_argument "<where>: '<name>' must be a [library, class] pair, got ..." or
+// "<where>: '<name>' is <class>; the <plugin> plugin expects A or B".
+std::string component_class(const nlohmann::json& model_index, const ComponentSpec& spec, const std::string& where,
+                            const std::string& plugin);
+
+// The keys every generate request shares, read with "generate request: ..." errors naming the key
+// (std::invalid_argument). A key that is absent or null gives the fallback.
+class RequestReader {
+ public:
+  // Throws "generate request: expected a JSON object" for anything else.
+  explicit RequestReader(const nlohmann::json& request);
+  const nlohmann::json& request() const { return j_; }
+  // Present and not null.
+  bool has(const char* key) const;
+  // A non-empty array of strings ("'<key>' must be a non-empty array of strings", "'<key>' must
+  // hold strings, got ...").
+  std::vector<std::string> strings(const char* key) const;
+  // An integer of at least `min` ("'<key>' must be an integer", "'<key>' must be at least <min>").
+  std::int64_t integer(const char* key, std::int64_t fallback, std::int64_t min) const;
+  // A number ("'<key>' must be a number").
+  double number(const char* key, double fallback) const;
+  // A boolean ("'<key>' must be a boolean").
+  bool boolean(const char* key, bool fallback) const;
+  // "seed": a non-negative integer ("'seed' must be a non-negative integer").
+  std::uint64_t seed(std::uint64_t fallback) const;
+
+ private:
+  nlohmann::json j_;
+};
+
+// np.linspace(start, stop, num) in float64, exactly as NumPy computes it (the sigma schedules of
+// the flow-match pipelines). Throws std::invalid_argument for a negative num.
+std::vector<double> linspace(double start, double stop, std::int64_t num);
 
 }  // namespace yeto::family
