@@ -1,6 +1,5 @@
 #include "flux_family.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -126,15 +125,7 @@ json plan_from_model_index(const std::string& model_dir, const json& model_index
     if (!model_index.contains(spec.name))
       bad(where + ": no '" + spec.name + "' component; a FLUX.1 repository has transformer, vae, text_encoder, "
                                          "text_encoder_2, tokenizer, tokenizer_2 and scheduler");
-    const auto& entry = model_index.at(spec.name);
-    if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
-      bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
-    const auto cls = entry[1].get<std::string>();
-    if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
-      std::string expected;
-      for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
-      bad(where + ": '" + spec.name + "' is " + cls + "; the flux plugin expects " + expected);
-    }
+    const auto cls = family::component_class(model_index, spec, where, "flux");
     components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
   }
   return {{"components", components}, {"family", "flux"}};
@@ -166,61 +157,20 @@ LoraTargets resolve_lora_targets(const json& targets) {
   return family::resolve_lora_targets(targets, {with_ff, attention});
 }
 
-std::vector<double> linspace(double start, double stop, std::int64_t num) {
-  if (num < 0) bad("linspace: num must be non-negative");
-  std::vector<double> y(static_cast<std::size_t>(num));
-  const std::int64_t div = num - 1;
-  const double delta = stop - start;
-  for (std::int64_t i = 0; i < num; ++i) {
-    double v = static_cast<double>(i);
-    if (div > 0) {
-      const double step = delta / static_cast<double>(div);
-      v = step == 0.0 ? v / static_cast<double>(div) * delta : v * step;
-    } else {
-      v = v * delta;
-    }
-    y[static_cast<std::size_t>(i)] = v + start;
-  }
-  if (num > 1) y.back() = stop;
-  return y;
-}
-
 GenerateRequest parse_generate_request(const json& j) {
   GenerateRequest r;
-  if (!j.is_object()) bad("generate request: expected a JSON object");
-  if (!j.contains("prompts") || !j["prompts"].is_array() || j["prompts"].empty())
-    bad("generate request: 'prompts' must be a non-empty array of strings");
-  for (const auto& p : j["prompts"]) {
-    if (!p.is_string()) bad("generate request: 'prompts' must hold strings, got " + p.dump());
-    r.prompts.push_back(p.get<std::string>());
-  }
-  auto get_int = [&](const char* key, std::int64_t fallback, std::int64_t min) {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number_integer()) bad(std::string("generate request: '") + key + "' must be an integer");
-    const auto v = j[key].get<std::int64_t>();
-    if (v < min) bad(std::string("generate request: '") + key + "' must be at least " + std::to_string(min));
-    return v;
-  };
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    if (!j["seed"].is_number_unsigned() && !(j["seed"].is_number_integer() && j["seed"].get<std::int64_t>() >= 0))
-      bad("generate request: 'seed' must be a non-negative integer");
-    r.seed = j["seed"].get<std::uint64_t>();
-  }
-  r.steps = get_int("steps", r.steps, 1);
-  r.height = get_int("height", r.height, 16);
-  r.width = get_int("width", r.width, 16);
-  r.max_sequence_length = get_int("max_sequence_length", r.max_sequence_length, 1);
+  const family::RequestReader in(j);
+  r.prompts = in.strings("prompts");
+  r.seed = in.seed(r.seed);
+  r.steps = in.integer("steps", r.steps, 1);
+  r.height = in.integer("height", r.height, 16);
+  r.width = in.integer("width", r.width, 16);
+  r.max_sequence_length = in.integer("max_sequence_length", r.max_sequence_length, 1);
   if (r.max_sequence_length > 512)
     bad("generate request: 'max_sequence_length' cannot be greater than 512 (FLUX.1's T5 limit), got " +
         std::to_string(r.max_sequence_length));
-  if (j.contains("guidance") && !j["guidance"].is_null()) {
-    if (!j["guidance"].is_number()) bad("generate request: 'guidance' must be a number");
-    r.guidance = j["guidance"].get<double>();
-  }
-  if (j.contains("trace") && !j["trace"].is_null()) {
-    if (!j["trace"].is_boolean()) bad("generate request: 'trace' must be a boolean");
-    r.trace = j["trace"].get<bool>();
-  }
+  r.guidance = in.number("guidance", r.guidance);
+  r.trace = in.boolean("trace", r.trace);
   return r;
 }
 

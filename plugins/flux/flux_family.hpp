@@ -14,10 +14,7 @@
 namespace yeto::flux {
 
 // The seven FLUX.1 components (model_index.json name, accepted classes).
-struct ComponentSpec {
-  const char* name;
-  std::vector<std::string> classes;
-};
+using ComponentSpec = yeto::family::ComponentSpec;
 const std::vector<ComponentSpec>& flux_components();
 
 // {"components": {name: {"class": C, "dir": model_dir/name}}} for a FluxPipeline repository.
@@ -38,7 +35,7 @@ using LoraTargets = yeto::family::LoraTargets;
 LoraTargets resolve_lora_targets(const nlohmann::json& targets);
 
 // np.linspace(start, stop, num) in float64, exactly as NumPy computes it.
-std::vector<double> linspace(double start, double stop, std::int64_t num);
+using yeto::family::linspace;
 
 // A generation request, validated. Throws std::invalid_argument naming the key.
 struct GenerateRequest {
