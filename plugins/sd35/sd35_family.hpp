@@ -15,11 +15,7 @@ namespace yeto::sd35 {
 
 // The nine StableDiffusion3Pipeline components (model_index.json name, accepted classes,
 // whether the pipeline runs without it: the T5 pair may be [null, null]).
-struct ComponentSpec {
-  const char* name;
-  std::vector<std::string> classes;
-  bool optional = false;
-};
+using ComponentSpec = yeto::family::ComponentSpec;
 const std::vector<ComponentSpec>& sd35_components();
 
 // {"components": {name: {"class": C, "dir": model_dir/name} | null}, "family": "sd35"} for a
