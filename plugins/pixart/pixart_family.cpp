@@ -145,15 +145,7 @@ json plan_from_model_index(const std::string& model_dir, const json& model_index
     if (!model_index.contains(spec.name))
       bad(where + ": no '" + spec.name + "' component; a PixArt repository has transformer, vae, text_encoder, "
                                          "tokenizer and scheduler");
-    const auto& entry = model_index.at(spec.name);
-    if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
-      bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
-    auto cls = entry[1].get<std::string>();
-    if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
-      std::string expected;
-      for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
-      bad(where + ": '" + spec.name + "' is " + cls + "; the pixart plugin expects " + expected);
-    }
+    auto cls = family::component_class(model_index, spec, where, "pixart");
     if (cls == "Transformer2DModel") {
       // The PixArt-XL-2 snapshots' legacy class: Diffusers loads it as PixArtTransformer2DModel
       // when the config has norm_type ada_norm_single.
@@ -192,20 +184,10 @@ LoraTargets resolve_lora_targets(const json& targets) {
 
 GenerateRequest parse_generate_request(const json& j) {
   GenerateRequest r;
-  if (!j.is_object()) bad("generate request: expected a JSON object");
-  auto strings = [&](const char* key) {
-    std::vector<std::string> out;
-    if (!j[key].is_array() || j[key].empty()) bad(std::string("generate request: '") + key + "' must be a non-empty array of strings");
-    for (const auto& p : j[key]) {
-      if (!p.is_string()) bad(std::string("generate request: '") + key + "' must hold strings, got " + p.dump());
-      out.push_back(p.get<std::string>());
-    }
-    return out;
-  };
-  if (!j.contains("prompts")) bad("generate request: 'prompts' must be a non-empty array of strings");
-  r.prompts = strings("prompts");
-  if (j.contains("negative_prompts") && !j["negative_prompts"].is_null()) {
-    r.negative_prompts = strings("negative_prompts");
+  const family::RequestReader in(j);
+  r.prompts = in.strings("prompts");
+  if (in.has("negative_prompts")) {
+    r.negative_prompts = in.strings("negative_prompts");
     if (r.negative_prompts.size() == 1 && r.prompts.size() > 1)
       r.negative_prompts.assign(r.prompts.size(), r.negative_prompts[0]);
     if (r.negative_prompts.size() != r.prompts.size())
@@ -214,30 +196,13 @@ GenerateRequest parse_generate_request(const json& j) {
   } else {
     r.negative_prompts.assign(r.prompts.size(), "");
   }
-  auto get_int = [&](const char* key, std::int64_t fallback, std::int64_t min) {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number_integer()) bad(std::string("generate request: '") + key + "' must be an integer");
-    const auto v = j[key].get<std::int64_t>();
-    if (v < min) bad(std::string("generate request: '") + key + "' must be at least " + std::to_string(min));
-    return v;
-  };
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    if (!j["seed"].is_number_unsigned() && !(j["seed"].is_number_integer() && j["seed"].get<std::int64_t>() >= 0))
-      bad("generate request: 'seed' must be a non-negative integer");
-    r.seed = j["seed"].get<std::uint64_t>();
-  }
-  r.steps = get_int("steps", r.steps, 1);
-  r.height = get_int("height", r.height, 1);
-  r.width = get_int("width", r.width, 1);
-  r.max_sequence_length = get_int("max_sequence_length", r.max_sequence_length, 1);
-  if (j.contains("guidance") && !j["guidance"].is_null()) {
-    if (!j["guidance"].is_number()) bad("generate request: 'guidance' must be a number");
-    r.guidance = j["guidance"].get<double>();
-  }
-  if (j.contains("trace") && !j["trace"].is_null()) {
-    if (!j["trace"].is_boolean()) bad("generate request: 'trace' must be a boolean");
-    r.trace = j["trace"].get<bool>();
-  }
+  r.seed = in.seed(r.seed);
+  r.steps = in.integer("steps", r.steps, 1);
+  r.height = in.integer("height", r.height, 1);
+  r.width = in.integer("width", r.width, 1);
+  r.max_sequence_length = in.integer("max_sequence_length", r.max_sequence_length, 1);
+  r.guidance = in.number("guidance", r.guidance);
+  r.trace = in.boolean("trace", r.trace);
   return r;
 }
 

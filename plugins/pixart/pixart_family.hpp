@@ -15,10 +15,7 @@
 namespace yeto::pixart {
 
 // The five PixArt components (model_index.json name, accepted classes).
-struct ComponentSpec {
-  const char* name;
-  std::vector<std::string> classes;
-};
+using ComponentSpec = yeto::family::ComponentSpec;
 const std::vector<ComponentSpec>& pixart_components();
 
 // The pipeline classes this family serves and their T5 length default (PixArtAlphaPipeline 120,
