@@ -128,15 +128,7 @@ json plan_from_model_index(const std::string& model_dir, const json& model_index
     if (!model_index.contains(spec.name))
       bad(where + ": no '" + spec.name +
           "' component; an LTX-Video repository has transformer, vae, text_encoder, tokenizer and scheduler");
-    const auto& entry = model_index.at(spec.name);
-    if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
-      bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
-    const auto cls = entry[1].get<std::string>();
-    if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
-      std::string expected;
-      for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
-      bad(where + ": '" + spec.name + "' is " + cls + "; the ltx plugin expects " + expected);
-    }
+    const auto cls = family::component_class(model_index, spec, where, "ltx");
     components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
   }
   return {{"components", components}, {"family", "ltx"}};
@@ -164,25 +156,6 @@ LoraTargets resolve_lora_targets(const json& targets) {
   return family::resolve_lora_targets(targets, {attention, attention});
 }
 
-std::vector<double> linspace(double start, double stop, std::int64_t num) {
-  if (num < 0) bad("linspace: num must be non-negative");
-  std::vector<double> y(static_cast<std::size_t>(num));
-  const std::int64_t div = num - 1;
-  const double delta = stop - start;
-  for (std::int64_t i = 0; i < num; ++i) {
-    double v = static_cast<double>(i);
-    if (div > 0) {
-      const double step = delta / static_cast<double>(div);
-      v = step == 0.0 ? v / static_cast<double>(div) * delta : v * step;
-    } else {
-      v = v * delta;
-    }
-    y[static_cast<std::size_t>(i)] = v + start;
-  }
-  if (num > 1) y.back() = stop;
-  return y;
-}
-
 double calculate_shift(double seq_len, double base_seq_len, double max_seq_len, double base_shift, double max_shift) {
   const double m = (max_shift - base_shift) / (max_seq_len - base_seq_len);
   const double b = base_shift - m * base_seq_len;
@@ -197,54 +170,26 @@ std::int64_t decoded_frames(std::int64_t frames, std::int64_t ratio) {
 
 GenerateRequest parse_generate_request(const json& j) {
   GenerateRequest r;
-  if (!j.is_object()) bad("generate request: expected a JSON object");
-  auto strings = [&](const char* key, std::vector<std::string>& out) {
-    if (!j[key].is_array() || j[key].empty()) bad(std::string("generate request: '") + key + "' must be a non-empty array of strings");
-    for (const auto& p : j[key]) {
-      if (!p.is_string()) bad(std::string("generate request: '") + key + "' must hold strings, got " + p.dump());
-      out.push_back(p.get<std::string>());
-    }
-  };
-  if (!j.contains("prompts")) bad("generate request: 'prompts' must be a non-empty array of strings");
-  strings("prompts", r.prompts);
-  if (j.contains("negative_prompts") && !j["negative_prompts"].is_null()) {
-    strings("negative_prompts", r.negative_prompts);
+  const family::RequestReader in(j);
+  r.prompts = in.strings("prompts");
+  if (in.has("negative_prompts")) {
+    r.negative_prompts = in.strings("negative_prompts");
     if (r.negative_prompts.size() != r.prompts.size())
       bad("generate request: 'negative_prompts' has " + std::to_string(r.negative_prompts.size()) +
           " entries for " + std::to_string(r.prompts.size()) + " prompts");
   }
-  auto get_int = [&](const char* key, std::int64_t fallback, std::int64_t min) {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number_integer()) bad(std::string("generate request: '") + key + "' must be an integer");
-    const auto v = j[key].get<std::int64_t>();
-    if (v < min) bad(std::string("generate request: '") + key + "' must be at least " + std::to_string(min));
-    return v;
-  };
-  auto get_number = [&](const char* key, double fallback) {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number()) bad(std::string("generate request: '") + key + "' must be a number");
-    return j[key].get<double>();
-  };
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    if (!j["seed"].is_number_unsigned() && !(j["seed"].is_number_integer() && j["seed"].get<std::int64_t>() >= 0))
-      bad("generate request: 'seed' must be a non-negative integer");
-    r.seed = j["seed"].get<std::uint64_t>();
-  }
-  r.steps = get_int("steps", r.steps, 1);
-  r.height = get_int("height", r.height, 1);
-  r.width = get_int("width", r.width, 1);
-  r.num_frames = get_int("num_frames", r.num_frames, 1);
-  r.max_sequence_length = get_int("max_sequence_length", r.max_sequence_length, 1);
-  r.guidance = get_number("guidance", r.guidance);
-  r.frame_rate = get_number("fps", get_number("frame_rate", r.frame_rate));
+  r.seed = in.seed(r.seed);
+  r.steps = in.integer("steps", r.steps, 1);
+  r.height = in.integer("height", r.height, 1);
+  r.width = in.integer("width", r.width, 1);
+  r.num_frames = in.integer("num_frames", r.num_frames, 1);
+  r.max_sequence_length = in.integer("max_sequence_length", r.max_sequence_length, 1);
+  r.guidance = in.number("guidance", r.guidance);
+  r.frame_rate = in.number("fps", in.number("frame_rate", r.frame_rate));
   if (!(r.frame_rate > 0)) bad("generate request: 'fps' (the frame rate) must be positive");
-  r.decode_timestep = get_number("decode_timestep", r.decode_timestep);
-  if (j.contains("decode_noise_scale") && !j["decode_noise_scale"].is_null())
-    r.decode_noise_scale = get_number("decode_noise_scale", 0.0);
-  if (j.contains("trace") && !j["trace"].is_null()) {
-    if (!j["trace"].is_boolean()) bad("generate request: 'trace' must be a boolean");
-    r.trace = j["trace"].get<bool>();
-  }
+  r.decode_timestep = in.number("decode_timestep", r.decode_timestep);
+  if (in.has("decode_noise_scale")) r.decode_noise_scale = in.number("decode_noise_scale", 0.0);
+  r.trace = in.boolean("trace", r.trace);
   return r;
 }
 

@@ -16,10 +16,7 @@
 namespace yeto::ltx {
 
 // The five LTX-Video components (model_index.json name, accepted classes).
-struct ComponentSpec {
-  const char* name;
-  std::vector<std::string> classes;
-};
+using ComponentSpec = yeto::family::ComponentSpec;
 const std::vector<ComponentSpec>& ltx_components();
 
 // {"components": {name: {"class": C, "dir": model_dir/name}}, "family": "ltx"} for an
@@ -40,7 +37,7 @@ using LoraTargets = yeto::family::LoraTargets;
 LoraTargets resolve_lora_targets(const nlohmann::json& targets);
 
 // np.linspace(start, stop, num) in float64, exactly as NumPy computes it.
-std::vector<double> linspace(double start, double stop, std::int64_t num);
+using yeto::family::linspace;
 
 // LTXPipeline's calculate_shift: mu linear in the sequence length through (base_seq_len,
 // base_shift) and (max_seq_len, max_shift), extrapolated outside (as upstream).

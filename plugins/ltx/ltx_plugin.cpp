@@ -320,13 +320,7 @@ class LtxPlugin : public yeto::sdk::Plugin {
   }
 
   NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto p = parse_json(prompts_json, "encode_conditioning prompts");
-    std::vector<std::string> prompts;
-    if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
-    for (const auto& s : p) {
-      if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
-      prompts.push_back(s.get<std::string>());
-    }
+    const auto prompts = yeto::family::conditioning_prompts(parse_json(prompts_json, "encode_conditioning prompts"));
     const auto c = encode_prompts(prompts, max_sequence_length_);
     return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
   }
