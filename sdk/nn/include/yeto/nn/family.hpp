@@ -66,6 +66,20 @@ const at::Tensor& output(const NamedTensors& out, const std::string& name, const
 
 // ---- component classes built on a torch::nn::Module --------------------------------------
 
+// The plugin's own implementation behind the pipeline component `name`: an `Impl` the plugin
+// registered as class `cls`. Anything else (another class, a host-built component) fails
+// "the pipeline's <name> is <class>, not <article> <cls> built by the <plugin> plugin".
+template <class Impl>
+Impl& plugin_component(const std::string& name, const std::string& cls, const std::string& plugin,
+                       const std::string& article = "a") {
+  const auto c = sdk::Host::component(name);
+  auto* impl = c.as<Impl>(cls);
+  if (!impl)
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's " + name + " is " + c.class_name() + ", not " + article + " " +
+                                             cls + " built by the " + plugin + " plugin");
+  return *impl;
+}
+
 // Every parameter, then (with_buffers) every buffer, by Diffusers name: a Component's parameters().
 NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers = true);
 // A Component's load_weights(): copies each tensor into the parameter (or, with_buffers, buffer)
@@ -114,6 +128,27 @@ std::vector<std::string> prepare_tuning(torch::nn::Module& model, const std::str
 // "no LoRA adapter attached: call prepare() with lora options".
 NamedTensors trainable_parameters(const std::vector<NamedModule>& denoisers, const std::string& tuning,
                                   const std::string& adapter = "default");
+
+// ---- generate --------------------------------------------------------------------------------
+
+// The trace of a generate call (request "trace": true): named intermediate tensors, recorded as
+// detached copies in call order; record(name, t) does nothing when the trace is off.
+class Trace {
+ public:
+  explicit Trace(bool on) : on_(on) {}
+  void operator()(const std::string& name, const at::Tensor& t) {
+    if (on_) items_.emplace_back(name, t.detach().clone());
+  }
+  // Moves the recorded tensors to the end of `out` (the hook's outputs come first).
+  void append_to(NamedTensors& out) {
+    for (auto& nt : items_) out.push_back(std::move(nt));
+    items_.clear();
+  }
+
+ private:
+  bool on_;
+  NamedTensors items_;
+};
 
 // ---- latents ---------------------------------------------------------------------------------
 
