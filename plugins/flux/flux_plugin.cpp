@@ -201,10 +201,7 @@ class FluxPlugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
     at::NoGradGuard no_grad;
-    NamedTensors trace;
-    auto record = [&](const std::string& name, const at::Tensor& t) {
-      if (r.trace) trace.emplace_back(name, t.detach().clone());
-    };
+    yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
 
@@ -287,18 +284,14 @@ class FluxPlugin : public yeto::sdk::Plugin {
     record("image_postprocessed", images);
 
     NamedTensors out = {{"images", images}};
-    for (auto& nt : trace) out.push_back(std::move(nt));
+    record.append_to(out);
     return out;
   }
 
  private:
   flux::FluxTransformer2DModel& transformer() {
-    const auto c = Host::component("transformer");
-    auto* impl = c.as<TransformerComponent>("FluxTransformer2DModel");
-    if (!impl)
-      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
-                                          ", not a FluxTransformer2DModel built by the flux plugin");
-    return impl->model();
+    return yeto::family::plugin_component<TransformerComponent>("transformer", "FluxTransformer2DModel", "flux", "a")
+        .model();
   }
 
   at::Tensor run_transformer(const at::Tensor& packed, const at::Tensor& embeds, const at::Tensor& pooled,

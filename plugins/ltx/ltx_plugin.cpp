@@ -367,10 +367,7 @@ class LtxPlugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
     at::NoGradGuard no_grad;
-    NamedTensors trace;
-    auto record = [&](const std::string& name, const at::Tensor& t) {
-      if (r.trace) trace.emplace_back(name, t.detach().clone());
-    };
+    yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto st = vae_config_.spatial_ratio(), tt = vae_config_.temporal_ratio();
@@ -484,27 +481,18 @@ class LtxPlugin : public yeto::sdk::Plugin {
     record("video_postprocessed", clip.permute({0, 2, 1, 3, 4}));
 
     NamedTensors out = {{"video", clip}};
-    for (auto& nt : trace) out.push_back(std::move(nt));
+    record.append_to(out);
     return out;
   }
 
  private:
   ltx::LtxVideoTransformer3DModel& transformer() {
-    const auto c = Host::component("transformer");
-    auto* impl = c.as<TransformerComponent>("LTXVideoTransformer3DModel");
-    if (!impl)
-      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
-                                          ", not an LTXVideoTransformer3DModel built by the ltx plugin");
-    return impl->model();
+    return yeto::family::plugin_component<TransformerComponent>("transformer", "LTXVideoTransformer3DModel", "ltx", "an")
+        .model();
   }
 
   ltx::AutoencoderKLLTXVideo& vae() {
-    const auto c = Host::component("vae");
-    auto* impl = c.as<VaeComponent>("AutoencoderKLLTXVideo");
-    if (!impl)
-      fail(YETO_ERR_INVALID_ARGUMENT,
-           "the pipeline's vae is " + c.class_name() + ", not an AutoencoderKLLTXVideo built by the ltx plugin");
-    return impl->model();
+    return yeto::family::plugin_component<VaeComponent>("vae", "AutoencoderKLLTXVideo", "ltx", "an").model();
   }
 
   at::Tensor run_transformer(const at::Tensor& packed, const at::Tensor& embeds, const at::Tensor& timestep,

@@ -244,10 +244,7 @@ class PixArtPlugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
     at::NoGradGuard no_grad;
-    NamedTensors trace;
-    auto record = [&](const std::string& name, const at::Tensor& t) {
-      if (r.trace) trace.emplace_back(name, t.detach().clone());
-    };
+    yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto vsf = vae_scale_factor();
@@ -342,18 +339,14 @@ class PixArtPlugin : public yeto::sdk::Plugin {
     record("image_postprocessed", images);
 
     NamedTensors out = {{"images", images}};
-    for (auto& nt : trace) out.push_back(std::move(nt));
+    record.append_to(out);
     return out;
   }
 
  private:
   pixart::PixArtTransformer2DModel& transformer() {
-    const auto c = Host::component("transformer");
-    auto* impl = c.as<TransformerComponent>("PixArtTransformer2DModel");
-    if (!impl)
-      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
-                                          ", not a PixArtTransformer2DModel built by the pixart plugin");
-    return impl->model();
+    return yeto::family::plugin_component<TransformerComponent>("transformer", "PixArtTransformer2DModel", "pixart", "a")
+        .model();
   }
 
   at::Tensor run_transformer(const at::Tensor& x, const at::Tensor& context, const at::Tensor& timestep,

@@ -187,10 +187,7 @@ class Sd35Plugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
     at::NoGradGuard no_grad;
-    NamedTensors trace;
-    auto record = [&](const std::string& name, const at::Tensor& t) {
-      if (r.trace) trace.emplace_back(name, t.detach().clone());
-    };
+    yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto vsf = vae_scale_factor();
@@ -285,18 +282,14 @@ class Sd35Plugin : public yeto::sdk::Plugin {
     record("image_postprocessed", images);
 
     NamedTensors out = {{"images", images}};
-    for (auto& nt : trace) out.push_back(std::move(nt));
+    record.append_to(out);
     return out;
   }
 
  private:
   sd35::SD3Transformer2DModel& transformer() {
-    const auto c = Host::component("transformer");
-    auto* impl = c.as<TransformerComponent>(kClass);
-    if (!impl)
-      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's transformer is " + c.class_name() +
-                                          ", not an SD3Transformer2DModel built by the sd35 plugin");
-    return impl->model();
+    return yeto::family::plugin_component<TransformerComponent>("transformer", kClass, "sd35", "an")
+        .model();
   }
 
   at::Tensor run_transformer(const at::Tensor& latents, const at::Tensor& embeds, const at::Tensor& pooled,
