@@ -12,6 +12,7 @@
 #include "flux_latents.hpp"
 #include "flux_transformer.hpp"
 #include "io/tensors.hpp"
+#include "support/parity_check.hpp"
 #include "yeto/nn/state_dict.hpp"
 
 namespace fs = std::filesystem;
@@ -25,32 +26,20 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(in);
 }
 
-// allclose with the case's tolerance for `key`; reports the worst element.
+// allclose with the case's tolerance for `key` (key column 60 wide).
 void expect_close(const at::Tensor& actual, const at::Tensor& expected, const nlohmann::json& tol,
                   const std::string& key) {
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << key;
-  const double rtol = tol.at("rtol").get<double>(), atol = tol.at("atol").get<double>();
-  const auto a = actual.detach().to(at::kDouble), e = expected.to(at::kDouble);
-  const auto err = (a - e).abs();
-  const auto bound = atol + rtol * e.abs();
-  const double worst = (err - bound).max().item<double>();
-  std::printf("  %-60s max abs err %.3g (atol %.3g, rtol %.3g)\n", key.c_str(), err.max().item<double>(), atol, rtol);
-  EXPECT_LE(worst, 0.0) << key << ": max abs error " << err.max().item<double>() << " (atol " << atol << ", rtol "
-                        << rtol << ")";
+  yeto::test::expect_close(actual, expected, tol, key, 60);
 }
 
-struct ModelCase {
-  nlohmann::json info;
-  std::map<std::string, at::Tensor> inputs, expected;
+struct ModelCase : yeto::test::ParityCase {
   yeto::flux::FluxTransformer2DModel model{nullptr};
 };
 
 ModelCase load_case(const std::string& name) {
   ModelCase c;
   const auto dir = case_dir(name);
-  c.info = read_json(dir / "case.json");
-  c.inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
-  c.expected = yeto::io::load_safetensors(dir / "expected.safetensors");
+  static_cast<yeto::test::ParityCase&>(c) = yeto::test::load_parity_case(dir);
   c.model = yeto::flux::FluxTransformer2DModel(
       yeto::flux::FluxTransformerConfig::from_json(read_json(dir / "config.json")));
   yeto::nn::load_named_tensors(*c.model, yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors"));
@@ -67,25 +56,9 @@ at::Tensor run(ModelCase& c) {
 
 void check_forward_and_backward(const std::string& name) {
   ModelCase c = load_case(name);
-  const auto& compare = c.info.at("compare");
-  {
-    torch::NoGradGuard ng;
-    expect_close(run(c), c.expected.at("sample"), compare.at("sample"), name + " sample");
-  }
-  for (auto& p : c.model->parameters()) p.mutable_grad() = at::Tensor();
-  const auto sample = run(c);
-  const auto loss = (sample - c.expected.at("loss_target")).pow(2).mean();
-  expect_close(loss, c.expected.at("loss"), compare.at("loss"), name + " loss");
-  loss.backward();
-  const auto params = c.model->named_parameters();
   std::size_t checked = 0;
-  for (const auto& [grad_key, param_name] : c.info.at("backward").at("grad_keys").items()) {
-    const auto* p = params.find(param_name.get<std::string>());
-    ASSERT_NE(p, nullptr) << "no parameter " << param_name;
-    ASSERT_TRUE(p->grad().defined()) << param_name;
-    expect_close(p->grad(), c.expected.at(grad_key), compare.at(grad_key), name + " " + grad_key);
-    ++checked;
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      yeto::test::expect_forward_loss_and_grads(*c.model, [&] { return run(c); }, c, name, &checked, 60));
   EXPECT_GE(checked, 5u);
 }
 

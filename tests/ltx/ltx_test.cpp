@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "support/parity_check.hpp"
 #include "ltx_family.hpp"
 #include "ltx_latents.hpp"
 #include "ltx_transformer.hpp"
@@ -30,16 +31,10 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(in);
 }
 
-// allclose with the case's tolerance for `key`; reports the worst element.
+// allclose with the case's tolerance for `key` (key column 56 wide).
 void expect_close(const at::Tensor& actual, const at::Tensor& expected, const nlohmann::json& tol,
                   const std::string& key) {
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << key;
-  const double rtol = tol.at("rtol").get<double>(), atol = tol.at("atol").get<double>();
-  const auto a = actual.detach().to(at::kDouble), e = expected.to(at::kDouble);
-  const auto err = (a - e).abs();
-  const double worst = (err - (atol + rtol * e.abs())).max().item<double>();
-  std::printf("  %-56s max abs err %.3g (atol %.3g, rtol %.3g)\n", key.c_str(), err.max().item<double>(), atol, rtol);
-  EXPECT_LE(worst, 0.0) << key << ": max abs error " << err.max().item<double>() << " (atol " << atol << ")";
+  yeto::test::expect_close(actual, expected, tol, key, 56);
 }
 
 std::array<double, 3> scale_of(const nlohmann::json& scalar_args) {
@@ -92,33 +87,17 @@ void check_vae_case(const std::string& name) {
 
 TEST(LtxTransformer, ParityForwardBackward) {
   const auto dir = case_dir("ltx-transformer");
-  const auto info = read_json(dir / "case.json");
-  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
-  const auto ex = yeto::io::load_safetensors(dir / "expected.safetensors");
+  const auto c = yeto::test::load_parity_case(dir);
+  const auto& in = c.inputs;
   auto m = load_transformer(dir);
-  const auto& sa = info.at("call").at("scalar_args");
+  const auto& sa = c.info.at("call").at("scalar_args");
   auto run = [&] {
     return m->forward(in.at("hidden_states"), in.at("encoder_hidden_states"), in.at("timestep"),
                       in.at("encoder_attention_mask"), sa.at("num_frames").get<std::int64_t>(),
                       sa.at("height").get<std::int64_t>(), sa.at("width").get<std::int64_t>(), scale_of(sa));
   };
-  const auto& compare = info.at("compare");
-  {
-    torch::NoGradGuard ng;
-    expect_close(run(), ex.at("sample"), compare.at("sample"), "ltx-transformer sample");
-  }
-  const auto loss = (run() - ex.at("loss_target")).pow(2).mean();
-  expect_close(loss, ex.at("loss"), compare.at("loss"), "ltx-transformer loss");
-  loss.backward();
-  const auto params = m->named_parameters();
   std::size_t checked = 0;
-  for (const auto& [grad_key, param] : info.at("backward").at("grad_keys").items()) {
-    const auto* p = params.find(param.get<std::string>());
-    ASSERT_NE(p, nullptr) << param;
-    ASSERT_TRUE(p->grad().defined()) << param;
-    expect_close(p->grad(), ex.at(grad_key), compare.at(grad_key), "ltx-transformer " + grad_key);
-    ++checked;
-  }
+  ASSERT_NO_FATAL_FAILURE(yeto::test::expect_forward_loss_and_grads(*m, run, c, "ltx-transformer", &checked, 56));
   EXPECT_EQ(checked, 6u);
 }
 

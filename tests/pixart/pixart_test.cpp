@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "support/parity_check.hpp"
 #include "pixart_family.hpp"
 #include "pixart_transformer.hpp"
 #include "yeto/nn/state_dict.hpp"
@@ -31,29 +32,14 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(text);
 }
 
-void expect_close(const at::Tensor& actual, const at::Tensor& expected, const nlohmann::json& tol,
-                  const std::string& key) {
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << key;
-  const double rtol = tol.at("rtol").get<double>(), atol = tol.at("atol").get<double>();
-  const auto a = actual.detach().to(at::kDouble), e = expected.to(at::kDouble);
-  const auto err = (a - e).abs();
-  const double worst = (err - (atol + rtol * e.abs())).max().item<double>();
-  std::printf("  %-50s max abs err %.3g (atol %.3g, rtol %.3g)\n", key.c_str(), err.max().item<double>(), atol, rtol);
-  EXPECT_LE(worst, 0.0) << key << ": max abs error " << err.max().item<double>();
-}
-
-struct ModelCase {
-  nlohmann::json info;
-  std::map<std::string, at::Tensor> inputs, expected;
+struct ModelCase : yeto::test::ParityCase {
   yeto::pixart::PixArtTransformer2DModel model{nullptr};
 };
 
 ModelCase load_case(const std::string& name) {
   ModelCase c;
   const auto dir = case_dir(name);
-  c.info = read_json(dir / "case.json");
-  c.inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
-  c.expected = yeto::io::load_safetensors(dir / "expected.safetensors");
+  static_cast<yeto::test::ParityCase&>(c) = yeto::test::load_parity_case(dir);
   c.model = yeto::pixart::PixArtTransformer2DModel(
       yeto::pixart::PixArtTransformerConfig::from_json(read_json(dir / "config.json")));
   yeto::nn::load_named_tensors(*c.model, yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors"));
@@ -74,24 +60,9 @@ TEST(PixArtTransformer, ParityForwardBackwardWithMicroConditionsAndMask) {
   ModelCase c = load_case("pixart-transformer");
   ASSERT_TRUE(c.model->config().use_additional_conditions);
   ASSERT_TRUE(c.model->config().learned_sigma());
-  const auto& compare = c.info.at("compare");
-  {
-    torch::NoGradGuard ng;
-    expect_close(run(c), c.expected.at("sample"), compare.at("sample"), "pixart-transformer sample");
-  }
-  const auto sample = run(c);
-  const auto loss = (sample - c.expected.at("loss_target")).pow(2).mean();
-  expect_close(loss, c.expected.at("loss"), compare.at("loss"), "pixart-transformer loss");
-  loss.backward();
-  const auto params = c.model->named_parameters();
   std::size_t checked = 0;
-  for (const auto& [grad_key, param_name] : c.info.at("backward").at("grad_keys").items()) {
-    const auto* p = params.find(param_name.get<std::string>());
-    ASSERT_NE(p, nullptr) << "no parameter " << param_name;
-    ASSERT_TRUE(p->grad().defined()) << param_name;
-    expect_close(p->grad(), c.expected.at(grad_key), compare.at(grad_key), "pixart-transformer " + grad_key);
-    ++checked;
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      yeto::test::expect_forward_loss_and_grads(*c.model, [&] { return run(c); }, c, "pixart-transformer", &checked, 50));
   EXPECT_EQ(checked, 6u);
 }
 
