@@ -48,6 +48,42 @@ at::Tensor scale(const at::Tensor& t, float f) { return t * static_cast<double>(
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+// Timestep rules
+
+TimestepRule timestep_rule_from_name(const std::string& name, const std::string& where) {
+  if (name == "diffusers-0.33") return TimestepRule::diffusers_0_33;
+  if (name == "diffusers-0.37") return TimestepRule::diffusers_0_37;
+  throw Error(where + ": unknown scheduler timestep rule '" + name + "' (diffusers-0.33 or diffusers-0.37)",
+              ExitCode::bad_input);
+}
+
+std::string timestep_rule_name(TimestepRule rule) {
+  return rule == TimestepRule::diffusers_0_37 ? "diffusers-0.37" : "diffusers-0.33";
+}
+
+TimestepRule timestep_rule_for_diffusers(const std::string& version, const std::string& where) {
+  // MAJOR.MINOR with an optional rest (".PATCH", ".dev0", ...).
+  std::size_t pos = 0;
+  auto number = [&]() -> long {
+    const std::size_t start = pos;
+    while (pos < version.size() && version[pos] >= '0' && version[pos] <= '9') ++pos;
+    if (pos == start || pos - start > 6)
+      throw Error(where + ": Diffusers version '" + version + "' is not MAJOR.MINOR[.PATCH]", ExitCode::bad_input);
+    return std::stol(version.substr(start, pos - start));
+  };
+  const long major = number();
+  if (pos >= version.size() || version[pos] != '.')
+    throw Error(where + ": Diffusers version '" + version + "' is not MAJOR.MINOR[.PATCH]", ExitCode::bad_input);
+  ++pos;
+  const long minor = number();
+  return (major > 0 || minor >= 37) ? TimestepRule::diffusers_0_37 : TimestepRule::diffusers_0_33;
+}
+
+void set_timestep_rule(Scheduler& scheduler, TimestepRule rule) {
+  if (auto* unipc = dynamic_cast<UniPCMultistepScheduler*>(&scheduler)) unipc->set_timestep_rule(rule);
+}
+
+// ---------------------------------------------------------------------------------------------
 // MultistepBase
 
 void MultistepBase::init_common(const ConfigView& cfg, bool allow_flow) {
@@ -91,19 +127,27 @@ double MultistepBase::lambda(double sigma) const {
   return static_cast<float>(std::log(static_cast<float>(a)) - std::log(static_cast<float>(s)));
 }
 
-void MultistepBase::make_schedule(std::int64_t n, std::int64_t last_timestep) {
+void MultistepBase::make_schedule(std::int64_t n, std::int64_t last_timestep, TimestepRule rule) {
   if (n < 1) throw Error(class_name() + ".set_timesteps needs num_inference_steps >= 1", ExitCode::bad_input);
   const double T = static_cast<double>(num_train_);
   std::vector<std::int64_t> ts;
   std::vector<double> sig;
   if (flow_sigmas_) {
-    // s = 1 - linspace(1, 1/T, n + 1), shifted, reversed, last entry dropped (float64);
-    // the timesteps truncate s * T to integers.
+    // Both rules work in float64 and truncate s * T to integer timesteps.
     std::vector<double> s;
-    for (double a : detail::np_linspace(1.0, 1.0 / T, n + 1)) s.push_back(1.0 - a);
-    for (double& v : s) v = flow_shift_ * v / (1.0 + (flow_shift_ - 1.0) * v);
-    std::reverse(s.begin(), s.end());
-    s.pop_back();
+    const auto shift = [this](double v) { return flow_shift_ * v / (1.0 + (flow_shift_ - 1.0) * v); };
+    if (rule == TimestepRule::diffusers_0_33) {
+      // s = 1 - linspace(1, 1/T, n + 1), shifted, reversed, last entry dropped.
+      for (double a : detail::np_linspace(1.0, 1.0 / T, n + 1)) s.push_back(shift(1.0 - a));
+      std::reverse(s.begin(), s.end());
+      s.pop_back();
+    } else {
+      // s = linspace(1, 1/T, n + 1) without its last entry, shifted; a first sigma of 1 is
+      // lowered by 1e-6 (so its timestep is T - 1, not T).
+      for (double a : detail::np_linspace(1.0, 1.0 / T, n + 1)) s.push_back(shift(a));
+      s.pop_back();
+      if (std::fabs(s.front() - 1.0) < 1e-6) s.front() -= 1e-6;
+    }
     for (double v : s) {
       sig.push_back(v);
       ts.push_back(static_cast<std::int64_t>(v * T));
@@ -324,7 +368,7 @@ void UniPCMultistepScheduler::set_timesteps(const SetTimestepsArgs& args) {
       throw Error("UniPCMultistepScheduler.set_timesteps: mu needs use_dynamic_shifting = true", ExitCode::bad_input);
     flow_shift_ = std::exp(*args.mu);
   }
-  make_schedule(*args.num_inference_steps, num_train_);
+  make_schedule(*args.num_inference_steps, num_train_, timestep_rule_);
   last_sample_ = at::Tensor();
   this_order_ = 0;
 }

@@ -1,14 +1,36 @@
 // Multistep solvers used for sampling: DPMSolverMultistepScheduler (DPM-Solver++, as PixArt-Alpha
 // ships it) and UniPCMultistepScheduler (UniPC bh1/bh2, VP sigmas or flow sigmas as Wan ships
-// it), both as Diffusers v0.33.1 implements them.
+// it), both as Diffusers v0.33.1 implements them. UniPC's flow-sigma timestep table also has the
+// rule of Diffusers v0.37.0 and later (TimestepRule::diffusers_0_37), chosen per scheduler.
 #pragma once
 
 #include <deque>
+#include <string>
 
 #include "schedulers/scheduler.hpp"
 #include "schedulers/scheduler_config.hpp"
 
 namespace yeto::schedulers {
+
+// Which Diffusers release's set_timesteps rule a scheduler follows where releases differ. Only
+// UniPC with use_flow_sigmas is affected (Diffusers v0.37.0 changed it):
+//  * diffusers_0_33 (v0.33.1 - v0.36.0): s = 1 - linspace(1, 1/T, n + 1), shifted, reversed,
+//    last entry dropped; 4 steps with flow_shift 3: timesteps 999, 899, 749, 499;
+//  * diffusers_0_37 (v0.37.0 and later): s = linspace(1, 1/T, n + 1) without its last entry,
+//    shifted, the first sigma lowered by 1e-6 when it is 1; the same 4 steps: 999, 900, 750, 500.
+// Every other scheduler and UniPC with VP sigmas compute the same table under both.
+enum class TimestepRule { diffusers_0_33, diffusers_0_37 };
+
+// "diffusers-0.33" / "diffusers-0.37" (the run key model.scheduler_timesteps); throws
+// yeto::Error (bad_input) naming `where` for anything else.
+TimestepRule timestep_rule_from_name(const std::string& name, const std::string& where);
+std::string timestep_rule_name(TimestepRule rule);
+// The rule of a Diffusers release ("0.36.0" -> diffusers_0_33, "0.40.0" -> diffusers_0_37);
+// throws yeto::Error (bad_input) naming `where` when `version` is not MAJOR.MINOR[.PATCH...].
+TimestepRule timestep_rule_for_diffusers(const std::string& version, const std::string& where);
+// Applies `rule` to `scheduler` when its class has one (UniPCMultistepScheduler); a no-op for
+// the others. Takes effect at the next set_timesteps.
+void set_timestep_rule(Scheduler& scheduler, TimestepRule rule);
 
 // State and tables shared by the two: VP sigmas sqrt((1 - alphas_cumprod) / alphas_cumprod)
 // (alpha_t = 1 / sqrt(sigma^2 + 1), sigma_t = sigma * alpha_t) or, with use_flow_sigmas,
@@ -31,7 +53,8 @@ class MultistepBase : public Scheduler {
   void init_common(const ConfigView& cfg, bool allow_flow);
   // Integer timesteps for `n` steps per timestep_spacing (VP) or flow sigmas, and the sigma
   // table with its final entry; resets the multistep state.
-  void make_schedule(std::int64_t n, std::int64_t last_timestep);
+  // `rule` only matters with flow sigmas (see TimestepRule).
+  void make_schedule(std::int64_t n, std::int64_t last_timestep, TimestepRule rule = TimestepRule::diffusers_0_33);
   std::int64_t step_index_for(const at::Tensor& timestep) const;
   at::Tensor to_x0(const at::Tensor& model_output, const at::Tensor& sample, std::int64_t index) const;
 
@@ -79,6 +102,9 @@ class UniPCMultistepScheduler : public MultistepBase {
   using Scheduler::set_timesteps;
   at::Tensor step(const at::Tensor& model_output, const at::Tensor& timestep, const at::Tensor& sample) override;
   at::Tensor attribute(const std::string& name) const override;
+  // The flow-sigma timestep rule of the next set_timesteps (default diffusers_0_33).
+  void set_timestep_rule(TimestepRule rule) { timestep_rule_ = rule; }
+  TimestepRule timestep_rule() const { return timestep_rule_; }
 
  private:
   // UniP: advances `sample` from sigmas[i] to sigmas[i + 1]. UniC: recomputes the sample at
@@ -91,6 +117,7 @@ class UniPCMultistepScheduler : public MultistepBase {
   bool predict_x0_ = true;
   std::vector<std::int64_t> disable_corrector_;
   bool dynamic_shifting_ = false;
+  TimestepRule timestep_rule_ = TimestepRule::diffusers_0_33;
   at::Tensor last_sample_;
   int this_order_ = 0;
 };
