@@ -20,6 +20,7 @@
 #include "plugin/host_api.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
+#include "schedulers/multistep.hpp"
 
 namespace yeto::parity {
 namespace {
@@ -73,6 +74,16 @@ std::string adapter_for(const fs::path& repo) {
 
 std::string where_of(const CaseContext& ctx) { return (ctx.dir() / "case.json").string(); }
 
+// The scheduler timestep rule (model.scheduler_timesteps) of the Diffusers release that made a
+// recording: `diffusers` of case.json `library` (the primary) or of an alternative recording.
+// Empty when the case does not say (the configuration default then applies).
+std::string timestep_rule_of(const json& holder, const std::string& where) {
+  if (!holder.is_object() || !holder.contains("diffusers")) return "";
+  if (!holder["diffusers"].is_string()) throw Error(where + ": 'diffusers' must be a version string", ExitCode::bad_input);
+  return schedulers::timestep_rule_name(
+      schedulers::timestep_rule_for_diffusers(holder["diffusers"].get<std::string>(), where + " diffusers"));
+}
+
 void run_pipeline_end_to_end(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string where = (ctx.dir() / "case.json").string();
@@ -83,55 +94,39 @@ void run_pipeline_end_to_end(const CaseContext& ctx, CaseResult& result) {
     throw Error(where + ": repository " + repo.string() + " does not exist", ExitCode::not_found);
   const json request = request_from_arguments(c.value("call", json()), where);
 
-  std::vector<config::Override> overrides = {{"model.id", repo.string(), "case.json repository"},
-                                             {"model.precision", "fp32", "check-parity"},
-                                             {"run.device", "cpu", "check-parity"}};
+  std::vector<config::Override> base = {{"model.id", repo.string(), "case.json repository"},
+                                        {"model.precision", "fp32", "check-parity"},
+                                        {"run.device", "cpu", "check-parity"}};
   std::string adapter = c.value("plugin", std::string());
   if (adapter.empty()) adapter = adapter_for(repo);
-  if (!adapter.empty()) overrides.push_back({"model.adapter", adapter, "check-parity"});
-  const config::Config cfg = config::Config::resolve(std::nullopt, overrides);
+  if (!adapter.empty()) base.push_back({"model.adapter", adapter, "check-parity"});
 
-  pipeline::OpenOptions open;
-  open.prepare = false;  // the recorded run has no adapter
-  auto pipe = pipeline::Pipeline::open(cfg, open);
-  plugin::NamedTensors inputs;
-  const auto out = pipe->plugin().generate(request.dump(), inputs);
-  std::map<std::string, at::Tensor> by_name;
-  for (const auto& [n, t] : out) by_name[n] = t;
+  // One generate per timestep rule the recordings need (a rule of "" is the default).
+  std::map<std::string, std::map<std::string, at::Tensor>> runs;
+  auto traced = [&](const std::string& rule) -> const std::map<std::string, at::Tensor>& {
+    auto it = runs.find(rule);
+    if (it != runs.end()) return it->second;
+    std::vector<config::Override> overrides = base;
+    if (!rule.empty()) overrides.push_back({"model.scheduler_timesteps", rule, "check-parity (recording's Diffusers)"});
+    const config::Config cfg = config::Config::resolve(std::nullopt, overrides);
+    pipeline::OpenOptions open;
+    open.prepare = false;  // the recorded run has no adapter
+    auto pipe = pipeline::Pipeline::open(cfg, open);
+    plugin::NamedTensors inputs;
+    const auto out = pipe->plugin().generate(request.dump(), inputs);
+    std::map<std::string, at::Tensor> by_name;
+    for (const auto& [n, t] : out) by_name[n] = t;
+    return runs.emplace(rule, std::move(by_name)).first->second;
+  };
 
-  // A case may carry alternative recordings of the same run made with other library releases
-  // (case.json `alternative_recordings`: {name: {"file", "compare"}}), e.g. when a scheduler's
-  // timestep table changed between Diffusers releases. The recording whose integer `timesteps`
-  // equal the traced ones is the one this build follows; without a match the primary is used.
-  if (c.contains("alternative_recordings") && c["alternative_recordings"].is_object() && by_name.count("timesteps") &&
-      ctx.has_expected("timesteps") && !at::equal(by_name["timesteps"].to(at::kLong), ctx.expected("timesteps").to(at::kLong))) {
-    for (const auto& [name, alt] : c["alternative_recordings"].items()) {
-      if (!alt.is_object() || !alt.contains("file") || !alt.contains("compare")) continue;
-      const auto expected = io::load_safetensors(ctx.dir() / alt["file"].get<std::string>());
-      const auto ts = expected.find("timesteps");
-      if (ts == expected.end() || !at::equal(by_name["timesteps"].to(at::kLong), ts->second.to(at::kLong))) continue;
-      for (const auto& [key, tol] : alt["compare"].items()) {
-        const auto it = by_name.find(key);
-        const auto ex = expected.find(key);
-        Comparison cmp;
-        if (it == by_name.end() || ex == expected.end()) {
-          cmp.name = key;
-          cmp.note = it == by_name.end() ? "the plugin's generate trace has no '" + key + "'"
-                                         : alt["file"].get<std::string>() + " has no '" + key + "'";
-        } else {
-          cmp = compare_tensors(key, it->second, ex->second,
-                                Tolerance{tol.value("rtol", 0.0), tol.value("atol", 0.0)});
-        }
-        cmp.note = "recording " + name + (cmp.note.empty() ? "" : ": " + cmp.note);
-        result.comparisons.push_back(cmp);
-      }
-      return;
-    }
-  }
-
+  // The primary recording (expected.safetensors), run with the rule of its Diffusers release.
+  const json library = c.value("library", json::object());
+  const std::string primary_rule = timestep_rule_of(library, where + " library");
+  const auto& primary = traced(primary_rule);
+  const std::size_t first = result.comparisons.size();
   for (const auto& key : ctx.compare_keys()) {
-    const auto it = by_name.find(key);
-    if (it == by_name.end()) {
+    const auto it = primary.find(key);
+    if (it == primary.end()) {
       Comparison cmp;
       cmp.name = key;
       cmp.note = "the plugin's generate trace has no '" + key + "'";
@@ -139,6 +134,49 @@ void run_pipeline_end_to_end(const CaseContext& ctx, CaseResult& result) {
       continue;
     }
     ctx.compare(key, it->second, result);
+  }
+
+  // Alternative recordings of the same run made with other Diffusers releases (case.json
+  // `alternative_recordings`: {name: {"file", "diffusers", "compare"}}), e.g. when a
+  // scheduler's timestep table changed between releases: each is compared too, with the rule of
+  // its own release (without `diffusers`, the primary's).
+  if (!c.contains("alternative_recordings") || !c["alternative_recordings"].is_object()) return;
+  const std::string primary_label =
+      "recording primary (expected.safetensors" +
+      (library.contains("diffusers") && library["diffusers"].is_string()
+           ? ", Diffusers " + library["diffusers"].get<std::string>()
+           : std::string()) +
+      ")";
+  for (std::size_t i = first; i < result.comparisons.size(); ++i) {
+    auto& note = result.comparisons[i].note;
+    note = primary_label + (note.empty() ? "" : ": " + note);
+  }
+  for (const auto& [name, alt] : c["alternative_recordings"].items()) {
+    const std::string alt_where = where + " alternative_recordings." + name;
+    if (!alt.is_object() || !alt.contains("file") || !alt["file"].is_string() || !alt.contains("compare") ||
+        !alt["compare"].is_object())
+      throw Error(alt_where + ": needs 'file' (a safetensors file) and 'compare' (key -> tolerance)", ExitCode::bad_input);
+    const std::string file = alt["file"].get<std::string>();
+    std::string rule = timestep_rule_of(alt, alt_where);
+    if (!alt.contains("diffusers")) rule = primary_rule;
+    const auto& got = traced(rule);
+    const auto expected = io::load_safetensors(ctx.dir() / file);
+    const std::string label = "recording " + name + " (" + file +
+                              (alt.contains("diffusers") ? ", Diffusers " + alt["diffusers"].get<std::string>() : "") +
+                              ")";
+    for (const auto& [key, tol] : alt["compare"].items()) {
+      const auto it = got.find(key);
+      const auto ex = expected.find(key);
+      Comparison cmp;
+      if (it == got.end() || ex == expected.end()) {
+        cmp.name = key;
+        cmp.note = it == got.end() ? "the plugin's generate trace has no '" + key + "'" : file + " has no '" + key + "'";
+      } else {
+        cmp = compare_tensors(key, it->second, ex->second, Tolerance{tol.value("rtol", 0.0), tol.value("atol", 0.0)});
+      }
+      cmp.note = label + (cmp.note.empty() ? "" : ": " + cmp.note);
+      result.comparisons.push_back(cmp);
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 #include "plugin/host_api.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
+#include "schedulers/multistep.hpp"
 #include "schedulers/scheduler.hpp"
 #include "yeto/nn/state_dict.hpp"
 
@@ -370,7 +371,12 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
       }
       b.table.reset(wrap_host_component(b.host));
       if (name == "scheduler")
-        if (auto sch = std::dynamic_pointer_cast<schedulers::Scheduler>(b.host)) s.scheduler = sch;
+        if (auto sch = std::dynamic_pointer_cast<schedulers::Scheduler>(b.host)) {
+          // model.scheduler_timesteps: the Diffusers release whose timestep table it follows.
+          schedulers::set_timestep_rule(*sch, schedulers::timestep_rule_from_name(
+                                                  cfg.get_string("model.scheduler_timesteps"), "model.scheduler_timesteps"));
+          s.scheduler = sch;
+        }
     }
     spdlog::debug("pipeline: built {} ({}, {}) from {}", name, b.class_name, b.origin,
                   b.dir.empty() ? std::string("its config") : b.dir.string());

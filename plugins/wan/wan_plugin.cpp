@@ -319,7 +319,7 @@ class WanPlugin : public yeto::sdk::Plugin {
     }
     record("noise", latents);
 
-    // 3. Schedule (the host's UniPC, Diffusers v0.33.1 flow sigmas).
+    // 3. Schedule (the host's UniPC; its flow-sigma rule is the run's model.scheduler_timesteps).
     const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}});
     const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kLong);
     record("timesteps", timesteps);
