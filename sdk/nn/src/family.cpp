@@ -104,6 +104,19 @@ at::Device device_of(const std::string& device) {
   }
 }
 
+Placement placement(const std::string& device, const std::string& precision, const std::string& key) {
+  const auto d = device_of(device);
+  return {d, dtype_of(resolve_precision(precision, d.str(), key))};
+}
+
+Placement run_placement(const std::string& key) {
+  return placement(host_config_string("run.device", "auto"), host_config_string("model.precision", "auto"), key);
+}
+
+Placement prepare_placement(const json& options, const std::string& key) {
+  return placement(options.value("device", std::string("auto")), options.value("precision", std::string("auto")), key);
+}
+
 NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
   const auto c = Host::component(component);
   try {

@@ -56,6 +56,19 @@ at::ScalarType dtype_of(const std::string& precision);
 // with "device: '<name>' is not a device name (cpu, cuda, cuda:N)".
 at::Device device_of(const std::string& device);
 
+// Where a denoiser lives and in which dtype: `device` through device_of, `precision` through
+// resolve_precision on that device (its errors name `key`; std::invalid_argument) and dtype_of.
+struct Placement {
+  at::Device device;
+  at::ScalarType dtype;
+};
+Placement placement(const std::string& device, const std::string& precision, const std::string& key = "precision");
+// The run's placement from the host configuration (run.device, model.precision; "auto" without a
+// host): what a component the host builds should use.
+Placement run_placement(const std::string& key = "precision");
+// prepare's placement from its options ("device", "precision"; "auto" when absent).
+Placement prepare_placement(const nlohmann::json& options, const std::string& key = "precision");
+
 // ---- host components ------------------------------------------------------------------------
 
 // forward() of the host component `component` with `options` (its "method" names the call);
