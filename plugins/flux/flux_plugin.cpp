@@ -28,15 +28,10 @@ using yeto::sdk::NamedTensors;
 namespace flux = yeto::flux;
 
 using yeto::family::call;
-using yeto::family::device_of;
-using yeto::family::dtype_of;
 using yeto::family::host_config_int;
-using yeto::family::host_config_string;
 using yeto::family::output;
 using yeto::family::parse_json;
 using yeto::family::read_json_file;
-
-std::string device_name(const at::Device& d) { return d.str(); }
 
 // ---- the transformer component -----------------------------------------------------------
 
@@ -52,9 +47,8 @@ class TransformerComponent : public yeto::sdk::Component {
     }
     // Built directly in the run's precision and device, so a bf16 checkpoint streamed in by
     // the host never has a float32 copy of the whole model.
-    const auto device = device_of(host_config_string("run.device", "auto"));
-    const auto precision = flux::resolve_precision(host_config_string("model.precision", "auto"), device_name(device));
-    model_->to(device, dtype_of(precision));
+    const auto placement = yeto::family::run_placement();
+    model_->to(placement.device, placement.dtype);
     model_->eval();
   }
 
@@ -126,9 +120,8 @@ class FluxPlugin : public yeto::sdk::Plugin {
   void prepare(const std::string& options_json) override {
     const auto o = parse_json(options_json, "prepare options");
     auto& model = transformer();
-    const auto device = device_of(o.value("device", std::string("auto")));
-    const auto precision = flux::resolve_precision(o.value("precision", std::string("auto")), device_name(device));
-    model->to(device, dtype_of(precision));
+    const auto placement = yeto::family::prepare_placement(o);
+    model->to(placement.device, placement.dtype);
     const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
     if (max_len < 0 || max_len > 512)
       fail(YETO_ERR_INVALID_ARGUMENT, "model.max_sequence_length must be 0 (FLUX.1's 512) or at most 512, got " +

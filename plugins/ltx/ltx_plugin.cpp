@@ -28,10 +28,7 @@ using yeto::sdk::NamedTensors;
 namespace ltx = yeto::ltx;
 
 using yeto::family::call;
-using yeto::family::device_of;
-using yeto::family::dtype_of;
 using yeto::family::host_config;
-using yeto::family::host_config_string;
 using yeto::family::output;
 
 // Empty option text means no options.
@@ -40,13 +37,6 @@ json parse_json(const std::string& text, const std::string& what) {
 }
 
 json read_json_file(const std::string& path) { return parse_json(yeto::family::read_text_file(path), path); }
-
-// The run's device and dtype, as a component built by the host should use them.
-std::pair<at::Device, at::ScalarType> run_placement() {
-  const auto device = device_of(host_config_string("run.device", "auto"));
-  const auto precision = ltx::resolve_precision(host_config_string("model.precision", "auto"), device.str());
-  return {device, dtype_of(precision)};
-}
 
 // Streams are welcome: the host may call this once per tensor. Strict loading refuses names the
 // model does not have; shapes must always match.
@@ -90,7 +80,7 @@ class TransformerComponent : public yeto::sdk::Component {
  public:
   TransformerComponent(const std::string& config_json, const std::string& dir)
       : model_(config_from<ltx::LtxTransformerConfig>(config_json, dir, "LTXVideoTransformer3DModel")) {
-    const auto [device, dtype] = run_placement();
+    const auto [device, dtype] = yeto::family::run_placement();
     model_->to(device, dtype);
     model_->eval();
   }
@@ -130,7 +120,7 @@ class VaeComponent : public yeto::sdk::Component {
  public:
   VaeComponent(const std::string& config_json, const std::string& dir)
       : model_(config_from<ltx::LtxVaeConfig>(config_json, dir, "AutoencoderKLLTXVideo")) {
-    const auto [device, dtype] = run_placement();
+    const auto [device, dtype] = yeto::family::run_placement();
     model_->to(device, dtype);
     model_->eval();
   }
@@ -271,9 +261,8 @@ class LtxPlugin : public yeto::sdk::Plugin {
   void prepare(const std::string& options_json) override {
     const auto o = parse_json(options_json, "prepare options");
     auto& model = transformer();
-    const auto device = device_of(o.value("device", std::string("auto")));
-    const auto precision = ltx::resolve_precision(o.value("precision", std::string("auto")), device.str());
-    model->to(device, dtype_of(precision));
+    const auto placement = yeto::family::prepare_placement(o);
+    model->to(placement.device, placement.dtype);
     const auto max_len = host_config("model.max_sequence_length");
     const std::int64_t len = max_len.is_number_integer() ? max_len.get<std::int64_t>() : 0;
     if (len < 0 || len > 512)

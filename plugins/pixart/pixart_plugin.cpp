@@ -34,10 +34,7 @@ using yeto::sdk::NamedTensors;
 namespace pixart = yeto::pixart;
 
 using yeto::family::call;
-using yeto::family::device_of;
-using yeto::family::dtype_of;
 using yeto::family::host_config_int;
-using yeto::family::host_config_string;
 using yeto::family::output;
 using yeto::family::parse_json;
 using yeto::family::python_nonfinite_to_null;
@@ -66,9 +63,8 @@ class TransformerComponent : public yeto::sdk::Component {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
     }
-    const auto device = device_of(host_config_string("run.device", "auto"));
-    const auto precision = pixart::resolve_precision(host_config_string("model.precision", "auto"), device.str());
-    model_->to(device, dtype_of(precision));
+    const auto placement = yeto::family::run_placement();
+    model_->to(placement.device, placement.dtype);
     model_->eval();
   }
 
@@ -154,9 +150,8 @@ class PixArtPlugin : public yeto::sdk::Plugin {
   void prepare(const std::string& options_json) override {
     const auto o = parse_json(options_json, "prepare options");
     auto& model = transformer();
-    const auto device = device_of(o.value("device", std::string("auto")));
-    const auto precision = pixart::resolve_precision(o.value("precision", std::string("auto")), device.str());
-    model->to(device, dtype_of(precision));
+    const auto placement = yeto::family::prepare_placement(o);
+    model->to(placement.device, placement.dtype);
     const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
     if (max_len < 0)
       fail(YETO_ERR_INVALID_ARGUMENT, "model.max_sequence_length must be 0 (the pipeline's default, " +

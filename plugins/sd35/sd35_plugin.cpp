@@ -29,10 +29,7 @@ namespace sd35 = yeto::sd35;
 
 constexpr const char* kClass = "SD3Transformer2DModel";
 using yeto::family::call;
-using yeto::family::device_of;
-using yeto::family::dtype_of;
 using yeto::family::host_config_int;
-using yeto::family::host_config_string;
 using yeto::family::output;
 using yeto::family::parse_json;
 using yeto::family::read_json_file;
@@ -50,9 +47,8 @@ class TransformerComponent : public yeto::sdk::Component {
     }
     // Built directly in the run's precision and device, so a 16-bit checkpoint streamed in by
     // the host never has a float32 copy of the whole model.
-    const auto device = device_of(host_config_string("run.device", "auto"));
-    const auto precision = sd35::resolve_precision(host_config_string("model.precision", "auto"), device.str());
-    model_->to(device, dtype_of(precision));
+    const auto placement = yeto::family::run_placement();
+    model_->to(placement.device, placement.dtype);
     model_->eval();
   }
 
@@ -125,9 +121,8 @@ class Sd35Plugin : public yeto::sdk::Plugin {
   void prepare(const std::string& options_json) override {
     const auto o = parse_json(options_json, "prepare options");
     auto& model = transformer();
-    const auto device = device_of(o.value("device", std::string("auto")));
-    const auto precision = sd35::resolve_precision(o.value("precision", std::string("auto")), device.str());
-    model->to(device, dtype_of(precision));
+    const auto placement = yeto::family::prepare_placement(o);
+    model->to(placement.device, placement.dtype);
     const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
     if (max_len < 0 || max_len > 512)
       fail(YETO_ERR_INVALID_ARGUMENT,
