@@ -173,8 +173,9 @@ Adapter read_peft(const fs::path& dir, const ReadOptions& o) {
   for (auto& [module, p] : ab_pairs(a.file, tensors, kPeftPrefix)) {
     LoraModule m = make_module(a.file, kPeftPrefix + module, p, "lora_A", "lora_B");
     m.scale = peft_scale(cfg_file, c, module, m.rank());
-    a.modules.emplace(o.component + "." + module, std::move(m));
+    a.modules.emplace((o.into.empty() ? o.component : o.into) + "." + module, std::move(m));
   }
+  a.implicit_component = o.into.empty();
   return a;
 }
 
@@ -218,9 +219,23 @@ Adapter read_ab_file(const fs::path& file, const std::map<std::string, at::Tenso
   a.layout = groups.count("") || groups.count(kPeftPrefix) ? Layout::diffusers_model : Layout::diffusers;
   const auto st = io::SafetensorsFile::open(file);
   for (const auto& [prefix, group] : groups) {
-    const std::string component =
-        prefix.empty() || prefix == kPeftPrefix ? o.component : prefix.substr(0, prefix.size() - 1);
-    const auto meta = diffusers_metadata_config(st, component, !prefix.empty() && prefix != kPeftPrefix);
+    const bool named = !prefix.empty() && prefix != kPeftPrefix;
+    const std::string key_component = named ? prefix.substr(0, prefix.size() - 1) : o.component;
+    // Diffusers names every expert's LoRA "transformer." (or nothing): the chosen or recorded
+    // component says which expert it is for.
+    std::string component = key_component;
+    if (!named || key_component == "transformer") {
+      if (!o.into.empty()) {
+        component = o.into;
+      } else {
+        a.implicit_component = true;
+      }
+    } else if (!o.into.empty() && starts_with(key_component, "transformer") && key_component != o.into) {
+      throw bad(file, "keys are prefixed '" + prefix + "' but the adapter is for " + o.into +
+                          " (its yeto_diffusion_adapter.json lora.component or the DIR:" + o.into +
+                          " given); pass DIR:" + key_component + " to read it for " + key_component);
+    }
+    const auto meta = diffusers_metadata_config(st, key_component, named);
     for (auto& [module, p] : ab_pairs(file, group, prefix)) {
       LoraModule m = make_module(file, prefix + module, p, "lora_A", "lora_B");
       if (meta) {
@@ -228,7 +243,9 @@ Adapter read_ab_file(const fs::path& file, const std::map<std::string, at::Tenso
       } else {
         m.scale = o.alpha ? *o.alpha / static_cast<double>(m.rank()) : 1.0;
       }
-      a.modules.emplace(component + "." + module, std::move(m));
+      if (!a.modules.emplace(component + "." + module, std::move(m)).second)
+        throw bad(file, "LoRA module '" + component + "." + module + "' appears twice (under '" + prefix +
+                            "' and another prefix read as " + component + ")");
     }
   }
   return a;
@@ -388,31 +405,74 @@ bool peft_target_matches(const std::string& target, const std::string& module) {
   return module == target || ends_with(module, "." + target);
 }
 
+namespace {
+
+json parse_record(const fs::path& record_file) {
+  json record;
+  try {
+    record = json::parse(read_file(record_file));
+  } catch (const json::exception& e) {
+    throw bad(record_file, std::string("not valid JSON: ") + e.what());
+  }
+  if (!record.is_object() || record.value("format", std::string()) != kRecordFormat) {
+    throw bad(record_file, std::string("is not a ") + kRecordFormat + " record");
+  }
+  return record;
+}
+
+// The record next to a single adapter file, when it lists that file among the files it wrote.
+json sibling_record(const fs::path& file) {
+  const fs::path record_file = file.parent_path() / kRecordFile;
+  if (!fs::exists(record_file)) return nullptr;
+  json record = parse_record(record_file);
+  if (record.contains("files") && record["files"].is_array())
+    for (const auto& f : record["files"])
+      if (f.is_string() && f.get<std::string>() == file.filename().string()) return record;
+  return nullptr;
+}
+
+std::string recorded_component(const json& record, const fs::path& where) {
+  if (!record.is_object() || !record.contains("lora") || !record["lora"].is_object() ||
+      !record["lora"].contains("component"))
+    return "";
+  if (!record["lora"]["component"].is_string())
+    throw bad(where / kRecordFile, "lora.component is not a string");
+  return record["lora"]["component"].get<std::string>();
+}
+
+}  // namespace
+
 Adapter read_adapter(const fs::path& where, const ReadOptions& o) {
   if (!fs::exists(where)) throw Error(where.string() + ": no such adapter directory or file", ExitCode::not_found);
-  if (!fs::is_directory(where)) return read_file_layout(where, o, nullptr);
+  const bool is_dir = fs::is_directory(where);
+  const fs::path record_file = (is_dir ? where : where.parent_path()) / kRecordFile;
+  json record = is_dir ? (fs::exists(record_file) ? parse_record(record_file) : json(nullptr)) : sibling_record(where);
 
-  json record;
-  const fs::path record_file = where / kRecordFile;
-  if (fs::exists(record_file)) {
-    try {
-      record = json::parse(read_file(record_file));
-    } catch (const json::exception& e) {
-      throw bad(record_file, std::string("not valid JSON: ") + e.what());
-    }
-    if (!record.is_object() || record.value("format", std::string()) != kRecordFormat) {
-      throw bad(record_file, std::string("is not a ") + kRecordFormat + " record");
-    }
-  }
+  // Which denoiser the adapter is for: the caller's choice, else the record's.
   ReadOptions opts = o;
-  if (record.is_object() && record.contains("lora") && record["lora"].contains("component"))
-    opts.component = record["lora"]["component"].get<std::string>();
+  const std::string recorded = recorded_component(record, is_dir ? where : where.parent_path());
+  if (!o.into.empty() && !recorded.empty() && o.into != recorded)
+    throw Error(where.string() + ": " + o.into + " was chosen (DIR:" + o.into + ") but " + record_file.string() +
+                    " records the adapter for " + recorded + "; drop ':" + o.into + "' (or pass :" + recorded + ")",
+                ExitCode::bad_input);
+  opts.into = o.into.empty() ? recorded : o.into;
+  if (!opts.into.empty()) opts.component = opts.into;
 
   auto finish = [&](Adapter a, std::optional<Layout> l = std::nullopt) {
     if (l) a.layout = *l;
     a.record = record;
+    if (a.implicit_component && o.denoisers.size() > 1) {
+      std::string pass;
+      for (const auto& d : o.denoisers) pass += (pass.empty() ? "" : " or ") + where.string() + ":" + d;
+      throw Error(where.string() + ": the model has " + std::to_string(o.denoisers.size()) + " denoisers (" +
+                      join(o.denoisers, ", ") + ") and this adapter does not say which one it is for (" + a.file.string() +
+                      " names its keys 'transformer.' or not at all, as Diffusers does for either expert, and there is "
+                      "no " + kRecordFile + " with lora.component); pass --adapter-dir " + pass,
+                  ExitCode::bad_input);
+    }
     return a;
   };
+  if (!is_dir) return finish(read_file_layout(where, opts, record));
   const bool peft_present = fs::exists(where / kPeftConfigFile);
   if (o.layout) {
     switch (*o.layout) {
@@ -500,9 +560,10 @@ void write_adapter_dir(const fs::path& dir, const AdapterExport& e) {
     const auto A = m.A.detach().to(at::kFloat).contiguous();
     const auto B = m.B.detach().to(at::kFloat).contiguous();
     const std::string pre = e.component + "." + path;
+    const std::string dpre = diffusers_key_prefix(e.component) + "." + path;
     // Diffusers applies scale 1 to these files: fold alpha / r into lora_B.
-    diffusers.emplace_back(pre + ".lora_A.weight", A);
-    diffusers.emplace_back(pre + ".lora_B.weight", (B.to(at::kDouble) * scale).to(at::kFloat));
+    diffusers.emplace_back(dpre + ".lora_A.weight", A);
+    diffusers.emplace_back(dpre + ".lora_B.weight", (B.to(at::kDouble) * scale).to(at::kFloat));
     peft.emplace_back(kPeftPrefix + path + ".lora_A.weight", A);
     peft.emplace_back(kPeftPrefix + path + ".lora_B.weight", B);
     if (e.comfyui) {
@@ -584,9 +645,14 @@ void write_adapter_dir(const fs::path& dir, const AdapterExport& e) {
   lora["scale"] = scale;
   lora["target_modules"] = targets;
   record["lora"] = lora;
+  const std::string dprefix = diffusers_key_prefix(e.component);
   record["layouts"] = {
-      {"diffusers", {{"file", kDiffusersFile}, {"keys", e.component + ".<module>.lora_A.weight / lora_B.weight"},
-                     {"alpha", "folded into lora_B (Diffusers applies scale 1 to files without alpha)"}}},
+      {"diffusers", {{"file", kDiffusersFile}, {"keys", dprefix + ".<module>.lora_A.weight / lora_B.weight"},
+                     {"alpha", "folded into lora_B (Diffusers applies scale 1 to files without alpha)"},
+                     {"load", dprefix == e.component
+                                  ? "pipe.load_lora_weights(DIR)"
+                                  : "pipe.load_lora_weights(DIR, load_into_transformer_2=True): Diffusers names "
+                                    "the second expert's LoRA keys '" + dprefix + ".' too"}}},
       {"peft", {{"config", kPeftConfigFile}, {"file", kPeftWeightsFile},
                 {"keys", "base_model.model.<module>.lora_A.weight / lora_B.weight"}}},
   };
@@ -596,6 +662,15 @@ void write_adapter_dir(const fs::path& dir, const AdapterExport& e) {
   files.push_back(kRecordFile);
   record["files"] = files;
   atomic_write(dir / kRecordFile, record.dump(2) + "\n");
+}
+
+std::string diffusers_key_prefix(const std::string& component) {
+  // Diffusers' two-expert loaders (Wan 2.2) read only "transformer."-prefixed keys and pick the
+  // expert with load_into_transformer_2=True.
+  if (starts_with(component, "transformer_") && component.size() > 12 &&
+      std::all_of(component.begin() + 12, component.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return "transformer";
+  return component;
 }
 
 std::vector<std::string> lora_capable_paths(torch::nn::Module& root) {

@@ -2,9 +2,13 @@
 //
 // Written (write_adapter_dir):
 //   pytorch_lora_weights.safetensors  Diffusers (`pipe.load_lora_weights(dir)`): keys
-//                                     "<component>.<module>.lora_A.weight" / ".lora_B.weight".
-//                                     The file carries no alpha and Diffusers applies scale 1,
-//                                     so alpha/r is folded into lora_B.
+//                                     "<prefix>.<module>.lora_A.weight" / ".lora_B.weight", the
+//                                     prefix being the component, except that the second expert
+//                                     (transformer_2 of Wan 2.2) is named "transformer." as
+//                                     Diffusers wants it (`load_into_transformer_2=True` picks the
+//                                     expert); the record keeps the component. The file carries no
+//                                     alpha and Diffusers applies scale 1, so alpha/r is folded
+//                                     into lora_B.
 //   adapter_config.json +             PEFT (`PeftModel.from_pretrained(model, dir)`): keys
 //   adapter_model.safetensors         "base_model.model.<module>.lora_A.weight", unscaled, with
 //                                     r / lora_alpha / target_modules in the config.
@@ -71,6 +75,9 @@ struct Adapter {
   std::map<std::string, LoraModule> modules;  // canonical "<component>.<module path>"
   nlohmann::json record;                      // yeto_diffusion_adapter.json, null when absent
   nlohmann::json peft_config;                 // adapter_config.json, null when absent
+  // True when a module's component was not named by the adapter itself (unprefixed names, or
+  // Diffusers' "transformer." prefix read without a record or a chosen component).
+  bool implicit_component = false;
 
   std::vector<std::string> components() const;  // distinct component prefixes, sorted
   // The modules of one component, keyed by module path (without the component).
@@ -92,7 +99,22 @@ struct ReadOptions {
   // flattening (module names contain '_' themselves). When empty, a directory's record
   // (trainable modules) is used.
   std::vector<std::string> known_modules;
+  // The denoiser the adapter is for, chosen by the caller (`--adapter-dir DIR:COMPONENT`).
+  // Diffusers names a LoRA's keys "transformer." whichever expert it goes into, so names with
+  // that prefix or with none are read as this component. Empty: the record's lora.component
+  // (a directory's, or the one next to a file it lists), else `component` / the prefix. A choice
+  // that contradicts the record is refused.
+  std::string into;
+  // The model's denoiser components. With more than one, an adapter that does not say which it
+  // is for (no `into`, no record, "transformer."-prefixed or unprefixed names) is refused with a
+  // message saying to pass DIR:COMPONENT.
+  std::vector<std::string> denoisers;
 };
+
+// The Diffusers key prefix of a component's LoRA: "transformer" for a second expert
+// ("transformer_2", ...), which Diffusers loads with load_into_transformer_2=True; else the
+// component itself.
+std::string diffusers_key_prefix(const std::string& component);
 
 // Reads an adapter directory or a single .safetensors file. Throws yeto::Error: not_found
 // when nothing adapter-like is there (listing what it looked for); bad_input naming the file

@@ -149,7 +149,9 @@ void register_export_command(Registry& r) {
       {"output-dir", "DIR", "Adapter directory to write.", false, 0},
       {"format", "FORMAT", "diffusers (default: Diffusers + PEFT layouts) or comfyui (also ComfyUI naming).", false, 0},
       {"component", "NAME", "The denoiser to export when the run trains several (e.g. transformer_2 of Wan 2.2); one "
-                            "adapter directory per denoiser.", false, 0},
+                            "adapter directory per denoiser. transformer_2's Diffusers file names its keys "
+                            "'transformer.' as Diffusers loads it (load_into_transformer_2=True); the record keeps "
+                            "transformer_2.", false, 0},
   };
   c.run = run_export;
   r.add(std::move(c));

@@ -227,6 +227,20 @@ std::vector<std::string> base_mismatches(const json& record, const io::ResolvedR
   return out;
 }
 
+AdapterArg parse_adapter_arg(const std::string& arg) {
+  AdapterArg out{arg, ""};
+  const auto colon = arg.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == arg.size() || fs::exists(arg)) return out;
+  const std::string comp = arg.substr(colon + 1);
+  const bool ident = std::all_of(comp.begin(), comp.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  if (!ident) return out;
+  out.path = arg.substr(0, colon);
+  out.component = comp;
+  return out;
+}
+
 MergeReport merge_adapter(const MergeOptions& o) {
   if (o.output_dir.empty()) throw UsageError("merge needs --output-dir DIR");
   if (o.max_shard_bytes == 0) throw UsageError("--max-shard-size must be positive");
@@ -249,6 +263,16 @@ MergeReport merge_adapter(const MergeOptions& o) {
       ro.component = d;
       break;
     }
+  // Two experts (Wan 2.2): Diffusers names either one's LoRA "transformer.", so an adapter
+  // without a record needs DIR:COMPONENT.
+  for (const char* d : {"transformer", "transformer_2"})
+    if (repo.component(d)) ro.denoisers.push_back(d);
+  if (!o.component.empty()) {
+    if (!repo.single_model() && !repo.component(o.component))
+      throw UsageError("--adapter-dir " + o.adapter.string() + ":" + o.component + ": " + repo.dir().string() +
+                       " has no component " + o.component);
+    ro.into = o.component;
+  }
   const Adapter adapter = read_adapter(o.adapter, ro);
 
   const auto mismatches = base_mismatches(adapter.record, model.repo, repo);

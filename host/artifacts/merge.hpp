@@ -20,12 +20,23 @@ struct ResolvedRepo;
 
 namespace yeto::artifacts {
 
+// An --adapter-dir argument: "PATH" or "PATH:COMPONENT" (the denoiser the adapter is for). A
+// PATH that exists as given is never split; COMPONENT is letters, digits and '_'.
+struct AdapterArg {
+  std::filesystem::path path;
+  std::string component;  // empty: not chosen
+};
+AdapterArg parse_adapter_arg(const std::string& arg);
+
 struct MergeOptions {
   std::string model;              // alias, org/name or directory
   std::string revision = "main";
   std::filesystem::path hub_cache;
   std::string variant;            // weight variant of the base to read ("" default)
   std::filesystem::path adapter;  // adapter directory or file (any layout read_adapter reads)
+  // The denoiser the adapter is for (--adapter-dir DIR:COMPONENT); "" none: the record's, and
+  // with several denoisers an adapter without a record is refused.
+  std::string component;
   std::uint64_t max_shard_bytes = 2'000'000'000ull;
   std::filesystem::path output_dir;  // must not exist yet or be empty
 };

@@ -19,7 +19,9 @@ int run_merge(CommandContext& ctx) {
   o.revision = cfg.get_string("model.revision");
   o.hub_cache = cfg.get_path("model.hub_cache");
   o.variant = ctx.value("variant");
-  o.adapter = ctx.value("adapter-dir");
+  const artifacts::AdapterArg arg = artifacts::parse_adapter_arg(ctx.value("adapter-dir"));
+  o.adapter = arg.path;
+  o.component = arg.component;
   if (o.adapter.empty()) throw UsageError("merge needs --adapter-dir DIR (an adapter directory or LoRA file)");
   o.max_shard_bytes = artifacts::parse_size(ctx.value("max-shard-size", "2GB"));
   o.output_dir = ctx.value("output-dir");
@@ -56,7 +58,9 @@ void register_artifacts_commands(Registry& r) {
       "both. See docs/ARTIFACTS.md.";
   c.run_config = true;
   c.options = {
-      {"adapter-dir", "DIR", "Adapter directory or LoRA .safetensors file.", false, 0},
+      {"adapter-dir", "DIR", "Adapter directory or LoRA .safetensors file; DIR:COMPONENT merges it into that denoiser "
+                             "(e.g. DIR:transformer_2 of Wan 2.2; needed for a two-denoiser model when the adapter has no "
+                             "yeto_diffusion_adapter.json).", false, 0},
       {"max-shard-size", "SIZE", "Largest shard (tensor bytes), e.g. 2GB, 500MB, 10KB; default 2GB.", false, 0},
       {"output-dir", "DIR", "Where the merged repository goes (must not exist or be empty).", false, 0},
       {"variant", "NAME", "Weight variant of the base to read (fp16, bf16); default: the main weights.", false, 0},

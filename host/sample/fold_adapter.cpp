@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -54,11 +55,15 @@ nlohmann::json check_adapter_plugin(const fs::path& adapter_dir, const config::C
   return record;
 }
 
-FoldReport fold_adapter(pipeline::Pipeline& pipe, const config::Config& cfg, const fs::path& adapter_dir) {
+FoldReport fold_adapter(pipeline::Pipeline& pipe, const config::Config& cfg, const fs::path& adapter_dir,
+                        const std::string& into) {
   const auto denoisers = pipe.denoisers();
   if (denoisers.empty())
     throw Error("--adapter-dir: the model " + pipe.model_dir().string() + " has no denoiser component to adapt",
                 ExitCode::bad_input);
+  if (!into.empty() && std::find(denoisers.begin(), denoisers.end(), into) == denoisers.end())
+    throw UsageError("--adapter-dir " + adapter_dir.string() + ":" + into + ": the model's denoisers are " +
+                     join(denoisers, ", ") + "; name one of them after ':'");
 
   // Every weight of every denoiser, by "<component>.<Diffusers name>", sharing storage.
   std::map<std::string, at::Tensor> weights;
@@ -74,6 +79,8 @@ FoldReport fold_adapter(pipeline::Pipeline& pipe, const config::Config& cfg, con
   artifacts::ReadOptions ro;
   ro.component = denoisers.front();
   ro.known_modules = known;
+  ro.into = into;
+  ro.denoisers = denoisers;
   const artifacts::Adapter adapter = artifacts::read_adapter(adapter_dir, ro);
 
   const io::ResolvedModel resolved = io::resolve_model(cfg.get_string("model.id"), cfg.get_string("model.revision"),

@@ -33,8 +33,11 @@ struct FoldReport {
 
 // Reads the adapter (any layout read_adapter reads), refuses one recorded for another base than
 // the pipeline's model (naming both), and folds it into the pipeline's denoiser weights.
-// Throws yeto::Error (bad_input) naming the adapter file and tensor for a module the model
-// lacks or a shape that does not fit.
-FoldReport fold_adapter(pipeline::Pipeline& pipe, const config::Config& cfg, const std::filesystem::path& adapter_dir);
+// `into` is the denoiser chosen with --adapter-dir DIR:COMPONENT ("" none): with several
+// denoisers, an adapter without a record saying which it is for needs it. Throws yeto::Error
+// (bad_input) naming the adapter file and tensor for a module the model lacks or a shape that
+// does not fit; usage for an `into` that names no denoiser.
+FoldReport fold_adapter(pipeline::Pipeline& pipe, const config::Config& cfg, const std::filesystem::path& adapter_dir,
+                        const std::string& into = "");
 
 }  // namespace yeto::sample

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "artifacts/merge.hpp"
 #include "cli/commands.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
@@ -121,12 +122,14 @@ int run_sample(cli::CommandContext& ctx) {
   const config::Config& cfg = ctx.config();
   if (cfg.get_string("model.id").empty()) throw UsageError("sample: --model (model.id) is required");
   // Several adapters fold one after another (e.g. the high- and low-noise adapters of Wan 2.2).
-  std::vector<std::filesystem::path> adapter_dirs;
-  for (const auto& d : ctx.values("adapter-dir")) adapter_dirs.emplace_back(d);
-  for (const auto& adapter_dir : adapter_dirs) {
-    if (!std::filesystem::exists(adapter_dir))
-      throw Error("--adapter-dir " + adapter_dir.string() + ": no such file or directory", ExitCode::not_found);
-    check_adapter_plugin(adapter_dir, cfg);  // before any plugin loads
+  // DIR:COMPONENT names the denoiser an adapter without a record is for (Diffusers names either
+  // expert's keys "transformer.").
+  std::vector<artifacts::AdapterArg> adapter_dirs;
+  for (const auto& d : ctx.values("adapter-dir")) adapter_dirs.push_back(artifacts::parse_adapter_arg(d));
+  for (const auto& a : adapter_dirs) {
+    if (!std::filesystem::exists(a.path))
+      throw Error("--adapter-dir " + a.path.string() + ": no such file or directory", ExitCode::not_found);
+    check_adapter_plugin(a.path, cfg);  // before any plugin loads
   }
   runtime::configure_threads(static_cast<int>(cfg.get_int("run.threads")));
   pipeline::OpenOptions open;
@@ -135,10 +138,10 @@ int run_sample(cli::CommandContext& ctx) {
   if (!pipe->plugin().has(YETO_CAP_GENERATE))
     throw Error("sample: plugin '" + pipe->loaded_plugin().manifest.name + "' does not implement generation",
                 ExitCode::not_available);
-  for (const auto& adapter_dir : adapter_dirs) {
-    const FoldReport folded = fold_adapter(*pipe, cfg, adapter_dir);
+  for (const auto& a : adapter_dirs) {
+    const FoldReport folded = fold_adapter(*pipe, cfg, a.path, a.component);
     spdlog::info("sample: folded {} LoRA modules of {} from {} into the model", folded.modules, folded.components,
-                 adapter_dir.string());
+                 a.path.string());
   }
 
   // One generation per prompt, each from its own seed (the prompts file's, else --seed): a
@@ -224,7 +227,7 @@ void register_sample_commands(Registry& r) {
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},
                {"output", "PATH", "Output: FILE.png, FILE.mp4 or DIR/ (frames) (required)."},
                {"format", "F", "png, mp4 or frames (default: from --output)."},
-               {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn.", true}};
+               {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn. DIR:COMPONENT folds it into that denoiser (e.g. DIR:transformer_2, the low-noise expert of Wan 2.2), needed with several denoisers for an adapter without yeto_diffusion_adapter.json.", true}};
   c.run = sample::run_sample;
   r.add(std::move(c));
 }

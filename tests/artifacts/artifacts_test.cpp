@@ -582,3 +582,96 @@ TEST(ExportSettings, RecordedRunConfigIsTheDefaultAndContradictionsAreRefused) {
   const auto with_model = resolve_export_config(loose, std::nullopt, {{"lora.r", "8", "--lora-r"}, {"model.id", "m", "--model"}});
   EXPECT_EQ(export_settings(with_model.config).r, 8);
 }
+
+// Wan 2.2's low-noise expert: the Diffusers file names its keys "transformer." (Diffusers loads
+// it with load_into_transformer_2=True) while the record keeps transformer_2, and every reader
+// routes it by the record or an explicit DIR:COMPONENT; without either, a two-denoiser read is
+// refused saying what to pass.
+TEST(AdapterLayouts, SecondExpertUsesDiffusersTransformerKeysAndKeepsItsComponent) {
+  yeto::test::TempDir tmp;
+  auto g = at::make_generator<at::CPUGeneratorImpl>(7);
+  AdapterExport e;
+  e.component = "transformer_2";
+  e.r = 2;
+  e.alpha = 3;
+  for (const std::string path : {"blocks.0.attn1.to_q", "blocks.0.ffn.net.2"}) {
+    LoraModule m;
+    m.A = at::randn({2, 8}, g);
+    m.B = at::randn({6, 2}, g);
+    e.modules.emplace(path, m);
+  }
+  e.base_model_class = "WanTransformer3DModel";
+  write_adapter_dir(tmp / "low", e);
+  EXPECT_EQ(diffusers_key_prefix("transformer_2"), "transformer");
+  EXPECT_EQ(diffusers_key_prefix("transformer"), "transformer");
+  EXPECT_EQ(diffusers_key_prefix("unet"), "unet");
+
+  const auto file = yeto::io::load_safetensors(tmp / "low" / kDiffusersFile);
+  ASSERT_EQ(file.size(), 4u);
+  for (const auto& [name, t] : file) EXPECT_EQ(name.rfind("transformer.blocks.0.", 0), 0u) << name;
+  const json record = read_json(tmp / "low" / kRecordFile);
+  EXPECT_EQ(record.at("lora").at("component"), "transformer_2");
+  EXPECT_EQ(record.at("trainable_modules").at(0).get<std::string>().rfind("transformer_2.", 0), 0u);
+  EXPECT_NE(record.at("layouts").at("diffusers").at("load").get<std::string>().find("load_into_transformer_2=True"),
+            std::string::npos);
+  // PEFT names carry no component; its config is the same as for the first expert.
+  for (const auto& [name, t] : yeto::io::load_safetensors(tmp / "low" / kPeftWeightsFile))
+    EXPECT_EQ(name.rfind("base_model.model.blocks.0.", 0), 0u) << name;
+
+  // The Diffusers file (the directory's, or named directly) reads as transformer_2, alpha/r folded.
+  ReadOptions two;
+  two.denoisers = {"transformer", "transformer_2"};
+  ReadOptions forced = two;
+  forced.layout = Layout::diffusers;
+  auto expect_low = [&](const Adapter& a, const std::string& what) {
+    ASSERT_EQ(a.components(), std::vector<std::string>{"transformer_2"}) << what;
+    for (const auto& [path, m] : e.modules) {
+      const auto& got = a.modules.at("transformer_2." + path);
+      EXPECT_TRUE(at::equal(got.A, m.A)) << what << " " << path;
+      EXPECT_LE((got.scale * got.B - 1.5 * m.B).abs().max().item<double>(), 1e-6) << what << " " << path;
+    }
+  };
+  expect_low(read_adapter(tmp / "low", forced), "directory, Diffusers layout");
+  expect_low(read_adapter(tmp / "low" / kDiffusersFile, two), "the Diffusers file next to its record");
+  expect_low(read_adapter(tmp / "low", two), "directory (PEFT pair)");
+  // Choosing the other expert contradicts the record.
+  ReadOptions wrong = forced;
+  wrong.into = "transformer";
+  const std::string contradiction = error_of([&] { read_adapter(tmp / "low", wrong); });
+  EXPECT_NE(contradiction.find("records the adapter for transformer_2"), std::string::npos) << contradiction;
+
+  // The same file without our record, as Diffusers users pass it around.
+  fs::create_directories(tmp / "bare");
+  fs::copy_file(tmp / "low" / kDiffusersFile, tmp / "bare" / kDiffusersFile);
+  const std::string ambiguous = error_of([&] { read_adapter(tmp / "bare", two); });
+  EXPECT_NE(ambiguous.find("does not say which one it is for"), std::string::npos) << ambiguous;
+  EXPECT_NE(ambiguous.find("pass --adapter-dir " + (tmp / "bare").string() + ":transformer or " +
+                           (tmp / "bare").string() + ":transformer_2"),
+            std::string::npos)
+      << ambiguous;
+  ReadOptions chosen = two;
+  chosen.into = "transformer_2";
+  expect_low(read_adapter(tmp / "bare", chosen), "record-less file, DIR:transformer_2");
+  chosen.into = "transformer";
+  EXPECT_EQ(read_adapter(tmp / "bare", chosen).components(), std::vector<std::string>{"transformer"});
+  // One denoiser: "transformer." is simply the transformer.
+  EXPECT_EQ(read_adapter(tmp / "bare").components(), std::vector<std::string>{"transformer"});
+  // A file with "transformer_2." keys (Yeto's earlier exports) names its expert itself.
+  std::vector<std::pair<std::string, at::Tensor>> legacy;
+  for (const auto& [name, t] : file) legacy.emplace_back("transformer_2." + name.substr(12), t);
+  yeto::io::save_safetensors(tmp / "legacy.safetensors", legacy);
+  expect_low(read_adapter(tmp / "legacy.safetensors", two), "transformer_2.-prefixed file");
+  ReadOptions other = two;
+  other.into = "transformer";
+  const std::string mismatch = error_of([&] { read_adapter(tmp / "legacy.safetensors", other); });
+  EXPECT_NE(mismatch.find("prefixed 'transformer_2.'"), std::string::npos) << mismatch;
+
+  // --adapter-dir DIR:COMPONENT, and paths that exist as given are never split.
+  EXPECT_EQ(parse_adapter_arg("a/b:transformer_2").path, fs::path("a/b"));
+  EXPECT_EQ(parse_adapter_arg("a/b:transformer_2").component, "transformer_2");
+  EXPECT_EQ(parse_adapter_arg("a/b").component, "");
+  EXPECT_EQ(parse_adapter_arg("a/b:x/y").component, "");
+  fs::create_directories(tmp / "odd:name");
+  EXPECT_EQ(parse_adapter_arg((tmp / "odd:name").string()).path, tmp / "odd:name");
+  EXPECT_EQ(parse_adapter_arg((tmp / "odd:name").string()).component, "");
+}
