@@ -117,6 +117,12 @@ Placement prepare_placement(const json& options, const std::string& key) {
   return placement(options.value("device", std::string("auto")), options.value("precision", std::string("auto")), key);
 }
 
+void place_for_run(torch::nn::Module& model) {
+  const auto p = run_placement();
+  model.to(p.device, p.dtype);
+  model.eval();
+}
+
 NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
   const auto c = Host::component(component);
   try {

@@ -79,6 +79,27 @@ const at::Tensor& output(const NamedTensors& out, const std::string& name, const
 
 // ---- component classes built on a torch::nn::Module --------------------------------------
 
+// Puts a component's model where the run wants it (run_placement) in eval mode. Built directly in
+// the run's precision and device, a 16-bit checkpoint the host streams in never has a float32
+// copy of the whole model.
+void place_for_run(torch::nn::Module& model);
+
+// A plugin component class's model from its config.json text (`dir` empty: the plan's config):
+// Model(Cfg::from_json(config)), placed for the run. Invalid JSON, and a std::invalid_argument of
+// from_json or of the model's constructor, fail naming "<dir>/config.json" (or "<cls> config").
+template <class Model, class Cfg>
+Model component_model(const std::string& config_json, const std::string& dir, const std::string& cls) {
+  const std::string where = dir.empty() ? cls + " config" : dir + "/config.json";
+  Model model{nullptr};
+  try {
+    model = Model(Cfg::from_json(parse_json(config_json, where)));
+  } catch (const std::invalid_argument& e) {
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
+  }
+  place_for_run(*model);
+  return model;
+}
+
 // The plugin's own implementation behind the pipeline component `name`: an `Impl` the plugin
 // registered as class `cls`. Anything else (another class, a host-built component) fails
 // "the pipeline's <name> is <class>, not <article> <cls> built by the <plugin> plugin".
