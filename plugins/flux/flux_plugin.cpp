@@ -37,20 +37,10 @@ using yeto::family::read_json_file;
 
 class TransformerComponent : public yeto::sdk::Component {
  public:
+  // Built directly in the run's precision and device (a bf16 checkpoint never exists as float32).
   TransformerComponent(const std::string& config_json, const std::string& dir)
-      : model_(nullptr) {
-    const std::string where = dir.empty() ? std::string("FluxTransformer2DModel config") : dir + "/config.json";
-    try {
-      model_ = flux::FluxTransformer2DModel(flux::FluxTransformerConfig::from_json(parse_json(config_json, where)));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
-    }
-    // Built directly in the run's precision and device, so a bf16 checkpoint streamed in by
-    // the host never has a float32 copy of the whole model.
-    const auto placement = yeto::family::run_placement();
-    model_->to(placement.device, placement.dtype);
-    model_->eval();
-  }
+      : model_(yeto::family::component_model<flux::FluxTransformer2DModel, flux::FluxTransformerConfig>(
+            config_json, dir, "FluxTransformer2DModel")) {}
 
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
     using yeto::sdk::get;

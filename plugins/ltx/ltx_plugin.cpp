@@ -80,9 +80,7 @@ class TransformerComponent : public yeto::sdk::Component {
  public:
   TransformerComponent(const std::string& config_json, const std::string& dir)
       : model_(config_from<ltx::LtxTransformerConfig>(config_json, dir, "LTXVideoTransformer3DModel")) {
-    const auto [device, dtype] = yeto::family::run_placement();
-    model_->to(device, dtype);
-    model_->eval();
+    yeto::family::place_for_run(*model_);
   }
 
   // Inputs as the Diffusers forward names them: hidden_states (packed), encoder_hidden_states,
@@ -120,9 +118,7 @@ class VaeComponent : public yeto::sdk::Component {
  public:
   VaeComponent(const std::string& config_json, const std::string& dir)
       : model_(config_from<ltx::LtxVaeConfig>(config_json, dir, "AutoencoderKLLTXVideo")) {
-    const auto [device, dtype] = yeto::family::run_placement();
-    model_->to(device, dtype);
-    model_->eval();
+    yeto::family::place_for_run(*model_);
   }
 
   // method "encode": sample [B, 3, F, H, W] in [-1, 1] -> mean, logvar, std (the latent

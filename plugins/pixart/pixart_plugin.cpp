@@ -55,18 +55,9 @@ const at::Tensor* find(const NamedTensors& in, const std::string& name) {
 
 class TransformerComponent : public yeto::sdk::Component {
  public:
-  TransformerComponent(const std::string& config_json, const std::string& dir) : model_(nullptr) {
-    const std::string where = dir.empty() ? std::string("PixArtTransformer2DModel config") : dir + "/config.json";
-    try {
-      model_ = pixart::PixArtTransformer2DModel(
-          pixart::PixArtTransformerConfig::from_json(parse_json(python_nonfinite_to_null(config_json), where)));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
-    }
-    const auto placement = yeto::family::run_placement();
-    model_->to(placement.device, placement.dtype);
-    model_->eval();
-  }
+  TransformerComponent(const std::string& config_json, const std::string& dir)
+      : model_(yeto::family::component_model<pixart::PixArtTransformer2DModel, pixart::PixArtTransformerConfig>(
+            python_nonfinite_to_null(config_json), dir, "PixArtTransformer2DModel")) {}
 
   // Inputs by the names of PixArtTransformer2DModel.forward: hidden_states, encoder_hidden_states,
   // timestep, encoder_attention_mask (optional) and the added conditions as
