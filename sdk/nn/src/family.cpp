@@ -250,6 +250,15 @@ at::Tensor posterior_latent(const at::Tensor& mean, const at::Tensor& logvar, co
   return z;
 }
 
+const at::Tensor& image_pixels(const NamedTensors& media, const std::string& plugin, const std::string& model) {
+  const auto& px = sdk::get(media, "pixel_values");
+  if (px.dim() != 4 || px.size(1) != 3)
+    fail(YETO_ERR_INVALID_ARGUMENT, plugin + " encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
+                                             "[-1, 1], got " + c10::str(px.sizes()) + " (" + model +
+                                        " has no video VAE)");
+  return px;
+}
+
 at::Tensor encode_with_host_vae(const at::Tensor& pixels, const std::string& options_json, double shift_factor,
                                 double scaling_factor, const std::string& vae_component) {
   const auto o = parse_json(options_json, "encode_media options");

@@ -191,6 +191,11 @@ class Trace {
 // generator seeded with s (0 by default), as torch.Generator("cpu").manual_seed(s) would.
 at::Tensor posterior_latent(const at::Tensor& mean, const at::Tensor& logvar, const nlohmann::json& options);
 
+// encode_media's "pixel_values" of an image-only family: [B, 3, H, W], refused otherwise with
+// "<plugin> encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in [-1, 1], got
+// <shape> (<model> has no video VAE)".
+const at::Tensor& image_pixels(const NamedTensors& media, const std::string& plugin, const std::string& model);
+
 // encode_media for an image VAE the host serves (AutoencoderKL): `options_json` parsed as
 // "encode_media options", `vae_component`'s encode on `pixels`, the posterior latent (logvar
 // clamped to [-30, 20] as DiagonalGaussianDistribution does), then (z - shift) * scale in float32.
