@@ -126,10 +126,7 @@ class FluxPlugin : public yeto::sdk::Plugin {
   }
 
   NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
-    const auto& px = yeto::sdk::get(media, "pixel_values");
-    if (px.dim() != 4 || px.size(1) != 3)
-      fail(YETO_ERR_INVALID_ARGUMENT, "flux encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
-                                      "[-1, 1], got " + c10::str(px.sizes()) + " (FLUX.1 has no video VAE)");
+    const auto& px = yeto::family::image_pixels(media, "flux", "FLUX.1");
     return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
   }
 

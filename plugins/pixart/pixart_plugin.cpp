@@ -158,10 +158,7 @@ class PixArtPlugin : public yeto::sdk::Plugin {
 
   // Pixels in [-1, 1] -> VAE latent (mean, or a sample from the seeded generator) x scaling_factor.
   NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
-    const auto& px = yeto::sdk::get(media, "pixel_values");
-    if (px.dim() != 4 || px.size(1) != 3)
-      fail(YETO_ERR_INVALID_ARGUMENT, "pixart encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
-                                      "[-1, 1], got " + c10::str(px.sizes()) + " (PixArt has no video VAE)");
+    const auto& px = yeto::family::image_pixels(media, "pixart", "PixArt");
     return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
   }
 

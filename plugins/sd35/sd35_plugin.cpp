@@ -128,10 +128,7 @@ class Sd35Plugin : public yeto::sdk::Plugin {
   }
 
   NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
-    const auto& px = yeto::sdk::get(media, "pixel_values");
-    if (px.dim() != 4 || px.size(1) != 3)
-      fail(YETO_ERR_INVALID_ARGUMENT, "sd35 encode_media: 'pixel_values' must be an image batch [B, 3, H, W] in "
-                                      "[-1, 1], got " + c10::str(px.sizes()) + " (SD3.5 has no video VAE)");
+    const auto& px = yeto::family::image_pixels(media, "sd35", "SD3.5");
     // SD3's latent normalisation: (z - shift_factor) * scaling_factor.
     return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
   }
