@@ -335,10 +335,7 @@ class LtxPlugin : public yeto::sdk::Plugin {
 
   std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
                                           const std::string& /*step_json*/) override {
-    if (prediction.sizes() != target.sizes())
-      fail(YETO_ERR_INVALID_ARGUMENT, "ltx align: prediction " + c10::str(prediction.sizes()) + " and target " +
-                                          c10::str(target.sizes()) + " differ in shape");
-    return {prediction.to(at::kFloat), target.to(at::kFloat)};
+    return yeto::family::same_layout_align(prediction, target, "ltx");
   }
 
   // LTXPipeline.__call__ (Diffusers v0.33.1): T5 without its mask, masks to the transformer,

@@ -250,10 +250,7 @@ class WanPlugin : public yeto::sdk::Plugin {
 
   std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
                                           const std::string& /*step_json*/) override {
-    if (prediction.sizes() != target.sizes())
-      fail(YETO_ERR_INVALID_ARGUMENT, "wan align: prediction " + c10::str(prediction.sizes()) + " and target " +
-                                          c10::str(target.sizes()) + " differ in shape");
-    return {prediction.to(at::kFloat), target.to(at::kFloat)};
+    return yeto::family::same_layout_align(prediction, target, "wan");
   }
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {

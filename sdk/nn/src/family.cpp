@@ -259,6 +259,14 @@ const at::Tensor& image_pixels(const NamedTensors& media, const std::string& plu
   return px;
 }
 
+std::pair<at::Tensor, at::Tensor> same_layout_align(const at::Tensor& prediction, const at::Tensor& target,
+                                                    const std::string& plugin) {
+  if (prediction.sizes() != target.sizes())
+    fail(YETO_ERR_INVALID_ARGUMENT, plugin + " align: prediction " + c10::str(prediction.sizes()) + " and target " +
+                                        c10::str(target.sizes()) + " differ in shape");
+  return {prediction.to(at::kFloat), target.to(at::kFloat)};
+}
+
 at::Tensor encode_with_host_vae(const at::Tensor& pixels, const std::string& options_json, double shift_factor,
                                 double scaling_factor, const std::string& vae_component) {
   const auto o = parse_json(options_json, "encode_media options");

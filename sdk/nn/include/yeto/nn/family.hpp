@@ -202,4 +202,9 @@ const at::Tensor& image_pixels(const NamedTensors& media, const std::string& plu
 at::Tensor encode_with_host_vae(const at::Tensor& pixels, const std::string& options_json, double shift_factor,
                                 double scaling_factor, const std::string& vae_component = "vae");
 
+// align() of a family whose prediction and target share one layout: both as float32, refused
+// with "<plugin> align: prediction <shape> and target <shape> differ in shape" otherwise.
+std::pair<at::Tensor, at::Tensor> same_layout_align(const at::Tensor& prediction, const at::Tensor& target,
+                                                    const std::string& plugin);
+
 }  // namespace yeto::family
