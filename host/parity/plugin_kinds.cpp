@@ -211,26 +211,31 @@ PluginClasses& plugin_classes(const std::string& name) {
   return loaded.emplace(name, std::move(pc)).first->second;
 }
 
-void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
+using ComponentPtr = std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter>;
+
+// The component a plugin-class case calls: the class from the case's `plugin` (else the plugin
+// that serves the class), built from the case directory's config.json and loaded with the
+// case's safetensors `model_files`. Null, with the result marked unsupported, when no plugin
+// serves or registers the class.
+ComponentPtr plugin_component_of_case(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string cls = ctx.class_name();
   std::string name = c.value("plugin", std::string());
   if (name.empty()) name = plugin_for_class(cls);
   if (name.empty()) {
     mark_unsupported(result, unsupported_class_message(cls) + " (no family plugin serves it)");
-    return;
+    return nullptr;
   }
   auto& pc = plugin_classes(name);
   if (!pc.registry->has(cls)) {
     mark_unsupported(result, unsupported_class_message(cls) + " (plugin '" + name + "' does not register it)");
-    return;
+    return nullptr;
   }
   const fs::path config_path = ctx.dir() / "config.json";
   if (!fs::exists(config_path))
     throw Error(config_path.string() + " does not exist (the component's config)", ExitCode::bad_input);
-  std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> comp(
+  ComponentPtr comp(
       pc.registry->create(cls, read_file(config_path), ctx.dir().string()));
-
   plugin::NamedTensors weights;
   for (const auto& file : c.value("model_files", json::array())) {
     const std::string f = file.get<std::string>();
@@ -239,6 +244,14 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
   }
   if (weights.empty()) throw Error(where_of(ctx) + ": no safetensors weights in model_files", ExitCode::bad_input);
   plugin::component_load_weights(*comp, weights);
+  return comp;
+}
+
+void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
+  const json& c = ctx.case_json();
+  const std::string cls = ctx.class_name();
+  const auto comp = plugin_component_of_case(ctx, result);
+  if (!comp) return;
 
   plugin::NamedTensors inputs;
   for (const auto& [arg, _] : c.at("call").at("tensor_args").items()) inputs.emplace_back(arg, ctx.input(arg));
@@ -294,26 +307,8 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
 void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string cls = ctx.class_name();
-  std::string name = c.value("plugin", std::string());
-  if (name.empty()) name = plugin_for_class(cls);
-  auto& pc = plugin_classes(name);
-  if (!pc.registry->has(cls)) {
-    mark_unsupported(result, unsupported_class_message(cls) + " (plugin '" + name + "' does not register it)");
-    return;
-  }
-  const fs::path config_path = ctx.dir() / "config.json";
-  if (!fs::exists(config_path))
-    throw Error(config_path.string() + " does not exist (the component's config)", ExitCode::bad_input);
-  std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> comp(
-      pc.registry->create(cls, read_file(config_path), ctx.dir().string()));
-  plugin::NamedTensors weights;
-  for (const auto& file : c.value("model_files", json::array())) {
-    const std::string f = file.get<std::string>();
-    if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors") continue;
-    for (auto& [n, t] : io::load_safetensors(ctx.dir() / f)) weights.emplace_back(n, t);
-  }
-  if (weights.empty()) throw Error(where_of(ctx) + ": no safetensors weights in model_files", ExitCode::bad_input);
-  plugin::component_load_weights(*comp, weights);
+  const auto comp = plugin_component_of_case(ctx, result);
+  if (!comp) return;
   at::NoGradGuard no_grad;
   for (const auto& call : c.at("calls")) {
     const std::string python = call.value("python", std::string());
