@@ -173,6 +173,7 @@ struct Pipeline::State : plugin::ComponentSource {
   std::unique_ptr<plugin::Instance> instance;
   json plan = json::object();
   std::vector<Built> comps;
+  std::map<std::string, std::string> absent;  // component -> why the plan has none
   std::shared_ptr<schedulers::Scheduler> scheduler;
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::Device(at::kCPU);
@@ -191,6 +192,10 @@ struct Pipeline::State : plugin::ComponentSource {
     for (const auto& b : comps) out.push_back(b.name);
     std::sort(out.begin(), out.end());
     return out;
+  }
+  std::string missing_reason(const std::string& name) const override {
+    const auto it = absent.find(name);
+    return it == absent.end() ? "" : it->second;
   }
 
   ~State() override {
@@ -269,6 +274,15 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
     if (c.name.empty()) continue;
     comps[c.name] = {{"class", c.class_name}, {"dir", c.dir.string()}};
   }
+  // Components the repository lists as [null, null] (a transformer-only repository for
+  // cached-latent training) are absent; a hook that needs one is told which and why.
+  const json& index = s.repo->model_index();
+  for (const auto& [name, v] : index.items())
+    if (!name.empty() && name[0] != '_' && v.is_array() && v.size() == 2 && v[0].is_null() && v[1].is_null())
+      s.absent[name] = "model_index.json of " + s.model_dir.string() + " lists '" + name +
+                       "' as null, so this model has none, but this step needs it. Train on cached latents and "
+                       "text embeddings (`yeto-host cache`, or a dataset whose rows carry them), or use a "
+                       "repository that has the component";
   if (s.instance->has(YETO_CAP_PIPELINE)) {
     const std::string text = s.instance->load_pipeline(s.model_dir.string(), s.repo->model_index().dump());
     json plan = json::parse(text, nullptr, false);
@@ -282,6 +296,9 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
       for (const auto& [name, v] : plan["components"].items()) {
         if (v.is_null()) {
           comps.erase(name);
+          if (!s.absent.count(name))
+            s.absent[name] = "plugin '" + s.loaded->manifest.name + "' leaves '" + name +
+                             "' out of its pipeline (its load_pipeline plan maps it to null)";
           continue;
         }
         if (!v.is_object())

@@ -258,6 +258,8 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
                                           "the host has built the plan load_pipeline returned, i.e. from prepare() on)");
       const yeto_component_v1* found = o->pipeline->find_component(n);
       if (!found) {
+        if (const std::string why = o->pipeline->missing_reason(n); !why.empty())
+          sdk::fail(YETO_ERR_NOT_FOUND, "component_get('" + n + "'): " + why);
         const auto names = o->pipeline->component_names();
         sdk::fail(YETO_ERR_NOT_FOUND, "component_get('" + n + "'): the pipeline has no component of that name" +
                                           did_you_mean(n, names) + " (it has: " +

@@ -23,6 +23,9 @@ class ComponentSource {
   // nullptr when there is no component of that name.
   virtual const yeto_component_v1* find_component(const std::string& name) const = 0;
   virtual std::vector<std::string> component_names() const = 0;
+  // Why a component the pipeline does not have is absent ("" when the name is simply not one
+  // of its components): what component_get tells a hook that asks for it.
+  virtual std::string missing_reason(const std::string& /*name*/) const { return ""; }
 };
 
 struct HostApiOptions {

@@ -106,29 +106,22 @@ json preset(const std::string& description, const json& transformer, const json&
 
 const std::vector<ComponentSpec>& flux_components() {
   static const std::vector<ComponentSpec> specs = {
-      {"transformer", {"FluxTransformer2DModel"}},
+      {"transformer", {"FluxTransformer2DModel"}, false, false},
       {"vae", {"AutoencoderKL"}},
       {"text_encoder", {"CLIPTextModel"}},
       {"text_encoder_2", {"T5EncoderModel"}},
       {"tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"}},
       {"tokenizer_2", {"T5Tokenizer", "T5TokenizerFast"}},
-      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}},
+      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, false, false},
   };
   return specs;
 }
 
 json plan_from_model_index(const std::string& model_dir, const json& model_index) {
-  const std::string where = model_dir + "/model_index.json";
-  if (!model_index.is_object()) bad(where + ": expected a JSON object");
-  json components = json::object();
-  for (const auto& spec : flux_components()) {
-    if (!model_index.contains(spec.name))
-      bad(where + ": no '" + spec.name + "' component; a FLUX.1 repository has transformer, vae, text_encoder, "
-                                         "text_encoder_2, tokenizer, tokenizer_2 and scheduler");
-    const auto cls = family::component_class(model_index, spec, where, "flux");
-    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
-  }
-  return {{"components", components}, {"family", "flux"}};
+  return {{"components", family::plan_components(model_dir, model_index, flux_components(), "flux",
+                                                 "a FLUX.1 repository has transformer, vae, text_encoder, "
+                                                 "text_encoder_2, tokenizer, tokenizer_2 and scheduler")},
+          {"family", "flux"}};
 }
 
 json presets() {

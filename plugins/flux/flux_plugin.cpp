@@ -88,7 +88,9 @@ class FluxPlugin : public yeto::sdk::Plugin {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
     model_dir_ = model_dir;
-    vae_config_ = read_json_file(model_dir + "/vae/config.json");
+    // A repository without a VAE (null in model_index.json) trains on cached latents; the
+    // scaling factors then keep their defaults, used only if something encodes or decodes.
+    if (!plan["components"]["vae"].is_null()) vae_config_ = read_json_file(model_dir + "/vae/config.json");
     scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
     const auto tok = model_dir + "/tokenizer/tokenizer_config.json";
     clip_max_length_ = 77;

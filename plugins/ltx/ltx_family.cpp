@@ -111,27 +111,20 @@ json preset(const std::string& description, const json& transformer, const json&
 
 const std::vector<ComponentSpec>& ltx_components() {
   static const std::vector<ComponentSpec> specs = {
-      {"transformer", {"LTXVideoTransformer3DModel"}},
+      {"transformer", {"LTXVideoTransformer3DModel"}, false, false},
       {"vae", {"AutoencoderKLLTXVideo"}},
       {"text_encoder", {"T5EncoderModel"}},
       {"tokenizer", {"T5Tokenizer", "T5TokenizerFast"}},
-      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}},
+      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, false, false},
   };
   return specs;
 }
 
 json plan_from_model_index(const std::string& model_dir, const json& model_index) {
-  const std::string where = model_dir + "/model_index.json";
-  if (!model_index.is_object()) bad(where + ": expected a JSON object");
-  json components = json::object();
-  for (const auto& spec : ltx_components()) {
-    if (!model_index.contains(spec.name))
-      bad(where + ": no '" + spec.name +
-          "' component; an LTX-Video repository has transformer, vae, text_encoder, tokenizer and scheduler");
-    const auto cls = family::component_class(model_index, spec, where, "ltx");
-    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
-  }
-  return {{"components", components}, {"family", "ltx"}};
+  return {{"components", family::plan_components(model_dir, model_index, ltx_components(), "ltx",
+                                                 "an LTX-Video repository has transformer, vae, text_encoder, "
+                                                 "tokenizer and scheduler")},
+          {"family", "ltx"}};
 }
 
 json presets() {

@@ -120,11 +120,11 @@ bool is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r') || 
 
 const std::vector<ComponentSpec>& pixart_components() {
   static const std::vector<ComponentSpec> specs = {
-      {"transformer", {"PixArtTransformer2DModel", "Transformer2DModel"}},
+      {"transformer", {"PixArtTransformer2DModel", "Transformer2DModel"}, false, false},
       {"vae", {"AutoencoderKL"}},
       {"text_encoder", {"T5EncoderModel"}},
       {"tokenizer", {"T5Tokenizer", "T5TokenizerFast"}},
-      {"scheduler", {"DPMSolverMultistepScheduler", "UniPCMultistepScheduler"}},
+      {"scheduler", {"DPMSolverMultistepScheduler", "UniPCMultistepScheduler"}, false, false},
   };
   return specs;
 }
@@ -140,22 +140,17 @@ json plan_from_model_index(const std::string& model_dir, const json& model_index
   const std::string where = model_dir + "/model_index.json";
   if (!model_index.is_object()) bad(where + ": expected a JSON object");
   default_max_sequence_length(model_index.value("_class_name", std::string()), where);
-  json components = json::object();
-  for (const auto& spec : pixart_components()) {
-    if (!model_index.contains(spec.name))
-      bad(where + ": no '" + spec.name + "' component; a PixArt repository has transformer, vae, text_encoder, "
-                                         "tokenizer and scheduler");
-    auto cls = family::component_class(model_index, spec, where, "pixart");
-    if (cls == "Transformer2DModel") {
-      // The PixArt-XL-2 snapshots' legacy class: Diffusers loads it as PixArtTransformer2DModel
-      // when the config has norm_type ada_norm_single.
-      const auto nt = transformer_config.is_object() ? transformer_config.value("norm_type", std::string()) : "";
-      if (nt != "ada_norm_single")
-        bad(model_dir + "/transformer/config.json: a Transformer2DModel is served as PixArtTransformer2DModel only "
-                        "with norm_type ada_norm_single, got '" + nt + "'");
-      cls = "PixArtTransformer2DModel";
-    }
-    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
+  json components = family::plan_components(model_dir, model_index, pixart_components(), "pixart",
+                                            "a PixArt repository has transformer, vae, text_encoder, tokenizer and "
+                                            "scheduler");
+  if (components["transformer"]["class"] == "Transformer2DModel") {
+    // The PixArt-XL-2 snapshots' legacy class: Diffusers loads it as PixArtTransformer2DModel
+    // when the config has norm_type ada_norm_single.
+    const auto nt = transformer_config.is_object() ? transformer_config.value("norm_type", std::string()) : "";
+    if (nt != "ada_norm_single")
+      bad(model_dir + "/transformer/config.json: a Transformer2DModel is served as PixArtTransformer2DModel only "
+                      "with norm_type ada_norm_single, got '" + nt + "'");
+    components["transformer"]["class"] = "PixArtTransformer2DModel";
   }
   return {{"components", components}, {"family", "pixart"}};
 }

@@ -126,7 +126,9 @@ class PixArtPlugin : public yeto::sdk::Plugin {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    vae_config_ = read_json_file(model_dir + "/vae/config.json");
+    // A repository without a VAE (null in model_index.json) trains on cached latents; the
+    // scaling factors then keep their defaults, used only if something encodes or decodes.
+    if (!plan["components"]["vae"].is_null()) vae_config_ = read_json_file(model_dir + "/vae/config.json");
     scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
     max_sequence_length_ = default_max_length_;
     return plan.dump();

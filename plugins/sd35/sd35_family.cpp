@@ -100,7 +100,7 @@ json preset(const std::string& description, const json& transformer, const json&
 
 const std::vector<ComponentSpec>& sd35_components() {
   static const std::vector<ComponentSpec> specs = {
-      {"transformer", {"SD3Transformer2DModel"}},
+      {"transformer", {"SD3Transformer2DModel"}, false, false},
       {"vae", {"AutoencoderKL"}},
       {"text_encoder", {"CLIPTextModelWithProjection"}},
       {"text_encoder_2", {"CLIPTextModelWithProjection"}},
@@ -108,7 +108,7 @@ const std::vector<ComponentSpec>& sd35_components() {
       {"tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"}},
       {"tokenizer_2", {"CLIPTokenizer", "CLIPTokenizerFast"}},
       {"tokenizer_3", {"T5Tokenizer", "T5TokenizerFast"}, true},
-      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}},
+      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, false, false},
   };
   return specs;
 }
@@ -116,22 +116,15 @@ const std::vector<ComponentSpec>& sd35_components() {
 json plan_from_model_index(const std::string& model_dir, const json& model_index) {
   const std::string where = model_dir + "/model_index.json";
   if (!model_index.is_object()) bad(where + ": expected a JSON object");
-  json components = json::object();
+  json components = family::plan_components(
+      model_dir, model_index, sd35_components(), "sd35",
+      "an SD3 / SD3.5 repository has transformer, vae, text_encoder, text_encoder_2, tokenizer, tokenizer_2 and "
+      "scheduler (text_encoder_3 and tokenizer_3 optional)");
   auto absent = [&](const char* name) {
     if (!model_index.contains(name)) return true;
     const auto& e = model_index.at(name);
     return e.is_null() || (e.is_array() && e.size() == 2 && e[0].is_null() && e[1].is_null());
   };
-  for (const auto& spec : sd35_components()) {
-    if (absent(spec.name)) {
-      if (spec.optional) continue;
-      bad(where + ": no '" + spec.name +
-          "' component; an SD3 / SD3.5 repository has transformer, vae, text_encoder, text_encoder_2, tokenizer, "
-          "tokenizer_2 and scheduler (text_encoder_3 and tokenizer_3 optional)");
-    }
-    const auto cls = family::component_class(model_index, spec, where, "sd35");
-    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
-  }
   if (components.contains("text_encoder_3") != components.contains("tokenizer_3"))
     bad(where + ": text_encoder_3 and tokenizer_3 come together (T5 and its tokenizer); this repository has only " +
         std::string(components.contains("text_encoder_3") ? "text_encoder_3" : "tokenizer_3"));

@@ -88,7 +88,9 @@ class Sd35Plugin : public yeto::sdk::Plugin {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    vae_config_ = read_json_file(model_dir + "/vae/config.json");
+    // A repository without a VAE (null in model_index.json) trains on cached latents; the
+    // scaling factors then keep their defaults, used only if something encodes or decodes.
+    if (!plan["components"]["vae"].is_null()) vae_config_ = read_json_file(model_dir + "/vae/config.json");
     scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
     has_t5_ = plan["components"].contains("text_encoder_3");
     // The pipeline's tokenizer_max_length: the first CLIP tokenizer's model_max_length.

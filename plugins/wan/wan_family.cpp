@@ -98,19 +98,14 @@ json preset(const std::string& description, bool two, const json& transformer, c
   return {{"description", description}, {"model_index", model_index(two)}, {"components", components}};
 }
 
-struct Spec {
-  const char* name;
-  std::vector<std::string> classes;
-  bool optional;
-};
-
-const std::vector<Spec>& specs() {
-  static const std::vector<Spec> s = {{"transformer", {"WanTransformer3DModel"}, false},
-                                      {"transformer_2", {"WanTransformer3DModel"}, true},
-                                      {"vae", {"AutoencoderKLWan"}, false},
-                                      {"text_encoder", {"UMT5EncoderModel"}, false},
-                                      {"tokenizer", {"T5Tokenizer", "T5TokenizerFast", "AutoTokenizer"}, false},
-                                      {"scheduler", {"UniPCMultistepScheduler"}, false}};
+const std::vector<family::ComponentSpec>& specs() {
+  static const std::vector<family::ComponentSpec> s = {
+      {"transformer", {"WanTransformer3DModel"}, false, false},
+      {"transformer_2", {"WanTransformer3DModel"}, true},
+      {"vae", {"AutoencoderKLWan"}},
+      {"text_encoder", {"UMT5EncoderModel"}},
+      {"tokenizer", {"T5Tokenizer", "T5TokenizerFast", "AutoTokenizer"}},
+      {"scheduler", {"UniPCMultistepScheduler"}, false, false}};
   return s;
 }
 
@@ -119,24 +114,10 @@ const std::vector<Spec>& specs() {
 json plan_from_model_index(const std::string& model_dir, const json& index) {
   const std::string where = model_dir + "/model_index.json";
   if (!index.is_object()) bad(where + ": expected a JSON object");
-  json components = json::object();
-  for (const auto& spec : specs()) {
-    if (!index.contains(spec.name) || index[spec.name].is_null()) {
-      if (spec.optional) continue;
-      bad(where + ": no '" + spec.name + "' component; a Wan repository has transformer (and transformer_2 for "
-                                         "Wan 2.2 A14B), vae, text_encoder, tokenizer and scheduler");
-    }
-    const auto& entry = index.at(spec.name);
-    if (!entry.is_array() || entry.size() != 2 || !entry[1].is_string())
-      bad(where + ": '" + spec.name + "' must be a [library, class] pair, got " + entry.dump());
-    const auto cls = entry[1].get<std::string>();
-    if (std::find(spec.classes.begin(), spec.classes.end(), cls) == spec.classes.end()) {
-      std::string expected;
-      for (const auto& c : spec.classes) expected += (expected.empty() ? "" : " or ") + c;
-      bad(where + ": '" + spec.name + "' is " + cls + "; the wan plugin expects " + expected);
-    }
-    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
-  }
+  const json components = family::plan_components(
+      model_dir, index, specs(), "wan",
+      "a Wan repository has transformer (and transformer_2 for Wan 2.2 A14B), vae, text_encoder, tokenizer and "
+      "scheduler");
   json plan = {{"components", components}, {"family", "wan"}};
   if (index.contains("expand_timesteps") && index["expand_timesteps"].is_boolean() &&
       index["expand_timesteps"].get<bool>())

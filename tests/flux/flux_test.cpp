@@ -198,6 +198,32 @@ TEST(FluxFamily, PlanErrorsNameFileAndKey) {
   }
 }
 
+TEST(FluxFamily, NullComponentsArePlannedAbsentButNotTheDenoiser) {
+  auto index = read_json(fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny" / "model_index.json");
+  for (const char* c : {"vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"})
+    index[c] = nlohmann::json::array({nullptr, nullptr});
+  const auto plan = yeto::flux::plan_from_model_index("/m", index);
+  const auto& comps = plan.at("components");
+  EXPECT_EQ(comps.size(), 7u);
+  EXPECT_TRUE(comps.at("vae").is_null());
+  EXPECT_TRUE(comps.at("tokenizer_2").is_null());
+  EXPECT_EQ(comps.at("transformer").at("dir"), "/m/transformer");
+  for (const char* needed : {"transformer", "scheduler"}) {
+    auto i = index;
+    i[needed] = nlohmann::json::array({nullptr, nullptr});
+    try {
+      yeto::flux::plan_from_model_index("/m", i);
+      FAIL() << needed;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("/m/model_index.json: '" + std::string(needed) + "' is null"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  index["vae"] = nlohmann::json::array({"diffusers", nullptr});
+  EXPECT_THROW(yeto::flux::plan_from_model_index("/m", index), std::invalid_argument);
+}
+
 TEST(FluxFamily, LinspaceIsNumpys) {
   // np.linspace(1, 1/4, 4) and np.linspace(1, 1/28, 28)[[1, 27]] (values printed by NumPy 1.24).
   const auto s4 = yeto::flux::linspace(1.0, 0.25, 4);

@@ -135,6 +135,29 @@ std::string component_class(const json& model_index, const ComponentSpec& spec, 
   return cls;
 }
 
+json plan_components(const std::string& model_dir, const json& model_index, const std::vector<ComponentSpec>& specs,
+                     const std::string& plugin, const std::string& layout) {
+  const std::string where = model_dir + "/model_index.json";
+  if (!model_index.is_object()) bad(where + ": expected a JSON object");
+  json components = json::object();
+  for (const auto& spec : specs) {
+    const bool listed = model_index.contains(spec.name);
+    const json entry = listed ? model_index.at(spec.name) : json();
+    const bool null = entry.is_null() || (entry.is_array() && entry.size() == 2 && entry[0].is_null() && entry[1].is_null());
+    if (!listed || null) {
+      if (spec.optional) continue;
+      if (!listed) bad(where + ": no '" + spec.name + "' component; " + layout);
+      if (!spec.nullable)
+        bad(where + ": '" + spec.name + "' is null, but every " + plugin + " run needs it; " + layout);
+      components[spec.name] = nullptr;
+      continue;
+    }
+    const auto cls = component_class(model_index, spec, where, plugin);
+    components[spec.name] = {{"class", cls}, {"dir", model_dir + "/" + spec.name}};
+  }
+  return components;
+}
+
 RequestReader::RequestReader(const json& request) : j_(request) {
   if (!j_.is_object()) bad("generate request: expected a JSON object");
 }

@@ -67,8 +67,21 @@ nlohmann::json t5_tokenizer_config(int model_max_length = 512);
 struct ComponentSpec {
   const char* name;
   std::vector<std::string> classes;
-  bool optional = false;  // the family decides what an absent optional component means
+  bool optional = false;  // may be missing altogether; the family decides what its absence means
+  // A repository may list it as absent ([null, null]): a transformer-only repository trains on
+  // cached latents and text embeddings. False for what every run uses (the denoiser).
+  bool nullable = true;
 };
+
+// The "components" of a family's plan from model_index.json: for each spec {"class", "dir"}
+// (dir <model_dir>/<name>), or null for a nullable component the repository lists as
+// [null, null] (the host then builds nothing and names it if a hook asks for it). An optional
+// component that is missing or null is left out. Throws std::invalid_argument naming
+// model_index.json and the component: missing ("...; <layout>"), null but not nullable, not a
+// [library, class] pair, or a class the plugin does not serve (component_class).
+nlohmann::json plan_components(const std::string& model_dir, const nlohmann::json& model_index,
+                               const std::vector<ComponentSpec>& specs, const std::string& plugin,
+                               const std::string& layout);
 
 // The class model_index.json names for `spec` (the caller has checked the entry exists).
 // Throws std::invalid_argument "<where>: '<name>' must be a [library, class] pair, got ..." or
