@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -411,6 +412,42 @@ fs::path Config::get_path(const std::string& key) const {
   return p.lexically_normal();
 }
 
+namespace {
+
+// Keys whose relative values name files or directories besides the path-typed ones: a value
+// is rewritten only when it exists relative to its base directory (an alias or hub id that
+// does not name a local directory stays as written).
+bool locates(const KeyDef& d) {
+  static const std::set<std::string> keys = {"model.id", "data.path", "plugins.dirs", "plugins.trusted_keys",
+                                             "plugins.revoked_keys"};
+  return d.type == Type::path || keys.count(d.key) != 0;
+}
+
+std::string absolute_location(const Entry& e, const std::string& v) {
+  if (v.empty() || v.front() == '~') return v;
+  const fs::path p(v);
+  if (p.is_absolute()) return v;
+  const fs::path full = (e.base_dir / p).lexically_normal();
+  std::error_code ec;
+  if (e.def->type == Type::path || fs::exists(full, ec)) return full.string();
+  return v;
+}
+
+// The value as the printed record holds it: a location set in a file or by a flag is written
+// absolute, so the record reads the same from any directory (a run directory's config.toml).
+Value recorded_value(const Entry& e) {
+  if (e.origin == Origin::default_value || e.base_dir.empty() || !locates(*e.def)) return e.value;
+  if (const auto* s = std::get_if<std::string>(&e.value)) return absolute_location(e, *s);
+  if (const auto* l = std::get_if<std::vector<std::string>>(&e.value)) {
+    std::vector<std::string> out;
+    for (const auto& v : *l) out.push_back(absolute_location(e, v));
+    return out;
+  }
+  return e.value;
+}
+
+}  // namespace
+
 std::string Config::to_toml(bool with_origins) const {
   std::ostringstream out;
   bool first = true;
@@ -419,7 +456,7 @@ std::string Config::to_toml(bool with_origins) const {
     std::size_t width = 0;
     for (const auto& e : entries_) {
       if (e.def->section() != sec.name) continue;
-      const std::string line = e.def->name() + " = " + to_toml_literal(e.value);
+      const std::string line = e.def->name() + " = " + to_toml_literal(with_origins ? recorded_value(e) : e.value);
       width = std::max(width, line.size());
       lines.emplace_back(line, &e);
     }

@@ -244,6 +244,32 @@ TEST(Config, PrintShowsOriginsAndRoundTrips) {
   EXPECT_DOUBLE_EQ(c2.get_number("lora.alpha"), 2.0);
 }
 
+TEST(Config, TheRecordLocatesFilesAbsolutelySoItReadsTheSameFromAnyDirectory) {
+  TempDir t;
+  fs::create_directories(t / "cfg/repo");
+  fs::create_directories(t / "cfg/mine");
+  t.write("cfg/data/train.jsonl", "");
+  const auto f = t.write("cfg/run.toml",
+                         "[run]\noutput = \"out\"\n[model]\nid = \"repo\"\n[data]\npath = \"data/train.jsonl\"\n"
+                         "[plugins]\ndirs = [\"plugins\", \"mine\"]\n[log]\nlevel = \"debug\"\n");
+  const Config c = Config::resolve(f, {});
+  const auto record = t.write("elsewhere/config.toml", c.to_toml(true));
+  const Config r = Config::resolve(record, {});
+  EXPECT_TRUE(fs::path(r.get_string("model.id")).is_absolute()) << r.get_string("model.id");
+  EXPECT_TRUE(fs::equivalent(r.get_string("model.id"), t / "cfg/repo"));
+  EXPECT_TRUE(fs::equivalent(r.get_string("data.path"), t / "cfg/data/train.jsonl"));
+  EXPECT_EQ(r.get_path("run.output"), c.get_path("run.output"));
+  const auto dirs = r.get_list("plugins.dirs");
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], "plugins") << "a directory that does not exist here keeps its install-root meaning";
+  EXPECT_TRUE(fs::equivalent(dirs[1], t / "cfg/mine"));
+  EXPECT_EQ(r.get_string("log.level"), "debug");
+  // An alias or hub id stays as written; the hashed form keeps every value as given.
+  const Config a = Config::resolve(std::nullopt, {{"model.id", "flux-dev", "--model"}});
+  EXPECT_TRUE(contains(a.to_toml(true), "id = \"flux-dev\"")) << a.to_toml(true);
+  EXPECT_TRUE(contains(c.to_toml(false), "id = \"repo\"")) << c.to_toml(false);
+}
+
 TEST(Config, HashDependsOnValuesNotOrigins) {
   TempDir t;
   const auto f = t.write("run.toml", "[lora]\nr = 8\n");
