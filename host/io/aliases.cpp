@@ -8,19 +8,19 @@ namespace yeto::io {
 const std::vector<ModelAlias>& model_aliases() {
   // Hub ids are the Diffusers-format repositories of each model.
   static const std::vector<ModelAlias> table = {
-      {"flux-dev", "black-forest-labs/FLUX.1-dev", "flux", "flux", "FLUX.1 [dev], guidance-distilled 12B flow transformer"},
-      {"flux-schnell", "black-forest-labs/FLUX.1-schnell", "flux", "flux", "FLUX.1 [schnell], few-step 12B flow transformer"},
-      {"sd35", "stabilityai/stable-diffusion-3.5-large", "sd35", "sd35", "Stable Diffusion 3.5 Large (same as sd35-large)"},
-      {"sd35-medium", "stabilityai/stable-diffusion-3.5-medium", "sd35", "sd35", "Stable Diffusion 3.5 Medium, 2.5B MMDiT-X"},
-      {"sd35-large", "stabilityai/stable-diffusion-3.5-large", "sd35", "sd35", "Stable Diffusion 3.5 Large, 8B MMDiT"},
-      {"ltx-video", "Lightricks/LTX-Video", "ltx", "ltx", "LTX-Video text/image-to-video transformer"},
-      {"wan21-t2v-1.3b", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan", "wan", "Wan 2.1 text-to-video, 1.3B"},
-      {"wan21-t2v-14b", "Wan-AI/Wan2.1-T2V-14B-Diffusers", "wan", "wan", "Wan 2.1 text-to-video, 14B"},
-      {"wan22-t2v-a14b", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "wan", "wan", "Wan 2.2 text-to-video, two 14B experts routed by timestep"},
-      {"wan22", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "wan", "wan", "Wan 2.2 text-to-video (same as wan22-t2v-a14b)"},
-      {"wan22-ti2v-5b", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "wan", "wan", "Wan 2.2 text/image-to-video, 5B with the high-compression VAE"},
-      {"pixart-alpha", "PixArt-alpha/PixArt-XL-2-1024-MS", "pixart", "pixart", "PixArt-alpha XL-2 1024px"},
-      {"pixart-sigma", "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS", "pixart", "pixart", "PixArt-Sigma XL-2 1024px"},
+      {"flux-dev", "black-forest-labs/FLUX.1-dev", "flux", "FLUX.1 [dev], guidance-distilled 12B flow transformer"},
+      {"flux-schnell", "black-forest-labs/FLUX.1-schnell", "flux", "FLUX.1 [schnell], few-step 12B flow transformer"},
+      {"sd35", "stabilityai/stable-diffusion-3.5-large", "sd35", "Stable Diffusion 3.5 Large (same as sd35-large)"},
+      {"sd35-medium", "stabilityai/stable-diffusion-3.5-medium", "sd35", "Stable Diffusion 3.5 Medium, 2.5B MMDiT-X"},
+      {"sd35-large", "stabilityai/stable-diffusion-3.5-large", "sd35", "Stable Diffusion 3.5 Large, 8B MMDiT"},
+      {"ltx-video", "Lightricks/LTX-Video", "ltx", "LTX-Video text/image-to-video transformer"},
+      {"wan21-t2v-1.3b", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan", "Wan 2.1 text-to-video, 1.3B"},
+      {"wan21-t2v-14b", "Wan-AI/Wan2.1-T2V-14B-Diffusers", "wan", "Wan 2.1 text-to-video, 14B"},
+      {"wan22-t2v-a14b", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "wan", "Wan 2.2 text-to-video, two 14B experts routed by timestep"},
+      {"wan22", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "wan", "Wan 2.2 text-to-video (same as wan22-t2v-a14b)"},
+      {"wan22-ti2v-5b", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "wan", "Wan 2.2 text/image-to-video, 5B with the high-compression VAE"},
+      {"pixart-alpha", "PixArt-alpha/PixArt-XL-2-1024-MS", "pixart", "PixArt-alpha XL-2 1024px"},
+      {"pixart-sigma", "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS", "pixart", "PixArt-Sigma XL-2 1024px"},
   };
   return table;
 }
@@ -38,9 +38,9 @@ std::vector<std::string> alias_names() {
 }
 
 std::string aliases_markdown() {
-  std::string s = "| alias | hub id | family | plugin | model |\n| --- | --- | --- | --- | --- |\n";
+  std::string s = "| alias | hub id | family | model |\n| --- | --- | --- | --- |\n";
   for (const auto& a : model_aliases())
-    s += "| `" + a.alias + "` | `" + a.hub_id + "` | " + a.family + " | " + a.plugin + " | " + a.description + " |\n";
+    s += "| `" + a.alias + "` | `" + a.hub_id + "` | " + a.family + " | " + a.description + " |\n";
   return s;
 }
 

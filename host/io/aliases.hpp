@@ -1,5 +1,6 @@
-// The one table of built-in model aliases: alias -> hub id, model family and the plugin that
-// serves it. docs/MODELS.md is generated from it (`yeto-host inspect --aliases --markdown`)
+// The one table of built-in model aliases: alias -> hub id and model family. Which plugin
+// serves a model is the plugins' own business (their manifests declare aliases and pipeline
+// classes; plugin::select_plugin). docs/MODELS.md is generated from it (`yeto-host inspect --aliases --markdown`)
 // and a test keeps the two in sync.
 #pragma once
 
@@ -15,7 +16,6 @@ struct ModelAlias {
   std::string alias;
   std::string hub_id;
   std::string family;  // model family: flux, sd35, ltx, wan, pixart
-  std::string plugin;  // the family plugin that serves it (what --diffusion-adapter names)
   std::string description;
 };
 

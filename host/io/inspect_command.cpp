@@ -186,13 +186,13 @@ int run_inspect(CommandContext& ctx) {
     if (ctx.has("json")) {
       json a = json::array();
       for (const auto& m : model_aliases())
-        a.push_back({{"alias", m.alias}, {"hub_id", m.hub_id}, {"family", m.family}, {"plugin", m.plugin},
+        a.push_back({{"alias", m.alias}, {"hub_id", m.hub_id}, {"family", m.family},
                      {"description", m.description}});
       std::cout << a.dump(2) << "\n";
       return 0;
     }
     for (const auto& m : model_aliases())
-      std::cout << m.alias << "  " << m.hub_id << "  (" << m.family << ", plugin " << m.plugin << ")\n";
+      std::cout << m.alias << "  " << m.hub_id << "  (" << m.family << ")\n";
     return 0;
   }
   if (ctx.positionals().empty()) throw UsageError("inspect needs a model: a directory, an org/name id or an alias");
@@ -225,8 +225,7 @@ int run_inspect(CommandContext& ctx) {
       j["commit"] = m.repo.commit;
       j["path"] = m.repo.path.string();
       if (m.alias)
-        j["alias"] = {{"alias", m.alias->alias}, {"hub_id", m.alias->hub_id}, {"family", m.alias->family},
-                      {"plugin", m.alias->plugin}};
+        j["alias"] = {{"alias", m.alias->alias}, {"hub_id", m.alias->hub_id}, {"family", m.alias->family}};
       const DiffusersRepo repo = DiffusersRepo::open(m.repo.path, ctx.value("variant"));
       plugin::load_model_classes(cfg, spec, repo);  // the family plugin's classes, if the run names one
       Inspection in = inspect_repo(repo, true);

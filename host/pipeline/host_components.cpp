@@ -428,20 +428,12 @@ void expose_plugin_class(io::ComponentRegistry& host, const std::string& class_n
 }
 
 void install_plugin_class_loader() {
-  plugin::set_model_class_loader([](const config::Config& cfg, const std::string& spec,
+  plugin::set_model_class_loader([](const config::Config& cfg, const std::string& /*spec*/,
                                     const io::DiffusersRepo& repo) {
     try {
       const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
       const plugin::Catalog catalog = plugin::Catalog::scan(lo.dirs);
-      std::string name = cfg.get_string("model.adapter");
-      if (name.empty()) {
-        if (const io::ModelAlias* a = io::find_alias(spec); a && !a->plugin.empty()) name = a->plugin;
-      }
-      if (name.empty())
-        for (const auto& p : catalog.plugins)
-          if (std::find(p.manifest.aliases.begin(), p.manifest.aliases.end(), spec) != p.manifest.aliases.end())
-            name = p.manifest.name;
-      if (name.empty()) name = plugin::adapter_name(cfg, catalog);
+      const std::string name = plugin::select_plugin(cfg, catalog, lo, &repo.model_index()).name;
       if (name.empty()) return;
       plugin::HostApiOptions ho;
       ho.plugin_name = name;

@@ -239,21 +239,29 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
 
   // 2. The plugin, with a host API table bound to this pipeline.
   const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
-  const std::string adapter = plugin::adapter_name(cfg, plugin::Catalog::scan(lo.dirs));
-  if (adapter.empty())
-    throw Error("model '" + s.spec + "' names no family plugin: set model.adapter (--diffusion-adapter NAME) to the "
-                    "plugin that serves it (`yeto-host plugins list` shows the installed ones)",
+  const plugin::Selection selection =
+      plugin::select_plugin(cfg, plugin::Catalog::scan(lo.dirs), lo, &s.repo->model_index());
+  if (selection.name.empty()) {
+    const auto& index = s.repo->model_index();
+    const std::string cls = index.contains("_class_name") && index["_class_name"].is_string()
+                                ? index["_class_name"].get<std::string>()
+                                : std::string("no _class_name");
+    throw Error("model '" + s.spec + "' (" + cls + ") is served by no plugin this build ships" +
+                    (selection.hint.empty() ? "" : ": " + selection.hint) +
+                    ". Set model.adapter (--diffusion-adapter NAME) to the plugin that serves it (`yeto-host plugins "
+                    "list` shows the installed ones)",
                 ExitCode::plugin_not_found);
+  }
+  spdlog::info("plugin {} serves {} (chosen by {})", selection.name, s.spec, selection.reason);
   plugin::HostApiOptions ho;
-  ho.plugin_name = adapter;
+  ho.plugin_name = selection.name;
   ho.config_values = plugin::config_values(cfg);
   ho.seed = static_cast<std::uint64_t>(cfg.get_int("diffusion.seed"));
   ho.logical_rank = options.logical_rank;
   ho.pipeline = &s;
   const yeto_host_api* api = plugin::make_host_api(ho);
   s.api = api;  // unbinds on destruction whatever happens below
-  s.loaded = plugin::load_adapter(cfg, api);
-  if (!s.loaded) throw Error("no plugin loaded for model '" + s.spec + "'", ExitCode::plugin_not_found);
+  s.loaded = &plugin::load(selection.name, lo, api);
   if (s.loaded->host_api && s.loaded->host_api != api) {
     // Loaded before (an earlier pipeline in this process): rebind the table it holds.
     plugin::unbind_host_api(api, &s);

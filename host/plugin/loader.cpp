@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <mutex>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -17,10 +19,17 @@
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "core/version.hpp"
-#include "io/aliases.hpp"
 
 namespace yeto::plugin {
 namespace fs = std::filesystem;
+
+// yeto-sign exits with the loader's codes: one table for every review tool.
+static_assert(sign::refusal::unsigned_plugin == static_cast<int>(ExitCode::plugin_unsigned));
+static_assert(sign::refusal::bad_signature == static_cast<int>(ExitCode::plugin_bad_signature));
+static_assert(sign::refusal::unknown_key == static_cast<int>(ExitCode::plugin_unknown_key));
+static_assert(sign::refusal::revoked_key == static_cast<int>(ExitCode::plugin_revoked_key));
+static_assert(sign::refusal::not_found == static_cast<int>(ExitCode::plugin_not_found));
+static_assert(sign::refusal::bad_manifest == static_cast<int>(ExitCode::plugin_manifest));
 
 namespace {
 
@@ -139,7 +148,10 @@ LoaderOptions LoaderOptions::from_config(const config::Config& cfg, const std::v
     for (const auto& e : fs::directory_iterator(r / "keys", ec))
       if (e.path().extension() == ".public") found.push_back(e.path());
     std::sort(found.begin(), found.end());
-    for (const auto& p : found) add_unique(o.trusted_keys, p);
+    for (const auto& p : found) {
+      add_unique(o.trusted_keys, p);
+      add_unique(o.shipped_keys, p);
+    }
   }
   for (const auto& r : cfg.get_list("plugins.revoked_keys")) {
     if (r.rfind("ed25519:", 0) == 0) {
@@ -199,6 +211,7 @@ PluginFile read_plugin_file(const fs::path& path) {
 
 Catalog Catalog::scan(const std::vector<fs::path>& dirs) {
   Catalog c;
+  std::set<fs::path> seen;  // nested or repeated directories list a manifest once
   for (const auto& d : dirs) {
     std::error_code ec;
     if (!fs::is_directory(d, ec)) continue;
@@ -210,6 +223,7 @@ Catalog Catalog::scan(const std::vector<fs::path>& dirs) {
     }
     std::sort(manifests.begin(), manifests.end());
     for (const auto& m : manifests) {
+      if (!seen.insert(fs::weakly_canonical(m, ec)).second) continue;
       try {
         c.plugins.push_back(read_plugin_file(m));
       } catch (const Error& e) {
@@ -220,24 +234,103 @@ Catalog Catalog::scan(const std::vector<fs::path>& dirs) {
   return c;
 }
 
-const PluginFile* Catalog::find(const std::string& name) const {
-  for (const auto& p : plugins)
-    if (p.manifest.name == name) return &p;
-  for (const auto& p : plugins)
-    if (std::find(p.manifest.aliases.begin(), p.manifest.aliases.end(), name) != p.manifest.aliases.end()) return &p;
-  return nullptr;
+namespace {
+
+const PluginFile* only_one(const std::vector<const PluginFile*>& found, const std::string& what) {
+  if (found.empty()) return nullptr;
+  if (found.size() == 1) return found.front();
+  std::string files;
+  for (const auto* f : found) files += (files.empty() ? "" : " and ") + f->manifest_path.string();
+  throw Error(what + " is declared by more than one plugin manifest: " + files +
+                  ". The host never picks one by search order: remove or rename all but one (plugin names and "
+                  "aliases must be unique across plugins.dirs; `yeto-host plugins list` marks them DUPLICATE).",
+              ExitCode::plugin_manifest);
 }
 
-std::string adapter_name(const config::Config& cfg, const Catalog& catalog) {
-  const std::string& adapter = cfg.get_string("model.adapter");
-  if (!adapter.empty()) return adapter;
+bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+const PluginFile* Catalog::find(const std::string& name) const {
+  std::vector<const PluginFile*> by_name, by_alias;
+  for (const auto& p : plugins) {
+    if (p.manifest.name == name) by_name.push_back(&p);
+    if (has(p.manifest.aliases, name)) by_alias.push_back(&p);
+  }
+  if (const PluginFile* f = only_one(by_name, "plugin name '" + name + "'")) return f;
+  return only_one(by_alias, "plugin alias '" + name + "'");
+}
+
+std::vector<std::string> Catalog::duplicates() const {
+  std::map<std::string, int> count;
+  for (const auto& p : plugins) ++count[p.manifest.name];
+  std::vector<std::string> out;
+  for (const auto& [name, n] : count)
+    if (n > 1) out.push_back(name);
+  return out;
+}
+
+std::string signing_key_fingerprint(const PluginFile& file) {
+  std::error_code ec;
+  if (!fs::exists(file.signature_path, ec)) return "";
+  try {
+    return sign::parse_signature(sign::read_bytes(file.signature_path), file.signature_path.string()).key_fingerprint;
+  } catch (const sign::FormatError&) {
+    return "";
+  }
+}
+
+Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const LoaderOptions& options,
+                        const nlohmann::json* model_index) {
+  Selection s;
+  if (const std::string& adapter = cfg.get_string("model.adapter"); !adapter.empty()) {
+    s.name = adapter;
+    s.reason = "model.adapter";
+    return s;
+  }
+  std::set<std::string> shipped;
+  for (const auto& k : options.shipped_keys) {
+    try {
+      shipped.insert(sign::load_public_key(k).fingerprint());
+    } catch (const sign::FormatError& e) {
+      spdlog::warn("build key {} is unreadable, so no plugin is chosen by it: {}", k.string(), e.what());
+    }
+  }
+  std::vector<std::string> passed_over;
+  auto pick = [&](const std::function<bool(const sign::Manifest&)>& serves, const std::string& what) {
+    std::set<std::string> names;
+    for (const auto& p : catalog.plugins) {
+      if (!serves(p.manifest)) continue;
+      const std::string fp = signing_key_fingerprint(p);
+      if (!fp.empty() && shipped.count(fp)) {
+        names.insert(p.manifest.name);
+      } else {
+        const std::string who = "'" + p.manifest.name + "' (" + (fp.empty() ? "unsigned" : "signed by " + fp) + ")";
+        if (!has(passed_over, who)) passed_over.push_back(who);
+      }
+    }
+    if (names.size() > 1)
+      throw Error(what + " is served by more than one plugin this build ships (" + join_list(std::vector<std::string>(names.begin(), names.end())) +
+                      "): choose one with --diffusion-adapter NAME (model.adapter)",
+                  ExitCode::plugin_not_found);
+    if (names.empty()) return false;
+    s.name = *names.begin();
+    s.reason = what;
+    return true;
+  };
   const std::string& id = cfg.get_string("model.id");
-  if (id.empty()) return "";
-  if (const io::ModelAlias* a = io::find_alias(id); a && !a->plugin.empty()) return a->plugin;
-  for (const auto& p : catalog.plugins)
-    if (std::find(p.manifest.aliases.begin(), p.manifest.aliases.end(), id) != p.manifest.aliases.end())
-      return p.manifest.name;
-  return "";
+  if (!id.empty() && pick([&](const sign::Manifest& m) { return has(m.aliases, id); }, "alias '" + id + "'")) return s;
+  if (model_index && model_index->is_object() && model_index->contains("_class_name") &&
+      (*model_index)["_class_name"].is_string()) {
+    const std::string cls = (*model_index)["_class_name"].get<std::string>();
+    if (pick([&](const sign::Manifest& m) { return has(m.pipelines, cls); }, cls + " (model_index.json _class_name)"))
+      return s;
+  }
+  if (!passed_over.empty())
+    s.hint = "plugin " + join_list(passed_over) +
+             " declares this model, but only a plugin signed by this build's own key is chosen without being named; "
+             "if you trust it, pass --diffusion-adapter NAME (model.adapter)";
+  return s;
 }
 
 // ---- provenance ---------------------------------------------------------------------------
@@ -556,11 +649,11 @@ const LoadedPlugin& load(const std::string& name, const LoaderOptions& options, 
 }
 
 const LoadedPlugin* load_adapter(const config::Config& cfg, const yeto_host_api* host_api,
-                                 const std::vector<fs::path>& install_roots) {
+                                 const std::vector<fs::path>& install_roots, const nlohmann::json* model_index) {
   const LoaderOptions options = LoaderOptions::from_config(cfg, install_roots);
-  const std::string name = adapter_name(cfg, Catalog::scan(options.dirs));
-  if (name.empty()) return nullptr;
-  return &load(name, options, host_api);
+  const Selection sel = select_plugin(cfg, Catalog::scan(options.dirs), options, model_index);
+  if (sel.name.empty()) return nullptr;
+  return &load(sel.name, options, host_api);
 }
 
 }  // namespace yeto::plugin

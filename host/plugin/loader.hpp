@@ -1,6 +1,6 @@
 // Finding, verifying and loading signed plugins.
 //
-// Order of trust, for the one plugin a run names (--diffusion-adapter or a model alias):
+// Order of trust, for the one plugin a run uses (select_plugin):
 //   1. discover manifests (<name>.yeto.json) in the configured directories: text only;
 //   2. read the library, manifest and signature bytes once and verify the Ed25519
 //      signature against the trusted keys (revocation first);
@@ -34,6 +34,9 @@ struct LoaderOptions {
   std::vector<std::filesystem::path> trusted_keys;  // public key files
   std::set<std::string> revoked;                    // fingerprints
   std::set<std::string> accept_licenses;            // plugin names
+  // The keys of the build or installation itself (<root>/keys/*.public): only a plugin
+  // signed by one of them (a shipped, reviewed family) is ever chosen without being named.
+  std::vector<std::filesystem::path> shipped_keys;
   bool allow_unsigned = false;                      // dev override: unsigned / unknown key
   std::string host_torch_version;                   // "1.13.0"; empty: the build's
 
@@ -60,9 +63,34 @@ struct Catalog {
   std::vector<PluginFile> plugins;
   std::vector<std::pair<std::filesystem::path, std::string>> broken;  // manifest, problem
   static Catalog scan(const std::vector<std::filesystem::path>& dirs);
-  // By plugin name, then by alias; nullptr when nothing matches.
+  // By plugin name, then by alias; nullptr when nothing matches. Two manifests of one name
+  // (or an alias two plugins declare) are never resolved by order: throws yeto::Error
+  // (plugin_manifest) naming both files.
   const PluginFile* find(const std::string& name_or_alias) const;
+  // Plugin names that more than one manifest in the searched directories declares.
+  std::vector<std::string> duplicates() const;
 };
+
+// The fingerprint a plugin's signature file names, without verifying anything; empty when
+// the plugin is unsigned or its signature file is unreadable.
+std::string signing_key_fingerprint(const PluginFile& file);
+
+// Which plugin serves a run, and why.
+struct Selection {
+  std::string name;    // empty: none could be chosen (see `hint`)
+  std::string reason;  // "model.adapter", "alias 'flux-dev'", "FluxPipeline in model_index.json"
+  std::string hint;    // when empty: what the user can do (names the plugins that were passed over)
+};
+
+// The plugin a run uses, in this order:
+//   1. model.adapter (--diffusion-adapter): any plugin the trust rules accept;
+//   2. model.id is an alias a plugin's manifest declares;
+//   3. model_index.json's "_class_name" is a pipeline a plugin's manifest declares.
+// 2 and 3 choose only a plugin signed by one of options.shipped_keys (the build's own key):
+// a plugin signed by any other key, even a trusted one, is used only when named. Throws
+// yeto::Error (plugin_not_found) when two shipped plugins claim the alias or class.
+Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const LoaderOptions& options,
+                        const nlohmann::json* model_index = nullptr);
 
 // Reads a manifest given as the manifest, the library, or a directory holding one.
 PluginFile read_plugin_file(const std::filesystem::path& path);
@@ -112,16 +140,12 @@ const LoadedPlugin& load(const std::string& name, const LoaderOptions& options, 
 // Steps 2-5 for one already discovered plugin file.
 const LoadedPlugin& load_file(const PluginFile& file, const LoaderOptions& options, const yeto_host_api* host_api);
 
-// The plugin a run configuration names: model.adapter, else the plugin of model.id when it
-// is a built-in model alias (host/io/aliases), else the plugin one of whose manifest aliases
-// is model.id. Empty when the run names none.
-std::string adapter_name(const config::Config& cfg, const Catalog& catalog);
-
-// The one plugin a run names (adapter_name), loaded with the run's trust settings; nullptr
-// when the run names none. No other discovered plugin is opened.
+// The one plugin select_plugin chooses, loaded with the run's trust settings; nullptr when
+// none is chosen. No other discovered plugin is opened.
 const LoadedPlugin* load_adapter(const config::Config& cfg, const yeto_host_api* host_api,
                                  const std::vector<std::filesystem::path>& install_roots =
-                                     LoaderOptions::default_install_roots());
+                                     LoaderOptions::default_install_roots(),
+                                 const nlohmann::json* model_index = nullptr);
 
 // Every plugin loaded in this process, in load order (for the run's provenance).
 std::vector<Provenance> loaded_plugins();

@@ -1,5 +1,6 @@
 // `yeto-host plugins list | info NAME | verify PATH`: everything here reads manifests and
 // signatures only; no plugin library is ever opened, so no plugin code runs.
+#include <algorithm>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +49,7 @@ nlohmann::json manifest_json(const PluginFile& f) {
           {"torch_version", m.torch_version},
           {"families", m.families},
           {"aliases", m.aliases},
+          {"pipelines", m.pipelines},
           {"capabilities", m.capabilities},
           {"license", {{"notice", m.license_notice}, {"must_acknowledge", m.license_must_acknowledge}}},
           {"description", m.description},
@@ -62,13 +64,38 @@ nlohmann::json check_json(const Check& c) {
   return j;
 }
 
+// A plugin another manifest shares its name with is never loaded by that name (Catalog::find
+// refuses to guess); the list says so on each of them.
+bool duplicated(const plugin::Catalog& catalog, const PluginFile& f) {
+  const auto d = catalog.duplicates();
+  return std::find(d.begin(), d.end(), f.manifest.name) != d.end();
+}
+
+// How a plugin is chosen: only one signed by a shipped key is chosen without being named.
+std::string selection_note(const PluginFile& f, const Check& c, const LoaderOptions& o) {
+  if (!c.ok || c.provenance.dev_override) return "";
+  for (const auto& k : o.shipped_keys) {
+    try {
+      if (sign::load_public_key(k).fingerprint() == c.provenance.key_fingerprint)
+        return f.manifest.aliases.empty() && f.manifest.pipelines.empty()
+                   ? "shipped"
+                   : "shipped: chosen for its aliases and pipeline classes";
+    } catch (const sign::FormatError&) {
+    }
+  }
+  return "used only when named (--diffusion-adapter " + f.manifest.name + ")";
+}
+
 int list(CommandContext& ctx, const LoaderOptions& o) {
   const auto catalog = plugin::Catalog::scan(o.dirs);
   if (ctx.has("json")) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& f : catalog.plugins) {
       auto j = manifest_json(f);
-      j["check"] = check_json(check(f, o));
+      const Check c = check(f, o);
+      j["check"] = check_json(c);
+      j["duplicate"] = duplicated(catalog, f);
+      j["selection"] = selection_note(f, c, o);
       out.push_back(j);
     }
     for (const auto& [path, problem] : catalog.broken)
@@ -85,12 +112,19 @@ int list(CommandContext& ctx, const LoaderOptions& o) {
   for (const auto& f : catalog.plugins) {
     const Check c = check(f, o);
     const auto& m = f.manifest;
+    const std::string note = selection_note(f, c, o);
     std::cout << m.name << " " << m.version << "  abi " << sign::abi_string(m.abi_major, m.abi_minor)
-              << "  families " << joined(m.families) << "  aliases " << joined(m.aliases) << "  "
+              << "  families " << joined(m.families) << "  aliases " << joined(m.aliases) << "  pipelines "
+              << joined(m.pipelines) << "  "
               << (c.ok ? (c.provenance.dev_override ? "DEV-OVERRIDE" : "trusted")
                        : "REFUSED (exit " + std::to_string(c.code) + ")")
-              << "\n    " << f.manifest_path.string() << "\n";
+              << (duplicated(catalog, f) ? "  DUPLICATE" : "") << "\n    " << f.manifest_path.string() << "\n";
     if (!c.ok) std::cout << "    " << c.message << "\n";
+    if (duplicated(catalog, f))
+      std::cout << "    another manifest declares the name '" << m.name
+                << "': neither is loaded by that name until all but one are removed or renamed\n";
+    else if (!note.empty())
+      std::cout << "    " << note << "\n";
   }
   for (const auto& [path, problem] : catalog.broken) std::cout << "BROKEN " << path.string() << "\n    " << problem << "\n";
   return 0;
@@ -104,6 +138,7 @@ void print_details(const PluginFile& f, const Check& c) {
             << "libtorch:      " << (m.torch_version.empty() ? "(none)" : m.torch_version) << "\n"
             << "families:      " << joined(m.families) << "\n"
             << "aliases:       " << joined(m.aliases) << "\n"
+            << "pipelines:     " << joined(m.pipelines) << "\n"
             << "capabilities:  " << joined(m.capabilities) << "\n"
             << "description:   " << m.description << "\n"
             << "license:       " << (m.license_notice.empty() ? "(no notice)" : m.license_notice)
@@ -136,11 +171,14 @@ int info(CommandContext& ctx, const LoaderOptions& o, const std::string& name) {
   if (ctx.has("json")) {
     auto j = manifest_json(*f);
     j["check"] = check_json(c);
+    j["selection"] = selection_note(*f, c, o);
     std::cout << j.dump(2) << "\n";
-    return 0;
+  } else {
+    print_details(*f, c);
+    if (const std::string note = selection_note(*f, c, o); !note.empty()) std::cout << "selection:     " << note << "\n";
   }
-  print_details(*f, c);
-  return 0;
+  // A refused plugin is a refusal, for scripts too: the loader's exit code.
+  return c.ok ? 0 : c.code;
 }
 
 int verify(CommandContext& ctx, const LoaderOptions& o, const std::string& path) {
@@ -181,9 +219,11 @@ void register_plugin_commands(Registry& r) {
   c.summary = "List, inspect and verify signed plugins (list | info NAME | verify PATH).";
   c.description =
       "Reads plugin manifests and signatures from plugins.dirs and checks them against plugins.trusted_keys "
-      "(plus the build's or installation's keys/*.public), plugins.revoked_keys and plugins.accept_licenses. "
-      "Never opens a plugin library: no plugin code runs. `verify PATH` (a manifest, a .so or a directory) "
-      "exits with the refusal's code: 20 unsigned, 21 bad signature, 22 unknown key, 23 revoked key, "
+      "(plus the build's or installation's keys/*.public), plugins.revoked_keys and plugins.accept_licenses, and shows "
+      "the aliases and pipeline classes each plugin declares; two manifests of one name are marked DUPLICATE and "
+      "neither is loaded by that name. "
+      "Never opens a plugin library: no plugin code runs. `info NAME` and `verify PATH` (a manifest, a .so or a "
+      "directory) exit with the refusal's code: 20 unsigned, 21 bad signature, 22 unknown key, 23 revoked key, "
       "24 ABI mismatch, 25 LibTorch mismatch, 27 license not acknowledged, 28 not found, 29 bad manifest.";
   c.positionals = "list|info NAME|verify PATH";
   c.min_positionals = 1;

@@ -8,6 +8,9 @@
 #     [VERSION <version>]             default: PROJECT_VERSION, else 0.0.0
 #     [FAMILIES <family...>]          model families served; default: <name>
 #     [ALIASES <alias...>]            model aliases this plugin serves
+#     [PIPELINES <class...>]          Diffusers pipeline classes (model_index.json "_class_name")
+#                                     it serves; with ALIASES, how the host chooses a plugin signed
+#                                     by its own key when the run names none
 #     [CAPABILITIES <cap...>]         pipeline components trainable encode_media encode_conditioning
 #                                     denoiser align loss_step artifacts generate presets
 #     [LICENSE_NOTICE <text>] [LICENSE_MUST_ACKNOWLEDGE]
@@ -107,7 +110,7 @@ function(yeto_add_plugin name)
   # PARSE_ARGV keeps semicolons inside a license notice or description.
   cmake_parse_arguments(PARSE_ARGV 1 P "LICENSE_MUST_ACKNOWLEDGE;NO_TORCH;UNSIGNED"
                         "VERSION;LICENSE_NOTICE;DESCRIPTION;KEY;OUTPUT_DIRECTORY"
-                        "SOURCES;FAMILIES;ALIASES;CAPABILITIES")
+                        "SOURCES;FAMILIES;ALIASES;PIPELINES;CAPABILITIES")
   if(NOT P_SOURCES)
     message(FATAL_ERROR "yeto_add_plugin(${name}): SOURCES is required")
   endif()
@@ -199,6 +202,7 @@ function(yeto_add_plugin name)
   _yeto_json_list(j_families ${P_FAMILIES})
   _yeto_json_list(j_aliases ${P_ALIASES})
   _yeto_json_list(j_caps ${P_CAPABILITIES})
+  _yeto_json_list(j_pipelines ${P_PIPELINES})
   set(manifest "${P_OUTPUT_DIRECTORY}/${name}.yeto.json")
   file(GENERATE OUTPUT "${manifest}" CONTENT
 "{
@@ -210,6 +214,7 @@ function(yeto_add_plugin name)
   \"torch_version\": \"${torch_version}\",
   \"families\": ${j_families},
   \"aliases\": ${j_aliases},
+  \"pipelines\": ${j_pipelines},
   \"capabilities\": ${j_caps},
   \"license\": {\"notice\": \"${e_notice}\", \"must_acknowledge\": ${ack_json}},
   \"description\": \"${e_desc}\"

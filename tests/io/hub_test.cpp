@@ -159,7 +159,6 @@ TEST(Aliases, TableHoldsEveryBuiltInAlias) {
     ASSERT_NE(m, nullptr) << a;
     EXPECT_TRUE(is_hub_id(m->hub_id)) << a;
     EXPECT_FALSE(m->family.empty());
-    EXPECT_FALSE(m->plugin.empty());
   }
   EXPECT_EQ(find_alias("flux-dev")->hub_id, "black-forest-labs/FLUX.1-dev");
   EXPECT_EQ(find_alias("wan22-ti2v-5b")->family, "wan");
@@ -173,7 +172,7 @@ TEST(Aliases, ResolveThroughTheCache) {
   t.write("models--black-forest-labs--FLUX.1-dev/snapshots/" + kA + "/model_index.json", "{}");
   const auto m = resolve_model("flux-dev", "main", cache);
   ASSERT_NE(m.alias, nullptr);
-  EXPECT_EQ(m.alias->plugin, "flux");
+  EXPECT_EQ(m.alias->family, "flux");
   EXPECT_EQ(m.repo.commit, kA);
   const auto [code, msg] = failure([&] { resolve_model("sd35", "main", cache); });
   EXPECT_EQ(code, yeto::ExitCode::not_found);

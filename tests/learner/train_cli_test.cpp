@@ -2,6 +2,8 @@
 // on a generated captioned image dataset: val_loss drops, two runs give identical LoRA bytes,
 // a graceful stop (save_quit, SIGTERM) and a kill -9 after a checkpoint both resume to the
 // same bytes and loss curve as an uninterrupted run, and bad rows are reported by row number.
+// The plugin is chosen from the repository (and a re-signed copy is not), and a
+// transformer-only repository trains on precomputed latents.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -209,6 +211,124 @@ TEST(LearnerTrainFlux, TrainsFromAMatchingCacheAndRefusesAMismatchedOne) {
   EXPECT_TRUE(contains(r.all(), "components.vae")) << r.all();
   EXPECT_FALSE(contains(r.all(), "components.transformer")) << r.all();
   EXPECT_FALSE(fs::exists(dir / "run-vae/metrics.jsonl"));
+}
+
+// flux_toml without naming the plugin.
+std::string unnamed(std::string toml) {
+  const std::string line = "adapter = \"flux\"\n";
+  toml.erase(toml.find(line), line.size());
+  return toml;
+}
+
+std::string with_model(std::string toml, const fs::path& repo) {
+  const std::string from = (fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny").string();
+  toml.replace(toml.find(from), from.size(), repo.string());
+  return toml;
+}
+
+TEST(LearnerTrainFlux, ChoosesTheShippedPluginFromTheRepository) {
+  // The Diffusers fixture: model_index.json names FluxPipeline, which the flux plugin declares.
+  TrialRun fixture(unnamed(flux_toml(2)), 8);
+  auto r = fixture.train();
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.all(), "plugin flux serves")) << r.all();
+  EXPECT_TRUE(contains(r.all(), "FluxPipeline (model_index.json _class_name)")) << r.all();
+  EXPECT_EQ(series(fixture.out(), "loss").size(), 2u);
+
+  // What init-model writes trains the same way.
+  TrialRun init(unnamed(flux_toml(2)), 8);
+  r = yeto::test::run_host({"init-model", "--family", "flux", "--preset", "tiny", "--seed", "3", "--out",
+                            (init.dir / "model").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  // Named relative to the run file, as users write it.
+  init.dir.write("run.toml", with_model(unnamed(flux_toml(2)), "model"));
+  r = init.train();
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.all(), "plugin flux serves")) << r.all();
+  EXPECT_EQ(series(init.out(), "loss").size(), 2u);
+
+  // The run directory is self-contained: its recorded config.toml locates the model and data
+  // absolutely, so export works from any working directory with nothing but --checkpoint.
+  const auto recorded = read_file(init.out() / "config.toml");
+  EXPECT_TRUE(contains(recorded, "id = \"" + (init.dir / "model").lexically_normal().string() + "\"")) << recorded;
+  fs::create_directories(init.dir / "elsewhere");
+  r = yeto::test::run_host({"export", "--checkpoint", init.out().string(), "--output-dir", (init.dir / "adapter").string()},
+                           (init.dir / "elsewhere").string());
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(fs::exists(init.dir / "adapter/adapter_model.safetensors"));
+}
+
+TEST(LearnerTrainFlux, AReSignedCopyIsNotChosenImplicitly) {
+  TempDir dir;
+  const fs::path stage = fs::path(YETO_BUILD_DIR) / "stage/plugins";
+  fs::create_directories(dir / "plugins");
+  for (const char* f : {"flux.so", "flux.yeto.json", "flux.yeto.sig"}) fs::copy_file(stage / f, dir / "plugins" / f);
+  const std::string sign_bin = (fs::path(YETO_BUILD_DIR) / "bin/yeto-sign").string();
+  auto r = yeto::test::run_process({sign_bin, "keygen", "--out", (dir / "other").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  r = yeto::test::run_process({sign_bin, "sign", "--key", (dir / "other.secret").string(), "--manifest",
+                               (dir / "plugins/flux.yeto.json").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::string plugins = "[plugins]\ndirs = [\"" + (dir / "plugins").string() + "\"]\ntrusted_keys = [\"" +
+                              (dir / "other.public").string() + "\"]\n";
+  TrialRun run(unnamed(flux_toml(1)) + plugins, 8);
+  r = run.train();
+  EXPECT_EQ(r.exit_code, 28) << r.all();
+  EXPECT_TRUE(contains(r.all(), "'flux' (signed by ed25519:")) << r.all();
+  EXPECT_TRUE(contains(r.all(), "--diffusion-adapter")) << r.all();
+  EXPECT_FALSE(fs::exists(run.out() / "metrics.jsonl"));
+  // Named, the trusted copy is used.
+  auto args = run.args();
+  args.insert(args.end(), {"--diffusion-adapter", "flux"});
+  r = yeto::test::run_host(args);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(series(run.out(), "loss").size(), 1u);
+}
+
+TEST(LearnerTrainFlux, ATransformerOnlyRepositoryTrainsOnCachedLatents) {
+  TempDir dir;
+  const fs::path full = fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
+  test::write_dataset(dir / "data", 8, {}, 32);
+  std::string toml = unnamed(flux_toml(2));
+  dir.write("cache.toml", toml);
+  auto r = yeto::test::run_host({"cache", "--config", (dir / "cache.toml").string(), "--output", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+
+  // Latents and text embeddings computed elsewhere: the cache's rows and shards, no contract.
+  fs::copy(dir / "cache", dir / "precomputed", fs::copy_options::recursive);
+  fs::remove(dir / "precomputed/yeto_diffusion_cache.json");
+  // The transformer and scheduler only; every encoder is [null, null].
+  const fs::path tonly = dir / "transformer-only";
+  fs::create_directories(tonly);
+  for (const char* c : {"transformer", "scheduler"}) fs::copy(full / c, tonly / c, fs::copy_options::recursive);
+  auto index = nlohmann::json::parse(read_file(full / "model_index.json"));
+  for (const char* c : {"vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"})
+    index[c] = nlohmann::json::array({nullptr, nullptr});
+  dir.write("transformer-only/model_index.json", index.dump(2));
+
+  auto swap_data = [](std::string t, const std::string& path) {
+    const std::string from = "path = \"data/train.jsonl\"";
+    t.replace(t.find(from), from.size(), "path = \"" + path + "\"");
+    return t;
+  };
+  dir.write("train.toml", swap_data(with_model(toml, tonly), "precomputed/manifest.jsonl"));
+  r = yeto::test::run_host({"train", "--config", (dir / "train.toml").string(), "--output", (dir / "run").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(series(dir / "run", "loss").size(), 2u);
+
+  // Raw images need the VAE: refused, naming it.
+  dir.write("raw.toml", with_model(toml, tonly));
+  r = yeto::test::run_host({"train", "--config", (dir / "raw.toml").string(), "--output", (dir / "raw").string()});
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.all(), "lists 'vae' as null")) << r.all();
+  EXPECT_TRUE(contains(r.all(), "cached latents")) << r.all();
+
+  // The denoiser itself cannot be null.
+  index["transformer"] = nlohmann::json::array({nullptr, nullptr});
+  dir.write("transformer-only/model_index.json", index.dump(2));
+  r = yeto::test::run_host({"train", "--config", (dir / "train.toml").string(), "--output", (dir / "none").string()});
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.all(), "'transformer' is null, but every flux run needs it")) << r.all();
 }
 
 TEST(LearnerTrainFlux, BadRowsAreReportedWithRowNumbers) {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "io/aliases.hpp"
 #include "plugin/loader.hpp"
 #include "plugin_fixture.hpp"
 #include "signing.hpp"
@@ -125,15 +126,31 @@ TEST(Signing, YetoSignToolKeygenSignVerify) {
   ASSERT_EQ(r.exit_code, 0) << r.all();
   r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", p.manifest.string()});
   EXPECT_EQ(r.exit_code, 0) << r.all();
+  // Every refusal exits with the loader's own code (the 20-29 table of the host).
   r = run_process({bin, "verify", "--key", build_public_key().string(), "--manifest", p.manifest.string()});
-  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_unknown_key)) << r.all();
   EXPECT_TRUE(contains(r.err, "not among")) << r.err;
+  const std::string fp = sign::load_public_key(tmp / "pub.public").fingerprint();
+  r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", p.manifest.string(),
+                   "--revoked", fp});
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_revoked_key)) << r.all();
+  r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", p.manifest.string(),
+                   "--signature", (tmp / "absent.yeto.sig").string()});
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_unsigned)) << r.all();
+  r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", (tmp / "nope.yeto.json").string()});
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_not_found)) << r.all();
+  sign::write_text(tmp / "broken.yeto.json", "{\"format\": \"yeto-plugin-manifest\"}");
+  r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", (tmp / "broken.yeto.json").string()});
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_manifest)) << r.all();
+  EXPECT_TRUE(contains(r.err, "broken.yeto.json")) << r.err;
   std::string bytes = sign::read_bytes(p.library);
   bytes[bytes.size() / 2] ^= 0x20;
   sign::write_text(p.library, bytes);
   r = run_process({bin, "verify", "--key", (tmp / "pub.public").string(), "--manifest", p.manifest.string()});
-  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_bad_signature)) << r.all();
   EXPECT_TRUE(contains(r.err, "modified or replaced")) << r.err;
+  r = run_process({bin, "verify", "--manifest", p.manifest.string()});
+  EXPECT_EQ(r.exit_code, 2) << "a usage error is not a refusal";
   r = run_process({bin, "fingerprint", (tmp / "pub.public").string()});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out.rfind("ed25519:", 0), 0u);
@@ -382,28 +399,166 @@ TEST_F(Trust, OnlyThePluginTheRunNamesIsOpened) {
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->manifest.name, "cfuture");
   EXPECT_EQ(read_text(marker_), "cfuture constructor ran\n");
-  // A model alias from some plugin's manifest names that plugin.
-  const auto* q = plugin::load_adapter(cfg_with({{"model.id", "cbasic-alias", "--model"}}), bare_host_api(), {});
+  // A model alias a plugin's manifest declares chooses it only when the plugin is signed by a
+  // shipped key (an install root's keys/): a trusted key alone is not enough.
+  EXPECT_EQ(plugin::load_adapter(cfg_with({{"model.id", "cbasic-alias", "--model"}}), bare_host_api(), {}), nullptr);
+  EXPECT_EQ(read_text(marker_), "cfuture constructor ran\n");
+  fs::create_directories(tmp_ / "root/keys");
+  fs::copy_file(pub, tmp_ / "root/keys/k.public");
+  const auto* q = plugin::load_adapter(cfg_with({{"model.id", "cbasic-alias", "--model"}}), bare_host_api(),
+                                       {tmp_ / "root"});
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(q->manifest.name, "cbasic");
   EXPECT_EQ(read_text(marker_), "cfuture constructor ran\ncbasic constructor ran\n");
 }
 
-TEST(AdapterName, FlagThenBuiltInAliasThenManifestAlias) {
-  const plugin::Catalog none;
-  auto cfg = [](std::vector<config::Override> o) { return config::Config::resolve(std::nullopt, o); };
-  EXPECT_EQ(plugin::adapter_name(cfg({}), none), "");
-  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}}), none), "flux");
-  for (const char* alias : {"sd35", "sd35-medium", "sd35-large"})
-    EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "sd35") << alias;
-  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "ltx-video", "--model"}}), none), "ltx");
-  for (const char* alias : {"pixart-alpha", "pixart-sigma"})
-    EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "pixart") << alias;
-  for (const char* alias : {"wan21-t2v-1.3b", "wan21-t2v-14b", "wan22-t2v-a14b", "wan22", "wan22-ti2v-5b"})
-    EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", alias, "--model"}}), none), "wan") << alias;
-  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "flux-dev", "--model"}, {"model.adapter", "mine", "--set"}}), none),
-            "mine");
-  EXPECT_EQ(plugin::adapter_name(cfg({{"model.id", "/data/some/model", "--model"}}), none), "");
+// ---- choosing the plugin of a run ---------------------------------------------------------------
+
+class SelectPlugin : public ::testing::Test {
+ protected:
+  // A copy of cbasic named `name` that declares `pipelines`, signed by `key`.
+  PluginCopy variant(const std::string& name, const std::vector<std::string>& pipelines, const sign::SecretKey& key,
+                     const std::string& dir = "plugins") {
+    const auto c = copy_variant("cbasic", tmp_ / dir / name);
+    edit_manifest(c, [&](nlohmann::json& j) {
+      j["name"] = name;
+      j["aliases"] = {name + "-alias"};
+      j["pipelines"] = pipelines;
+    });
+    resign(c, key);
+    return c;
+  }
+  plugin::LoaderOptions options() {
+    auto o = options_for(tmp_ / "plugins", {write_public_key(shipped_, tmp_ / "shipped.public"),
+                                            write_public_key(other_, tmp_ / "other.public")});
+    o.shipped_keys = {tmp_ / "shipped.public"};
+    return o;
+  }
+  static config::Config cfg(std::vector<config::Override> o) { return config::Config::resolve(std::nullopt, o); }
+  static nlohmann::json index(const std::string& cls) { return {{"_class_name", cls}, {"transformer", {"diffusers", "X"}}}; }
+  plugin::Selection select(const std::vector<config::Override>& o, const nlohmann::json& model_index) {
+    const auto opts = options();
+    return plugin::select_plugin(cfg(o), plugin::Catalog::scan(opts.dirs), opts, &model_index);
+  }
+  TempDir tmp_;
+  const sign::SecretKey shipped_ = sign::generate_key("shipped");
+  const sign::SecretKey other_ = sign::generate_key("third party");
+};
+
+TEST_F(SelectPlugin, TheFlagThenAnAliasThenThePipelineClassOfAShippedPlugin) {
+  variant("tinyfam", {"TinyPipeline"}, shipped_);
+  auto s = select({}, index("TinyPipeline"));
+  EXPECT_EQ(s.name, "tinyfam");
+  EXPECT_TRUE(contains(s.reason, "TinyPipeline")) << s.reason;
+  s = select({{"model.id", "tinyfam-alias", "--model"}}, nlohmann::json::object());
+  EXPECT_EQ(s.name, "tinyfam");
+  EXPECT_EQ(s.reason, "alias 'tinyfam-alias'");
+  s = select({{"model.adapter", "mine", "--diffusion-adapter"}}, index("TinyPipeline"));
+  EXPECT_EQ(s.name, "mine");
+  EXPECT_EQ(s.reason, "model.adapter");
+  s = select({}, index("OtherPipeline"));
+  EXPECT_EQ(s.name, "");
+  EXPECT_EQ(s.hint, "");
+  EXPECT_EQ(select({}, nlohmann::json::object()).name, "");
+}
+
+TEST_F(SelectPlugin, APluginSignedByAnotherTrustedKeyIsNeverChosenImplicitly) {
+  variant("mirror", {"TinyPipeline"}, other_);
+  auto s = select({}, index("TinyPipeline"));
+  EXPECT_EQ(s.name, "");
+  EXPECT_TRUE(contains(s.hint, "'mirror' (signed by " + other_.public_key().fingerprint() + ")")) << s.hint;
+  EXPECT_TRUE(contains(s.hint, "--diffusion-adapter")) << s.hint;
+  EXPECT_EQ(select({{"model.id", "mirror-alias", "--model"}}, nlohmann::json::object()).name, "");
+  // Named, the trust rules accept it (a trusted key).
+  const auto o = options();
+  const auto catalog = plugin::Catalog::scan(o.dirs);
+  ASSERT_NE(catalog.find("mirror"), nullptr);
+  EXPECT_TRUE(plugin::verify(*catalog.find("mirror"), o).provenance.signature_verified);
+  EXPECT_EQ(select({{"model.adapter", "mirror", "--diffusion-adapter"}}, index("TinyPipeline")).name, "mirror");
+  // Next to a shipped plugin of the same class, the shipped one is chosen.
+  variant("tinyfam", {"TinyPipeline"}, shipped_);
+  EXPECT_EQ(select({}, index("TinyPipeline")).name, "tinyfam");
+  // An unsigned copy is passed over the same way.
+  const auto u = variant("loose", {"LoosePipeline"}, shipped_);
+  fs::remove(u.signature);
+  s = select({}, index("LoosePipeline"));
+  EXPECT_EQ(s.name, "");
+  EXPECT_TRUE(contains(s.hint, "'loose' (unsigned)")) << s.hint;
+}
+
+TEST_F(SelectPlugin, TwoShippedPluginsOfOneClassAreAmbiguous) {
+  variant("one", {"TinyPipeline"}, shipped_);
+  variant("two", {"TinyPipeline", "TwoPipeline"}, shipped_);
+  try {
+    select({}, index("TinyPipeline"));
+    FAIL() << "an ambiguous class was resolved";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::plugin_not_found);
+    EXPECT_TRUE(contains(e.what(), "one, two")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "--diffusion-adapter")) << e.what();
+  }
+  EXPECT_EQ(select({}, index("TwoPipeline")).name, "two");
+}
+
+TEST_F(SelectPlugin, ShippedFamiliesDeclareTheirAliasesAndPipelineClasses) {
+  const fs::path stage = fs::path(YETO_STAGE_DIR) / "plugins";
+  if (!fs::exists(stage / "flux.yeto.json")) GTEST_SKIP() << "the model families are not part of this build";
+  const std::map<std::string, std::vector<std::string>> pipelines = {
+      {"flux", {"FluxPipeline"}},
+      {"sd35", {"StableDiffusion3Pipeline"}},
+      {"ltx", {"LTXPipeline"}},
+      {"pixart", {"PixArtAlphaPipeline", "PixArtSigmaPipeline"}},
+      {"wan", {"WanPipeline"}}};
+  const auto catalog = plugin::Catalog::scan({stage});
+  for (const auto& [name, classes] : pipelines) {
+    const plugin::PluginFile* f = catalog.find(name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_EQ(f->manifest.pipelines, classes) << name;
+  }
+  // Every built-in model alias is declared by exactly one shipped family (its model family).
+  for (const auto& a : io::model_aliases()) {
+    const plugin::PluginFile* f = catalog.find(a.alias);
+    ASSERT_NE(f, nullptr) << a.alias;
+    EXPECT_EQ(f->manifest.name, a.family) << a.alias;
+  }
+  EXPECT_TRUE(catalog.duplicates().empty());
+}
+
+TEST_F(Trust, TwoPluginsOfOneNameAreReportedNotResolvedByOrder) {
+  copy_variant("cbasic", tmp_ / "plugins/a");
+  copy_variant("cbasic", tmp_ / "plugins/b");
+  const auto catalog = plugin::Catalog::scan({tmp_ / "plugins", tmp_ / "plugins/a"});
+  EXPECT_EQ(catalog.plugins.size(), 2u) << "a nested directory lists a manifest once";
+  EXPECT_EQ(catalog.duplicates(), std::vector<std::string>{"cbasic"});
+  for (const char* name : {"cbasic", "cbasic-alias"}) {
+    try {
+      catalog.find(name);
+      FAIL() << name;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::plugin_manifest);
+      EXPECT_TRUE(contains(e.what(), (tmp_ / "plugins/a/cbasic/cbasic.yeto.json").string())) << e.what();
+      EXPECT_TRUE(contains(e.what(), (tmp_ / "plugins/b/cbasic/cbasic.yeto.json").string())) << e.what();
+    }
+  }
+  EXPECT_EQ(try_load("cbasic", trusting_build(tmp_ / "plugins")).first, static_cast<int>(ExitCode::plugin_manifest));
+  EXPECT_FALSE(marker_exists(marker_));
+
+  const std::vector<std::string> cfg = {"--set", "plugins.dirs=" + (tmp_ / "plugins").string(), "--set",
+                                        "plugins.trusted_keys=" + build_public_key().string()};
+  auto args = [&](std::vector<std::string> a) {
+    a.insert(a.end(), cfg.begin(), cfg.end());
+    return a;
+  };
+  auto r = run_host(args({"plugins", "list"}));
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.out, "DUPLICATE")) << r.out;
+  r = run_host(args({"plugins", "list", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_TRUE(j[0]["duplicate"].get<bool>());
+  r = run_host(args({"plugins", "info", "cbasic"}));
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_manifest)) << r.all();
 }
 
 TEST_F(Trust, LoadedPluginsGoIntoTheRunProvenance) {
@@ -438,6 +593,13 @@ TEST_F(Trust, PluginsCommandNeverOpensALibrary) {
   EXPECT_TRUE(contains(r.out, "cbasic 1.2.3")) << r.out;
   EXPECT_TRUE(contains(r.out, "trusted")) << r.out;
   EXPECT_TRUE(contains(r.out, "REFUSED (exit 27)")) << r.out;  // clicense, not acknowledged
+  // info on a refused plugin exits with the refusal's code, as verify does.
+  r = run_host(args({"plugins", "info", "clicense"}), "", env);
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_license)) << r.all();
+  EXPECT_TRUE(contains(r.out, "REFUSED (exit 27)")) << r.out;
+  r = run_host(args({"plugins", "info", "clicense", "--json"}), "", env);
+  EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::plugin_license)) << r.all();
+  EXPECT_EQ(nlohmann::json::parse(r.out)["check"]["accepted"], false);
 
   r = run_host(args({"plugins", "info", "cbasic-alias", "--json"}), "", env);
   EXPECT_EQ(r.exit_code, 0) << r.all();

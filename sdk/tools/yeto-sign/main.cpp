@@ -1,5 +1,7 @@
 // yeto-sign: make Ed25519 keys, sign a plugin (library + manifest), verify a signature.
-// Exit codes: 0 ok, 1 verification failed, 2 usage or malformed input.
+// Exit codes: 0 ok; 2 usage; a refused verification exits with the host loader's code
+// (20 unsigned, 21 bad signature or malformed signature file, 22 unknown key, 23 revoked key,
+// 28 a file not found, 29 a malformed manifest).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -103,20 +105,42 @@ int verify(const Args& a) {
   if (a.has("revoked"))
     for (const auto& r : a.opts.at("revoked")) revoked.insert(r);
   const fs::path mpath = a.one("manifest");
-  const std::string manifest = read_bytes(mpath);
-  const Manifest m = parse_manifest(manifest, mpath.string());
-  const std::string library = read_bytes(library_for(a, mpath, m));
+  auto refuse = [](int code, const std::string& msg) {
+    std::cerr << "yeto-sign: " << msg << "\n";
+    return code;
+  };
+  auto bytes = [&](const fs::path& p, int code, std::string& out) {
+    std::error_code ec;
+    if (!fs::exists(p, ec)) return refuse(refusal::not_found, p.string() + " does not exist");
+    try {
+      out = read_bytes(p);
+    } catch (const FormatError& e) {
+      return refuse(code, e.what());
+    }
+    return 0;
+  };
+  std::string manifest, library, signature;
+  if (const int rc = bytes(mpath, refusal::bad_manifest, manifest)) return rc;
+  Manifest m;
+  try {
+    m = parse_manifest(manifest, mpath.string());
+  } catch (const FormatError& e) {
+    return refuse(refusal::bad_manifest, e.what());
+  }
+  if (const int rc = bytes(library_for(a, mpath, m), refusal::bad_manifest, library)) return rc;
   const fs::path spath = a.has("signature") ? fs::path(a.one("signature")) : signature_path_for(mpath);
-  if (!fs::exists(spath)) {
-    std::cerr << "yeto-sign: " << m.name << " is unsigned: " << spath.string() << " does not exist\n";
-    return 1;
+  std::error_code ec;
+  if (!fs::exists(spath, ec))
+    return refuse(refusal::unsigned_plugin, m.name + " is unsigned: " + spath.string() + " does not exist");
+  if (const int rc = bytes(spath, refusal::bad_signature, signature)) return rc;
+  Signature s;
+  try {
+    s = parse_signature(signature, spath.string());
+  } catch (const FormatError& e) {
+    return refuse(refusal::bad_signature, e.what());
   }
-  const Signature s = parse_signature(read_bytes(spath), spath.string());
   const Verification v = verify_plugin(library, manifest, s, trusted, revoked);
-  if (v.verdict != Verdict::ok) {
-    std::cerr << "yeto-sign: " << m.name << ": " << v.detail << "\n";
-    return 1;
-  }
+  if (v.verdict != Verdict::ok) return refuse(exit_code(v.verdict), m.name + ": " + v.detail);
   std::cout << "ok: " << m.name << " " << m.version << " signed by " << v.key_fingerprint << " (" << v.key_source
             << "), library sha256 " << v.library_sha256 << "\n";
   return 0;

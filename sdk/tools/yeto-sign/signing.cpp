@@ -261,6 +261,7 @@ Manifest parse_manifest(std::string_view json_text, const std::string& where) {
   m.families = list("families");
   require(!m.families.empty(), where, "field \"families\" must name at least one model family");
   m.aliases = list("aliases");
+  m.pipelines = list("pipelines");
   m.capabilities = list("capabilities");
   try {
     (void)capability_bits(m.capabilities);
@@ -293,6 +294,7 @@ std::string manifest_to_json(const Manifest& m) {
   j["torch_version"] = m.torch_version;
   j["families"] = m.families;
   j["aliases"] = m.aliases;
+  if (!m.pipelines.empty()) j["pipelines"] = m.pipelines;
   j["capabilities"] = m.capabilities;
   j["license"] = {{"notice", m.license_notice}, {"must_acknowledge", m.license_must_acknowledge}};
   if (!m.description.empty()) j["description"] = m.description;
@@ -355,6 +357,20 @@ Signature sign_plugin(std::string_view library_bytes, std::string_view manifest_
   crypto_sign_detached(s.signature.data(), nullptr, reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
                        key.bytes.data());
   return s;
+}
+
+int exit_code(Verdict v) {
+  switch (v) {
+    case Verdict::ok:
+      return 0;
+    case Verdict::bad_signature:
+      return refusal::bad_signature;
+    case Verdict::unknown_key:
+      return refusal::unknown_key;
+    case Verdict::revoked_key:
+      return refusal::revoked_key;
+  }
+  return refusal::bad_signature;
 }
 
 Verification verify_plugin(std::string_view library_bytes, std::string_view manifest_bytes, const Signature& sig,

@@ -74,6 +74,9 @@ struct Manifest {
   std::string torch_version;  // "" when the plugin does not link LibTorch
   std::vector<std::string> families;
   std::vector<std::string> aliases;
+  // Diffusers pipeline classes (model_index.json "_class_name") the plugin serves; the host
+  // chooses a plugin signed by its own build key from them (see plugin::select_plugin).
+  std::vector<std::string> pipelines;
   std::vector<std::string> capabilities;  // capability names, see capability_names()
   std::string license_notice;
   bool license_must_acknowledge = false;
@@ -109,6 +112,18 @@ Signature parse_signature(std::string_view text, const std::string& where);
 Signature sign_plugin(std::string_view library_bytes, std::string_view manifest_bytes, const SecretKey& key);
 
 enum class Verdict { ok, bad_signature, unknown_key, revoked_key };
+
+// Exit codes of a refused review (yeto-sign verify, yeto-host plugins info/verify): the same
+// numbers the host's loader exits with (yeto::ExitCode::plugin_*), so scripts read one table.
+namespace refusal {
+inline constexpr int unsigned_plugin = 20;
+inline constexpr int bad_signature = 21;
+inline constexpr int unknown_key = 22;
+inline constexpr int revoked_key = 23;
+inline constexpr int not_found = 28;
+inline constexpr int bad_manifest = 29;
+}  // namespace refusal
+int exit_code(Verdict v);  // 0 for ok
 
 struct TrustedKey {
   PublicKey key;
