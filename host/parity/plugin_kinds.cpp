@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "artifacts/adapter.hpp"
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -300,6 +301,72 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
   }
 }
 
+// ---- LoRA adapters on a plugin's model class ------------------------------------------------
+// The `lora` kind: the case's model class (through its plugin, as for `model` cases) runs the
+// recorded call as is (sample_base) and with each recorded adapter directory folded into its
+// weights, W += scale * B @ A (what PEFT's LoRA layer computes without dropout), through the
+// same adapter reader export and merge use: lora_peft at adapter_config.json's lora_alpha / r
+// (sample_lora); the Diffusers files, which store no alpha, at Diffusers' scale 1
+// (sample_lora_alpha_eq_rank) and at the case's lora_alpha (sample_lora again).
+void run_plugin_lora(const CaseContext& ctx, CaseResult& result) {
+  const json& c = ctx.case_json();
+  const std::string cls = ctx.class_name();
+  const auto comp = plugin_component_of_case(ctx, result);
+  if (!comp) return;
+  plugin::NamedTensors inputs;
+  for (const auto& [arg, _] : c.at("call").at("tensor_args").items()) inputs.emplace_back(arg, ctx.input(arg));
+  json options = c.at("call").value("scalar_args", json::object());
+  options.erase("return_dict");
+  const std::string options_text = options.dump();
+  at::NoGradGuard no_grad;
+  auto sample = [&] {
+    for (const auto& [n, t] : plugin::component_forward(*comp, inputs, options_text))
+      if (n == "sample") return t;
+    throw Error(cls + " forward returned no 'sample'", ExitCode::failure);
+  };
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [n, t] : plugin::component_parameters(*comp)) weights.emplace(n, t);
+  auto with_adapter = [&](const std::string& dir, std::optional<double> alpha) {
+    artifacts::ReadOptions ro;
+    ro.alpha = alpha;
+    const artifacts::Adapter adapter = artifacts::read_adapter(ctx.dir() / dir, ro);
+    std::vector<std::pair<at::Tensor, at::Tensor>> saved;
+    for (const auto& [path, m] : adapter.modules_of("transformer")) {
+      const auto it = weights.find(path + ".weight");
+      if (it == weights.end())
+        throw Error(where_of(ctx) + ": " + dir + " adapts '" + path + "', which is not a layer of " + cls,
+                    ExitCode::bad_input);
+      saved.emplace_back(it->second, it->second.clone());
+      it->second.add_((m->B.mm(m->A) * m->scale).to(it->second.scalar_type()));
+    }
+    const at::Tensor out = sample();
+    for (auto& [w, original] : saved) w.copy_(original);
+    if (saved.empty()) throw Error(where_of(ctx) + ": " + dir + " holds no LoRA module", ExitCode::bad_input);
+    return out;
+  };
+  // The same expected output reached from a second adapter layout is listed under its own name.
+  auto compare_as = [&](const std::string& key, const std::string& source, const at::Tensor& actual) {
+    if (!c.at("compare").contains(key)) return;
+    result.comparisons.push_back(compare_tensors(key + " (" + source + ")", actual, ctx.expected(key), ctx.tolerance(key)));
+  };
+  auto exists = [&](const char* dir) { return fs::is_directory(ctx.dir() / dir); };
+  if (c.at("compare").contains("sample_base")) ctx.compare("sample_base", sample(), result);
+  if (exists("lora_peft")) compare_as("sample_lora", "lora_peft", with_adapter("lora_peft", std::nullopt));
+  const std::optional<double> alpha =
+      c.contains("lora_config") && c["lora_config"].contains("lora_alpha") && c["lora_config"]["lora_alpha"].is_number()
+          ? std::optional<double>(c["lora_config"]["lora_alpha"].get<double>())
+          : std::nullopt;
+  for (const char* dir : {"lora_diffusers", "lora_model_level"}) {
+    if (!exists(dir)) continue;
+    compare_as("sample_lora_alpha_eq_rank", dir, with_adapter(dir, std::nullopt));
+    if (alpha) compare_as("sample_lora", std::string(dir) + " at lora_alpha", with_adapter(dir, alpha));
+  }
+  if (result.comparisons.empty())
+    throw Error(where_of(ctx) + ": no adapter directory (lora_peft, lora_diffusers, lora_model_level) and no "
+                "sample_base to compare",
+                ExitCode::bad_input);
+}
+
 // ---- autoencoder classes served by a plugin (video VAEs) -----------------------------------
 // The same case layout as the host's AutoencoderKL cases: calls `model.encode(x)` (outputs
 // `...mean`, `...std`, `...logvar`) and `model.decode(z)` (the sample), through the
@@ -447,6 +514,7 @@ std::string pipeline_request_for_case(const std::string& case_json_text) {
 void register_plugin_parity_kinds() {
   register_kind("pipeline_end_to_end", run_pipeline_end_to_end);
   register_kind("model", run_plugin_model);
+  register_kind("lora", run_plugin_lora);
   for (const auto& cls : plugin_autoencoder_classes()) register_class("autoencoder", cls, run_plugin_autoencoder);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
