@@ -18,6 +18,7 @@
 #include "ltx_transformer.hpp"
 #include "ltx_vae.hpp"
 #include "yeto/nn/family.hpp"
+#include "yeto/nn/helper_call.hpp"
 
 namespace {
 
@@ -158,61 +159,32 @@ class VaeComponent : public yeto::sdk::Component {
 
 // LTXPipeline's static latent helpers as a component (kind pipeline_helpers), so parity cases
 // recorded against `LTXPipeline._pack_latents(...)` run the plugin's own code. Options:
-// {"method": name, "args": [...], "kwargs": {...}} where a tensor argument is {"tensor": NAME}
-// naming one of the inputs.
+// a helper call as yeto/nn/helper_call.hpp reads it.
 class PipelineHelpersComponent : public yeto::sdk::Component {
  public:
   PipelineHelpersComponent(const std::string&, const std::string&) {}
 
   NamedTensors forward(const NamedTensors& in, const std::string& options) override {
-    const auto o = parse_json(options, "LTXPipeline helper options");
-    const auto method = o.value("method", std::string());
-    const json args = o.value("args", json::array());
-    const json kwargs = o.value("kwargs", json::object());
-    auto value = [&](std::size_t pos, const char* name) -> const json* {
-      if (pos < args.size()) return &args[pos];
-      const auto it = kwargs.find(name);
-      return it == kwargs.end() ? nullptr : &*it;
-    };
-    auto tensor = [&](std::size_t pos, const char* name) {
-      const json* v = value(pos, name);
-      if (!v || !v->is_object() || !v->contains("tensor"))
-        fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": argument '" + name + "' must be a tensor");
-      return yeto::sdk::get(in, (*v)["tensor"].get<std::string>());
-    };
-    auto integer = [&](std::size_t pos, const char* name, std::int64_t fallback) {
-      const json* v = value(pos, name);
-      if (!v) return fallback;
-      if (!v->is_number_integer())
-        fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": argument '" + name + "' must be an integer");
-      return v->get<std::int64_t>();
-    };
-    auto number = [&](std::size_t pos, const char* name, double fallback) {
-      const json* v = value(pos, name);
-      if (!v) return fallback;
-      if (!v->is_number())
-        fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": argument '" + name + "' must be a number");
-      return v->get<double>();
-    };
     try {
+      const yeto::family::HelperCall call("LTXPipeline", in, options);
+      const std::string& method = call.method();
       if (method == "_pack_latents")
-        return {{"result", ltx::pack_latents(tensor(0, "latents"), integer(1, "patch_size", 1),
-                                             integer(2, "patch_size_t", 1))}};
+        return {{"result", ltx::pack_latents(call.tensor(0, "latents"), call.integer(1, "patch_size", 1),
+                                             call.integer(2, "patch_size_t", 1))}};
       if (method == "_unpack_latents")
-        return {{"result", ltx::unpack_latents(tensor(0, "latents"), integer(1, "num_frames", 0),
-                                               integer(2, "height", 0), integer(3, "width", 0),
-                                               integer(4, "patch_size", 1), integer(5, "patch_size_t", 1))}};
+        return {{"result", ltx::unpack_latents(call.tensor(0, "latents"), call.integer(1, "num_frames", 0),
+                                               call.integer(2, "height", 0), call.integer(3, "width", 0),
+                                               call.integer(4, "patch_size", 1), call.integer(5, "patch_size_t", 1))}};
       if (method == "_normalize_latents")
-        return {{"result", ltx::normalize_latents(tensor(0, "latents"), tensor(1, "latents_mean"),
-                                                  tensor(2, "latents_std"), number(3, "scaling_factor", 1.0))}};
+        return {{"result", ltx::normalize_latents(call.tensor(0, "latents"), call.tensor(1, "latents_mean"),
+                                                  call.tensor(2, "latents_std"), call.number(3, "scaling_factor", 1.0))}};
       if (method == "_denormalize_latents")
-        return {{"result", ltx::denormalize_latents(tensor(0, "latents"), tensor(1, "latents_mean"),
-                                                    tensor(2, "latents_std"), number(3, "scaling_factor", 1.0))}};
+        return {{"result", ltx::denormalize_latents(call.tensor(0, "latents"), call.tensor(1, "latents_mean"),
+                                                    call.tensor(2, "latents_std"), call.number(3, "scaling_factor", 1.0))}};
+      fail(YETO_ERR_UNSUPPORTED, call.unknown("_pack_latents, _unpack_latents, _normalize_latents, _denormalize_latents"));
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline." + method + ": " + e.what());
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    fail(YETO_ERR_UNSUPPORTED, "LTXPipeline has no helper '" + method +
-                                   "' here (_pack_latents, _unpack_latents, _normalize_latents, _denormalize_latents)");
   }
 
   NamedTensors parameters() override { return {}; }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "io/tensors.hpp"
 #include "parity/all_kinds.hpp"
@@ -217,17 +218,17 @@ TEST(RunCase, RegisteredKindsDriveTheirCasesThroughCompare) {
   EXPECT_EQ(r.comparisons.at(0).max_abs, 3.0);
 }
 
-TEST(PipelineHelpers, CalculateShiftIsCheckedAndFamilyHelpersAreReportedUnsupported) {
+TEST(PipelineHelpers, CalculateShiftIsCheckedAndUnservedHelpersAreReportedUnsupported) {
   register_all_parity_kinds();
   test::TempDir tmp;
   const fs::path dir = tmp / "helpers";
   nlohmann::json calls = nlohmann::json::array();
-  calls.push_back({{"python", "packed = FluxPipeline._pack_latents(latents, 2, 16, 8, 12)"}, {"outputs", {"packed"}}});
+  calls.push_back({{"python", "packed = NoSuchPipeline._pack_latents(latents, 2, 16, 8, 12)"}, {"outputs", {"packed"}}});
   calls.push_back({{"python", "mu = calculate_shift(packed.shape[1], 256, 4096, 0.5, 1.15)"},
                    {"outputs", {"calculate_shift_mu"}}});
   write_case(dir, {{"case", "helpers"},
                    {"kind", "pipeline_helpers"},
-                   {"class_name", "FluxPipeline"},
+                   {"class_name", "NoSuchPipeline"},
                    {"calls", calls},
                    {"compare",
                     {{"packed", {{"rtol", 0}, {"atol", 0}}}, {"calculate_shift_mu", {{"rtol", 1e-12}, {"atol", 1e-12}}}}}});
@@ -238,7 +239,7 @@ TEST(PipelineHelpers, CalculateShiftIsCheckedAndFamilyHelpersAreReportedUnsuppor
                        {{"packed", at::zeros({2, 24, 64})}, {"calculate_shift_mu", at::scalar_tensor(mu, at::kDouble)}});
   const CaseResult r = run_case(dir);
   EXPECT_FALSE(r.supported);
-  EXPECT_NE(r.error.find("FluxPipeline._pack_latents"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("NoSuchPipeline._pack_latents"), std::string::npos) << r.error;
   ASSERT_EQ(r.comparisons.size(), 1u);
   EXPECT_EQ(r.comparisons[0].name, "calculate_shift_mu");
   EXPECT_TRUE(r.comparisons[0].pass) << r.comparisons[0].note;
@@ -274,6 +275,40 @@ TEST(CheckParityCommand, PerturbedExpectedTensorFailsWithExitCode40) {
   EXPECT_NE(res.out.find("FAIL  loop.prev_sample.3"), std::string::npos) << res.out;
   EXPECT_NE(res.out.find("PASS  loop.prev_sample.2"), std::string::npos) << res.out;
   EXPECT_NE(res.out.find("1 passed, 1 failed"), std::string::npos) << res.out;
+}
+
+// Every case directory the project copies, of every kind: all pass and none is unsupported
+// (the lora kind and the family plugins' pipeline helpers included).
+TEST(CheckParityCommand, EveryCopiedCasePassesAndNoneIsUnsupported) {
+  std::vector<std::string> args = {"check-parity"};
+  for (const auto& e : fs::directory_iterator(fs::path(YETO_TEST_FIXTURES) / "parity"))
+    if (fs::exists(e.path() / "case.json")) args.push_back(e.path().string());
+  ASSERT_GE(args.size(), 27u);
+  const auto res = test::run_host(args);
+  EXPECT_EQ(res.exit_code, 0) << res.all();
+  EXPECT_NE(res.out.find("0 failed, 0 unsupported"), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("PASS  sample_lora (lora_peft"), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("PASS  packed"), std::string::npos) << res.out;
+}
+
+// The lora kind really folds the adapter in at the recorded scale: a wrong lora_alpha fails
+// exactly the outputs computed with it.
+TEST(CheckParityCommand, ALoraCaseWithTheWrongAlphaFails) {
+  test::TempDir tmp;
+  const fs::path copy = tmp / "flux-lora";
+  fs::copy(fixture("flux-lora"), copy, fs::copy_options::recursive);
+  auto c = nlohmann::json::parse(yeto::read_file(copy / "case.json"));
+  c["lora_config"]["lora_alpha"] = 4;
+  yeto::atomic_write(copy / "case.json", c.dump(2));
+  auto cfg = nlohmann::json::parse(yeto::read_file(copy / "lora_peft/adapter_config.json"));
+  cfg["lora_alpha"] = 4;
+  yeto::atomic_write(copy / "lora_peft/adapter_config.json", cfg.dump(2));
+  const auto res = test::run_host({"check-parity", copy.string()});
+  EXPECT_EQ(res.exit_code, static_cast<int>(ExitCode::parity_failed)) << res.all();
+  EXPECT_NE(res.out.find("PASS  sample_base"), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("FAIL  sample_lora (lora_peft)"), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("FAIL  sample_lora (lora_diffusers at lora_alpha)"), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find("PASS  sample_lora_alpha_eq_rank (lora_diffusers)"), std::string::npos) << res.out;
 }
 
 TEST(CheckParityCommand, UnsupportedKindExitsNonZero) {
