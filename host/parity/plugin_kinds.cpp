@@ -248,30 +248,37 @@ ComponentPtr plugin_component_of_case(const CaseContext& ctx, CaseResult& result
   return comp;
 }
 
+// The recorded model call of a `model` or `lora` case: its tensor arguments by name and, as the
+// component's forward options, its non-tensor arguments (num_frames, rope scales, ...).
+struct RecordedCall {
+  plugin::NamedTensors inputs;
+  std::string options;
+  explicit RecordedCall(const CaseContext& ctx) {
+    const json& call = ctx.case_json().at("call");
+    for (const auto& [arg, _] : call.at("tensor_args").items()) inputs.emplace_back(arg, ctx.input(arg));
+    json o = call.value("scalar_args", json::object());
+    o.erase("return_dict");
+    options = o.dump();
+  }
+  // The component's "sample" output for these arguments.
+  at::Tensor sample(const yeto_component_v1& comp, const std::string& cls) const {
+    for (const auto& [n, t] : plugin::component_forward(comp, inputs, options))
+      if (n == "sample") return t;
+    throw Error(cls + " forward returned no 'sample'", ExitCode::failure);
+  }
+};
+
 void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string cls = ctx.class_name();
   const auto comp = plugin_component_of_case(ctx, result);
   if (!comp) return;
 
-  plugin::NamedTensors inputs;
-  for (const auto& [arg, _] : c.at("call").at("tensor_args").items()) inputs.emplace_back(arg, ctx.input(arg));
+  const RecordedCall call(ctx);
   const std::string output = c.at("compare").contains("sample") ? "sample" : c.at("compare").begin().key();
-  // Non-tensor arguments of the recorded call (num_frames, rope scales, ...) go to the
-  // component as its forward options.
-  json options = c.at("call").value("scalar_args", json::object());
-  options.erase("return_dict");
-  const std::string options_text = options.dump();
   {
     at::NoGradGuard no_grad;
-    const auto out = plugin::component_forward(*comp, inputs, options_text);
-    bool found = false;
-    for (const auto& [n, t] : out)
-      if (n == "sample") {
-        ctx.compare(output, t, result);
-        found = true;
-      }
-    if (!found) throw Error(cls + " forward returned no 'sample'", ExitCode::failure);
+    ctx.compare(output, call.sample(*comp, cls), result);
   }
   if (!c.contains("backward")) return;
   const json& b = c["backward"];
@@ -280,9 +287,7 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
     p.set_requires_grad(true);
     p.mutable_grad() = at::Tensor();
   }
-  at::Tensor sample;
-  for (const auto& [n, t] : plugin::component_forward(*comp, inputs, options_text))
-    if (n == "sample") sample = t;
+  const at::Tensor sample = call.sample(*comp, cls);
   const auto loss = (sample - ctx.expected(b.value("target_key", std::string("loss_target")))).pow(2).mean();
   ctx.compare(b.value("loss_key", std::string("loss")), loss.detach(), result);
   loss.backward();
@@ -313,17 +318,9 @@ void run_plugin_lora(const CaseContext& ctx, CaseResult& result) {
   const std::string cls = ctx.class_name();
   const auto comp = plugin_component_of_case(ctx, result);
   if (!comp) return;
-  plugin::NamedTensors inputs;
-  for (const auto& [arg, _] : c.at("call").at("tensor_args").items()) inputs.emplace_back(arg, ctx.input(arg));
-  json options = c.at("call").value("scalar_args", json::object());
-  options.erase("return_dict");
-  const std::string options_text = options.dump();
+  const RecordedCall call(ctx);
   at::NoGradGuard no_grad;
-  auto sample = [&] {
-    for (const auto& [n, t] : plugin::component_forward(*comp, inputs, options_text))
-      if (n == "sample") return t;
-    throw Error(cls + " forward returned no 'sample'", ExitCode::failure);
-  };
+  auto sample = [&] { return call.sample(*comp, cls); };
   std::map<std::string, at::Tensor> weights;
   for (const auto& [n, t] : plugin::component_parameters(*comp)) weights.emplace(n, t);
   auto with_adapter = [&](const std::string& dir, std::optional<double> alpha) {
@@ -339,9 +336,9 @@ void run_plugin_lora(const CaseContext& ctx, CaseResult& result) {
       saved.emplace_back(it->second, it->second.clone());
       it->second.add_((m->B.mm(m->A) * m->scale).to(it->second.scalar_type()));
     }
+    if (saved.empty()) throw Error(where_of(ctx) + ": " + dir + " holds no LoRA module", ExitCode::bad_input);
     const at::Tensor out = sample();
     for (auto& [w, original] : saved) w.copy_(original);
-    if (saved.empty()) throw Error(where_of(ctx) + ": " + dir + " holds no LoRA module", ExitCode::bad_input);
     return out;
   };
   // The same expected output reached from a second adapter layout is listed under its own name.
