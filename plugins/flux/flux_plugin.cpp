@@ -74,40 +74,32 @@ class TransformerComponent : public yeto::sdk::Component {
 
 // FluxPipeline's static latent helpers as a component, so parity cases recorded against
 // `FluxPipeline._pack_latents(...)` run this plugin's own packing (yeto/nn/helper_call.hpp).
-class PipelineHelpersComponent : public yeto::sdk::Component {
+class PipelineHelpersComponent : public yeto::family::PipelineHelpers {
  public:
-  PipelineHelpersComponent(const std::string&, const std::string&) {}
+  PipelineHelpersComponent(const std::string&, const std::string&)
+      : PipelineHelpers("FluxPipeline", "_pack_latents, _unpack_latents, _prepare_latent_image_ids") {}
 
-  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
-    try {
-      const yeto::family::HelperCall call("FluxPipeline", in, options);
-      if (call.method() == "_pack_latents") {
-        // (latents, batch_size, num_channels_latents, height, width): the sizes must be the tensor's.
-        const auto latents = call.tensor(0, "latents");
-        const std::int64_t want[] = {call.integer(1, "batch_size", latents.size(0)),
-                                     call.integer(2, "num_channels_latents", latents.size(1)),
-                                     call.integer(3, "height", latents.size(2)), call.integer(4, "width", latents.size(3))};
-        if (latents.dim() != 4 || want[0] != latents.size(0) || want[1] != latents.size(1) ||
-            want[2] != latents.size(2) || want[3] != latents.size(3))
-          throw std::invalid_argument("FluxPipeline._pack_latents: the sizes given do not match latents " +
-                                      c10::str(latents.sizes()));
-        return {{"result", flux::pack_latents(latents)}};
-      }
-      if (call.method() == "_unpack_latents")
-        return {{"result", flux::unpack_latents(call.tensor(0, "latents"), call.integer(1, "height", 0),
-                                                call.integer(2, "width", 0), call.integer(3, "vae_scale_factor", 8))}};
-      if (call.method() == "_prepare_latent_image_ids")
-        return {{"result", flux::latent_image_ids(call.integer(1, "height", 0), call.integer(2, "width", 0),
-                                                  call.dtype(4, "dtype", at::kFloat))}};
-      fail(YETO_ERR_UNSUPPORTED, call.unknown("_pack_latents, _unpack_latents, _prepare_latent_image_ids"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+ protected:
+  at::Tensor run(const yeto::family::HelperCall& call) override {
+    if (call.method() == "_pack_latents") {
+      // (latents, batch_size, num_channels_latents, height, width): the sizes must be the tensor's.
+      const auto latents = call.tensor(0, "latents");
+      const std::int64_t want[] = {call.integer(1, "batch_size", latents.size(0)),
+                                   call.integer(2, "num_channels_latents", latents.size(1)),
+                                   call.integer(3, "height", latents.size(2)), call.integer(4, "width", latents.size(3))};
+      if (latents.dim() != 4 || want[0] != latents.size(0) || want[1] != latents.size(1) ||
+          want[2] != latents.size(2) || want[3] != latents.size(3))
+        throw std::invalid_argument("the sizes given do not match latents " +
+                                    c10::str(latents.sizes()));
+      return flux::pack_latents(latents);
     }
-  }
-
-  NamedTensors parameters() override { return {}; }
-  void load_weights(const NamedTensors& weights, bool) override {
-    if (!weights.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "FluxPipeline helpers have no weights");
+    if (call.method() == "_unpack_latents")
+      return flux::unpack_latents(call.tensor(0, "latents"), call.integer(1, "height", 0), call.integer(2, "width", 0),
+                                  call.integer(3, "vae_scale_factor", 8));
+    if (call.method() == "_prepare_latent_image_ids")
+      return flux::latent_image_ids(call.integer(1, "height", 0), call.integer(2, "width", 0),
+                                    call.dtype(4, "dtype", at::kFloat));
+    return {};
   }
 };
 

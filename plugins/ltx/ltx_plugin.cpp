@@ -160,36 +160,28 @@ class VaeComponent : public yeto::sdk::Component {
 // LTXPipeline's static latent helpers as a component (kind pipeline_helpers), so parity cases
 // recorded against `LTXPipeline._pack_latents(...)` run the plugin's own code. Options:
 // a helper call as yeto/nn/helper_call.hpp reads it.
-class PipelineHelpersComponent : public yeto::sdk::Component {
+class PipelineHelpersComponent : public yeto::family::PipelineHelpers {
  public:
-  PipelineHelpersComponent(const std::string&, const std::string&) {}
+  PipelineHelpersComponent(const std::string&, const std::string&)
+      : PipelineHelpers("LTXPipeline", "_pack_latents, _unpack_latents, _normalize_latents, _denormalize_latents") {}
 
-  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
-    try {
-      const yeto::family::HelperCall call("LTXPipeline", in, options);
-      const std::string& method = call.method();
-      if (method == "_pack_latents")
-        return {{"result", ltx::pack_latents(call.tensor(0, "latents"), call.integer(1, "patch_size", 1),
-                                             call.integer(2, "patch_size_t", 1))}};
-      if (method == "_unpack_latents")
-        return {{"result", ltx::unpack_latents(call.tensor(0, "latents"), call.integer(1, "num_frames", 0),
-                                               call.integer(2, "height", 0), call.integer(3, "width", 0),
-                                               call.integer(4, "patch_size", 1), call.integer(5, "patch_size_t", 1))}};
-      if (method == "_normalize_latents")
-        return {{"result", ltx::normalize_latents(call.tensor(0, "latents"), call.tensor(1, "latents_mean"),
-                                                  call.tensor(2, "latents_std"), call.number(3, "scaling_factor", 1.0))}};
-      if (method == "_denormalize_latents")
-        return {{"result", ltx::denormalize_latents(call.tensor(0, "latents"), call.tensor(1, "latents_mean"),
-                                                    call.tensor(2, "latents_std"), call.number(3, "scaling_factor", 1.0))}};
-      fail(YETO_ERR_UNSUPPORTED, call.unknown("_pack_latents, _unpack_latents, _normalize_latents, _denormalize_latents"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-  }
-
-  NamedTensors parameters() override { return {}; }
-  void load_weights(const NamedTensors& weights, bool) override {
-    if (!weights.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "LTXPipeline helpers have no weights");
+ protected:
+  at::Tensor run(const yeto::family::HelperCall& call) override {
+    const std::string& method = call.method();
+    if (method == "_pack_latents")
+      return ltx::pack_latents(call.tensor(0, "latents"), call.integer(1, "patch_size", 1),
+                               call.integer(2, "patch_size_t", 1));
+    if (method == "_unpack_latents")
+      return ltx::unpack_latents(call.tensor(0, "latents"), call.integer(1, "num_frames", 0),
+                                 call.integer(2, "height", 0), call.integer(3, "width", 0),
+                                 call.integer(4, "patch_size", 1), call.integer(5, "patch_size_t", 1));
+    if (method == "_normalize_latents")
+      return ltx::normalize_latents(call.tensor(0, "latents"), call.tensor(1, "latents_mean"),
+                                    call.tensor(2, "latents_std"), call.number(3, "scaling_factor", 1.0));
+    if (method == "_denormalize_latents")
+      return ltx::denormalize_latents(call.tensor(0, "latents"), call.tensor(1, "latents_mean"),
+                                      call.tensor(2, "latents_std"), call.number(3, "scaling_factor", 1.0));
+    return {};
   }
 };
 
