@@ -66,9 +66,8 @@ nlohmann::json check_json(const Check& c) {
 
 // A plugin another manifest shares its name with is never loaded by that name (Catalog::find
 // refuses to guess); the list says so on each of them.
-bool duplicated(const plugin::Catalog& catalog, const PluginFile& f) {
-  const auto d = catalog.duplicates();
-  return std::find(d.begin(), d.end(), f.manifest.name) != d.end();
+bool duplicated(const std::vector<std::string>& duplicates, const PluginFile& f) {
+  return std::find(duplicates.begin(), duplicates.end(), f.manifest.name) != duplicates.end();
 }
 
 // How a plugin is chosen: only one signed by a shipped key is chosen without being named.
@@ -88,13 +87,14 @@ std::string selection_note(const PluginFile& f, const Check& c, const LoaderOpti
 
 int list(CommandContext& ctx, const LoaderOptions& o) {
   const auto catalog = plugin::Catalog::scan(o.dirs);
+  const auto duplicates = catalog.duplicates();
   if (ctx.has("json")) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& f : catalog.plugins) {
       auto j = manifest_json(f);
       const Check c = check(f, o);
       j["check"] = check_json(c);
-      j["duplicate"] = duplicated(catalog, f);
+      j["duplicate"] = duplicated(duplicates, f);
       j["selection"] = selection_note(f, c, o);
       out.push_back(j);
     }
@@ -118,9 +118,9 @@ int list(CommandContext& ctx, const LoaderOptions& o) {
               << joined(m.pipelines) << "  "
               << (c.ok ? (c.provenance.dev_override ? "DEV-OVERRIDE" : "trusted")
                        : "REFUSED (exit " + std::to_string(c.code) + ")")
-              << (duplicated(catalog, f) ? "  DUPLICATE" : "") << "\n    " << f.manifest_path.string() << "\n";
+              << (duplicated(duplicates, f) ? "  DUPLICATE" : "") << "\n    " << f.manifest_path.string() << "\n";
     if (!c.ok) std::cout << "    " << c.message << "\n";
-    if (duplicated(catalog, f))
+    if (duplicated(duplicates, f))
       std::cout << "    another manifest declares the name '" << m.name
                 << "': neither is loaded by that name until all but one are removed or renamed\n";
     else if (!note.empty())
