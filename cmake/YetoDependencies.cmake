@@ -30,7 +30,7 @@ set(YETO_HAVE_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(YETO_HAVE_CUDA ON)
 endif()
-# c10d's NCCL backend (host/dist): only a CUDA LibTorch built with it; Debian's CPU build ships
+# c10d's NCCL backend (host/island): only a CUDA LibTorch built with it; Debian's CPU build ships
 # the header but not the backend, so CUDA is required as well.
 set(YETO_HAVE_C10D_NCCL OFF)
 if(YETO_HAVE_CUDA)

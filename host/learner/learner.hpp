@@ -16,7 +16,7 @@ namespace yeto::config {
 class Config;
 }
 
-namespace yeto::dist {
+namespace yeto::island {
 class IslandGroup;
 }
 
@@ -33,7 +33,7 @@ struct RunOptions {
   // The island's ranks (train.shard = "ddp", WORLD_SIZE > 1), or null for one rank. Every rank
   // trains its own data shard (logical_rank / world above), LoRA gradients are averaged before
   // each optimizer step, and only island rank 0 writes RUN_DIR.
-  dist::IslandGroup* island = nullptr;
+  island::IslandGroup* ranks = nullptr;
 };
 
 struct RunResult {

@@ -2,7 +2,7 @@
 #include "cli/commands.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
-#include "dist/run_island.hpp"
+#include "island/run_island.hpp"
 #include "learner/learner.hpp"
 #include "sync/train_islands.hpp"
 
@@ -33,11 +33,11 @@ int run_train(CommandContext& ctx) {
   options.run_dir = cfg.get_path("run.output");
   if (ctx.has("no-resume")) options.resume = false;
   // One island on several ranks (torchrun-style environment, train.shard = "ddp").
-  const auto island = dist::open_run_island(cfg, dist::island_env());
-  if (island) {
-    options.logical_rank = dist::rank_of(*island);
-    options.world = dist::world_size_of(*island);
-    options.island = island.get();
+  const auto ranks = island::open_run_island(cfg, island::island_env());
+  if (ranks) {
+    options.logical_rank = island::rank_of(*ranks);
+    options.world = island::world_size_of(*ranks);
+    options.ranks = ranks.get();
   }
   const auto result = learner::run(cfg, options, nullptr);
   if (result.stopped_early) spdlog::info("stopped at step {}; run the same command again to resume", result.steps);

@@ -25,7 +25,7 @@
 #include "data/sampler.hpp"
 #include "data/source.hpp"
 #include "data/torch/batch.hpp"
-#include "dist/island_group.hpp"
+#include "island/island_group.hpp"
 #include "io/provenance.hpp"
 #include "io/tensors.hpp"
 #include "learner/adamw.hpp"
@@ -134,7 +134,7 @@ std::string stream_name(const char* what, std::int64_t step, std::int64_t micro)
 class Loop {
  public:
   Loop(TrainModel& model, const config::Config& cfg, const RunOptions& options, OuterSync* sync)
-      : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)), group_(options.island),
+      : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)), group_(options.ranks),
         lead_(!group_ || group_->rank() == 0) {}
 
   RunResult run(const std::function<void(io::Provenance&)>& record_provenance);
@@ -167,7 +167,7 @@ class Loop {
   RunOptions opt_;
   OuterSync* sync_;
   Settings s_;
-  dist::IslandGroup* group_;  // null: one rank
+  island::IslandGroup* group_;  // null: one rank
   bool lead_;                 // island rank 0: the only writer of RUN_DIR
   RunData data_;
   NamedTensors trainable_;
@@ -256,13 +256,13 @@ double Loop::evaluate() {
   default_gen.set_state(saved);
   const double v = total / static_cast<double>(count);
   // Every rank evaluates the same rows with its own noise streams; the island reports their mean.
-  if (group_) return dist::allreduce_values(*group_, {v})[0] / static_cast<double>(group_->world_size());
+  if (group_) return island::allreduce_values(*group_, {v})[0] / static_cast<double>(group_->world_size());
   return v;
 }
 
 bool Loop::island_agree(bool lead_decision) {
   if (!group_) return lead_decision;
-  return dist::allreduce_values(*group_, {lead_ && lead_decision ? 1.0 : 0.0}, dist::ReduceOp::max)[0] > 0.5;
+  return island::allreduce_values(*group_, {lead_ && lead_decision ? 1.0 : 0.0}, island::ReduceOp::max)[0] > 0.5;
 }
 
 void Loop::gather_positions() {
@@ -271,7 +271,7 @@ void Loop::gather_positions() {
   std::vector<double> v(static_cast<std::size_t>(2 * w), 0.0);
   v[static_cast<std::size_t>(2 * group_->rank())] = static_cast<double>(state_.epoch);
   v[static_cast<std::size_t>(2 * group_->rank() + 1)] = static_cast<double>(state_.batch_in_epoch);
-  v = dist::allreduce_values(*group_, std::move(v));
+  v = island::allreduce_values(*group_, std::move(v));
   state_.rank_positions.clear();
   for (int r = 0; r < w; ++r)
     state_.rank_positions.push_back({static_cast<std::int64_t>(v[static_cast<std::size_t>(2 * r)]),
@@ -438,7 +438,7 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     micro_ = decision.micro_batch_size;
     accumulation_ = decision.gradient_accumulation;
     if (group_) {  // the island trains in lock-step: every rank takes rank 0's choice
-      const auto v = dist::allreduce_values(
+      const auto v = island::allreduce_values(
           *group_, {lead_ ? static_cast<double>(micro_) : 0.0, lead_ ? static_cast<double>(accumulation_) : 0.0});
       micro_ = static_cast<std::int64_t>(v[0]);
       accumulation_ = static_cast<std::int64_t>(v[1]);
@@ -475,7 +475,7 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     }
   }
   // Ranks start identical: the plugin may initialise LoRA from a per-rank stream.
-  if (group_) dist::broadcast_tensors(*group_, trainable_, 0);
+  if (group_) island::broadcast_tensors(*group_, trainable_, 0);
   std::optional<RunMetrics> metrics;
   if (lead_) {
     write_outputs_start(record_provenance);
@@ -551,8 +551,8 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     if (group_) {
       // ddp: average the LoRA gradients, and sum the island's loss and samples, so every rank
       // takes the same optimizer step and reports the same numbers.
-      dist::average_gradients(*group_, trainable_);
-      const auto v = dist::allreduce_values(*group_, {loss_sum, static_cast<double>(samples)});
+      island::average_gradients(*group_, trainable_);
+      const auto v = island::allreduce_values(*group_, {loss_sum, static_cast<double>(samples)});
       loss_sum = v[0] / static_cast<double>(group_->world_size());
       samples = static_cast<std::int64_t>(v[1]);
     }
@@ -615,7 +615,7 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     Request req = control.poll();
     if (group_)  // the strongest request of any rank, on every rank
       req = static_cast<Request>(static_cast<int>(
-          dist::allreduce_values(*group_, {static_cast<double>(static_cast<int>(req))}, dist::ReduceOp::max)[0]));
+          island::allreduce_values(*group_, {static_cast<double>(static_cast<int>(req))}, island::ReduceOp::max)[0]));
     if (req == Request::save_quit) stop = true;
     if (!last && !sync_cut &&
         (stop || req == Request::save || (s_.checkpoint_every > 0 && step % s_.checkpoint_every == 0))) {

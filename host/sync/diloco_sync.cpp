@@ -14,7 +14,7 @@
 #include "config/config.hpp"
 #include "core/error.hpp"
 #include "core/metrics.hpp"
-#include "dist/island_group.hpp"
+#include "island/island_group.hpp"
 #include "sync/clock.hpp"
 #include "sync/tape.hpp"
 
@@ -41,16 +41,16 @@ struct DilocoSync::Impl {
   std::int64_t last_samples = -1;
   DilocoStats st;
   bool failed_logged = false;
-  dist::IslandGroup* island = nullptr;  // null: one rank
+  island::IslandGroup* ranks = nullptr;  // null: one rank
   bool lead = true;                     // owns the client: one rank, or island rank 0
   bool started = false;
   bool stop_flag = false;               // islands: rank 0's stop decision at the last step boundary
 
-  explicit Impl(DilocoOptions opts) : o(std::move(opts)), island(o.island) {
-    if (island && island->world_size() < 2) island = nullptr;
-    lead = !island || island->rank() == 0;
+  explicit Impl(DilocoOptions opts) : o(std::move(opts)), ranks(o.ranks) {
+    if (ranks && ranks->world_size() < 2) ranks = nullptr;
+    lead = !ranks || ranks->rank() == 0;
     if (!lead) return;  // other ranks never talk to the syncer
-    o.client.defer_final_ack = island != nullptr;
+    o.client.defer_final_ack = ranks != nullptr;
     o.client.validate();
     if (!o.client.events.empty()) events = std::make_unique<JsonlWriter>(o.client.events);
   }
@@ -62,14 +62,14 @@ struct DilocoSync::Impl {
   void bcast(std::vector<double>& v) {
     if (v.empty()) return;
     at::Tensor t = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble).clone();
-    island->broadcast(t, 0);
+    ranks->broadcast(t, 0);
     const double* d = t.data_ptr<double>();
     std::copy(d, d + v.size(), v.begin());
   }
 
   void bcast(std::vector<float>& v) {
     at::Tensor t = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kFloat).clone();
-    island->broadcast(t, 0);
+    ranks->broadcast(t, 0);
     const float* d = t.data_ptr<float>();
     std::copy(d, d + v.size(), v.begin());
   }
@@ -217,7 +217,7 @@ struct DilocoSync::Impl {
       std::vector<double> head = {0.0};
       bcast(head);
       st.joined = head[0] > 0.5;
-      dist::broadcast_tensors(*island, trainable, 0);
+      island::broadcast_tensors(*ranks, trainable, 0);
       if (st.joined) st.fragments_applied += layout.fragments.size();
       return;
     }
@@ -236,10 +236,10 @@ struct DilocoSync::Impl {
                    o.client.learner_id, o.client.host, o.client.port, o.join_timeout_s);
       event("join_deferred", {{"join_timeout_s", o.join_timeout_s}});
     }
-    if (island) {
+    if (ranks) {
       std::vector<double> head = {st.joined ? 1.0 : 0.0};
       bcast(head);
-      dist::broadcast_tensors(*island, trainable, 0);
+      island::broadcast_tensors(*ranks, trainable, 0);
     }
   }
 
@@ -254,7 +254,7 @@ struct DilocoSync::Impl {
       st.fragments_applied += r.applied.size();
       if (r.finished) {
         st.finished = true;
-        island->barrier();  // rank 0 acknowledges the final cut once every rank holds it
+        ranks->barrier();  // rank 0 acknowledges the final cut once every rank holds it
       }
       return;
     }
@@ -271,12 +271,12 @@ struct DilocoSync::Impl {
       }
     });
     if (staged) ++st.staged_steps;
-    if (island) {
+    if (ranks) {
       const bool stop_now = r.finished || client->final_cut_available() || client->gave_up();
       StepResult shared = r;  // its fragment data travel to the other ranks
       share_step(shared, stop_now, trainable, staged);
       if (r.finished) {
-        island->barrier();
+        ranks->barrier();
         client->acknowledge_final();
       }
     }
@@ -302,8 +302,8 @@ struct DilocoSync::Impl {
     bcast(head);
     applied = head[0] > 0.5;
     if (!applied) return false;
-    dist::broadcast_tensors(*island, trainable, 0);
-    island->barrier();
+    island::broadcast_tensors(*ranks, trainable, 0);
+    ranks->barrier();
     if (lead) client->acknowledge_final();
     return true;
   }
@@ -330,7 +330,7 @@ struct DilocoSync::Impl {
         stage_out(trainable, all_tensors());
         st.fragments_applied += layout.fragments.size();
       }
-      if (island) share_final(applied, trainable);
+      if (ranks) share_final(applied, trainable);
       if (!applied) {
         spdlog::error("outer sync {}: no final cut from the syncer; the island keeps its local weights",
                       o.client.learner_id);
@@ -360,7 +360,7 @@ void DilocoSync::after_step(std::int64_t step, std::int64_t samples, const learn
 
 bool DilocoSync::stop_requested() const {
   // An island stops on rank 0's decision at the last step boundary, the same on every rank.
-  if (impl_->island) return impl_->stop_flag || impl_->st.finished;
+  if (impl_->ranks) return impl_->stop_flag || impl_->st.finished;
   return impl_->client && (impl_->st.finished || impl_->client->final_cut_available() || impl_->client->gave_up());
 }
 

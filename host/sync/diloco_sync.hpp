@@ -40,7 +40,7 @@
 namespace yeto::config {
 class Config;
 }
-namespace yeto::dist {
+namespace yeto::island {
 class IslandGroup;
 }
 
@@ -58,7 +58,7 @@ struct DilocoOptions {
   // to reach the syncer (the reconnect budget bounds it).
   double final_wait_s = 0.0;
   // The island's ranks (every rank constructs a DilocoSync with the same group); null: one rank.
-  dist::IslandGroup* island = nullptr;
+  island::IslandGroup* ranks = nullptr;
 };
 
 // [sync] keys of the run config (sync.fragments, sync.fragment_pattern, sync.join_timeout_s,

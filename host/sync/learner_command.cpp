@@ -12,7 +12,7 @@
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "dist/run_island.hpp"
+#include "island/run_island.hpp"
 #include "learner/learner.hpp"
 #include "sync/diloco_sync.hpp"
 #include "sync/launch.hpp"
@@ -56,20 +56,20 @@ int run_learner(CommandContext& ctx) {
   if (ctx.has("no-resume")) ro.resume = false;
   // Several ranks per island (torchrun-style environment, train.shard = "ddp"): one data shard
   // and random stream per (island, rank); only rank 0 talks to the syncer.
-  const auto island = dist::open_run_island(cfg, dist::island_env());
-  if (island) {
-    const int k = dist::world_size_of(*island);
-    ro.logical_rank = ro.logical_rank * k + dist::rank_of(*island);
+  const auto ranks = island::open_run_island(cfg, island::island_env());
+  if (ranks) {
+    const int k = island::world_size_of(*ranks);
+    ro.logical_rank = ro.logical_rank * k + island::rank_of(*ranks);
     ro.world *= k;
-    ro.island = island.get();
-    o.island = island.get();
+    ro.ranks = ranks.get();
+    o.ranks = ranks.get();
   }
   o.client.events = ro.run_dir / "sync_events.jsonl";
   sync::DilocoSync outer(std::move(o));
   const learner::RunResult r = learner::run(cfg, ro, &outer);
   const sync::DilocoStats st = outer.stats();
-  const std::string who = ctx.value("learner-id") + (island && dist::rank_of(*island) > 0
-                                                         ? " rank " + std::to_string(dist::rank_of(*island))
+  const std::string who = ctx.value("learner-id") + (ranks && island::rank_of(*ranks) > 0
+                                                         ? " rank " + std::to_string(island::rank_of(*ranks))
                                                          : std::string());
   spdlog::info("learner {}: {} steps, {} global fragments applied, {} bytes sent, {} received{}", who, r.steps,
                st.fragments_applied, st.client.bytes_sent, st.client.bytes_received,

@@ -77,7 +77,7 @@ TEST(PixArtGenericLearner, LearnerAndPipelineSourcesNameNoFamilyRule) {
   const std::vector<std::string> forbidden = {"pixart", "learned_sigma", "learned sigma", "learned-sigma",
                                               "sigma split", "aspect_ratio", "added_cond", "out_channels"};
   std::size_t files = 0;
-  for (const char* area : {"host/learner", "host/pipeline", "host/data", "host/sync", "host/dist"}) {
+  for (const char* area : {"host/learner", "host/pipeline", "host/data", "host/sync", "host/island"}) {
     if (!fs::exists(fs::path(YETO_SOURCE_DIR) / area)) continue;
     for (const auto& e : fs::recursive_directory_iterator(fs::path(YETO_SOURCE_DIR) / area)) {
       const auto ext = e.path().extension();

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/sha256.hpp"
-#include "dist/island_group.hpp"
+#include "island/island_group.hpp"
 #include "support/temp_dir.hpp"
 #include "sync/diloco_sync.hpp"
 #include "sync/state.hpp"
@@ -455,17 +455,17 @@ TEST(DilocoSync, AnIslandOfTwoRanksStaysBitIdenticalAndEndsOnTheFinalCut) {
   std::atomic<bool> joined{false};
   auto run_rank = [&](int r) {
     try {
-      yeto::dist::IslandEnv env;
+      yeto::island::IslandEnv env;
       env.rank = r;
       env.local_rank = r;
       env.world_size = 2;
       env.master_addr = "127.0.0.1";
       env.master_port = master;
-      auto group = yeto::dist::IslandGroup::connect(env, {10.0, 60.0, yeto::dist::Backend::gloo});
+      auto group = yeto::island::IslandGroup::connect(env, {10.0, 60.0, yeto::island::Backend::gloo});
       Rank& me = ranks[static_cast<std::size_t>(r)];
       me.island = std::make_unique<Island>(1.0 + 0.5 * r, 0.1 * r);  // different start: start() aligns them
       auto o = options("island-0", syncer.port(), r == 0 ? dir / "a.events.jsonl" : fs::path());
-      o.island = group.get();
+      o.ranks = group.get();
       ys::DilocoSync sync(std::move(o));
       auto& t = me.island->trainable;
       sync.start(t);
@@ -474,7 +474,7 @@ TEST(DilocoSync, AnIslandOfTwoRanksStaysBitIdenticalAndEndsOnTheFinalCut) {
         {
           at::NoGradGuard ng;
           for (std::size_t i = 0; i < t.size(); ++i) t[i].second.mutable_grad() = (t[i].second - me.island->targets[i]).detach();
-          yeto::dist::average_gradients(*group, t);
+          yeto::island::average_gradients(*group, t);
           for (auto& [name, x] : t) x.sub_(x.grad() * 0.05);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));

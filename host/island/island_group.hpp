@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "dist/env.hpp"
+#include "island/env.hpp"
 
-namespace yeto::dist {
+namespace yeto::island {
 
 enum class Backend { automatic, gloo, nccl };
 
@@ -70,4 +70,4 @@ void broadcast_tensors(IslandGroup& group, const std::vector<std::pair<std::stri
 // Element-wise sum / max of small double vectors across the ranks (metrics, decisions).
 std::vector<double> allreduce_values(IslandGroup& group, std::vector<double> values, ReduceOp op = ReduceOp::sum);
 
-}  // namespace yeto::dist
+}  // namespace yeto::island

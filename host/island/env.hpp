@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-namespace yeto::dist {
+namespace yeto::island {
 
 struct IslandEnv {
   int rank = 0;             // RANK: this process's rank in the island, [0, world_size)
@@ -27,4 +27,4 @@ IslandEnv island_env_from(const std::function<const char*(const char*)>& get);
 // The same from this process's environment.
 IslandEnv island_env();
 
-}  // namespace yeto::dist
+}  // namespace yeto::island

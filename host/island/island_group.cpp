@@ -1,4 +1,4 @@
-#include "dist/island_group.hpp"
+#include "island/island_group.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>
@@ -25,7 +25,7 @@
 
 #include "core/error.hpp"
 
-namespace yeto::dist {
+namespace yeto::island {
 namespace {
 
 // LibTorch 2.x split the process group into a front (c10d::ProcessGroup) and the backend that
@@ -272,4 +272,4 @@ std::vector<double> allreduce_values(IslandGroup& group, std::vector<double> val
   return std::vector<double>(p, p + values.size());
 }
 
-}  // namespace yeto::dist
+}  // namespace yeto::island

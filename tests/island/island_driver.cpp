@@ -2,7 +2,7 @@
 // learner, joined to its island through the torchrun-style environment (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT; train.shard = "ddp") -- what `yeto-host learner` does, with the
 // template plugin instead of a model repository. Usage:
-//   dist_island_driver CONFIG RUN_DIR --out PREFIX [--syncer HOST:PORT --secret FILE --id ID
+//   island_driver CONFIG RUN_DIR --out PREFIX [--syncer HOST:PORT --secret FILE --id ID
 //                      --island I --islands N] [--save-quit-at STEP] [--step-ms MS]
 //                      [--joined-marker FILE] [--start-after FILE]
 // Every rank writes PREFIX.rank<r>.trace (one line per step: "step <n> applied <total>
@@ -24,9 +24,9 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/sha256.hpp"
-#include "dist/env.hpp"
-#include "dist/island_group.hpp"
-#include "dist/run_island.hpp"
+#include "island/env.hpp"
+#include "island/island_group.hpp"
+#include "island/run_island.hpp"
 #include "learner/outer_sync.hpp"
 #include "learner/trainer.hpp"
 #include "sync/diloco_sync.hpp"
@@ -88,7 +88,7 @@ class Tracing final : public yeto::learner::OuterSync {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: dist_island_driver CONFIG RUN_DIR --out PREFIX [--syncer H:P --secret F --id ID --island I "
+    std::cerr << "usage: island_driver CONFIG RUN_DIR --out PREFIX [--syncer H:P --secret F --id ID --island I "
                  "--islands N] [--save-quit-at STEP]\n";
     return 2;
   }
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     const std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || i + 1 >= argc || !a.count(k.substr(2))) {
-      std::cerr << "dist_island_driver: bad argument " << k << "\n";
+      std::cerr << "island_driver: bad argument " << k << "\n";
       return 2;
     }
     a[k.substr(2)] = argv[++i];
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const auto cfg = yeto::config::Config::resolve(fs::path(argv[1]), {});
-    const auto island = yeto::dist::open_run_island(cfg, yeto::dist::island_env());
+    const auto island = yeto::island::open_run_island(cfg, yeto::island::island_env());
     const int rank = island ? island->rank() : 0;
     const int k = island ? island->world_size() : 1;
     yeto::learner::RunOptions ro;
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     ro.console = false;
     ro.logical_rank = std::stoll(a["island"]) * k + rank;
     ro.world = std::stoi(a["islands"]) * k;
-    ro.island = island.get();
+    ro.ranks = island.get();
     std::unique_ptr<yeto::sync::DilocoSync> sync;
     if (!a["syncer"].empty()) {
       auto o = yeto::sync::diloco_options_from_config(cfg);
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       o.client.run_secret = yeto::read_file(a["secret"]);
       o.client.learner_id = a["id"];
       o.client.events = ro.run_dir / "sync_events.jsonl";
-      o.island = island.get();
+      o.ranks = island.get();
       sync = std::make_unique<yeto::sync::DilocoSync>(std::move(o));
     }
     const std::string prefix = a["out"] + ".rank" + std::to_string(rank);

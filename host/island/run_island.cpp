@@ -1,12 +1,12 @@
-#include "dist/run_island.hpp"
+#include "island/run_island.hpp"
 
 #include <algorithm>
 
 #include "config/config.hpp"
 #include "core/error.hpp"
-#include "dist/island_group.hpp"
+#include "island/island_group.hpp"
 
-namespace yeto::dist {
+namespace yeto::island {
 
 std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const IslandEnv& env) {
   const std::string shard = cfg.get_string("train.shard");
@@ -41,4 +41,4 @@ std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const Is
 int rank_of(const IslandGroup& group) { return group.rank(); }
 int world_size_of(const IslandGroup& group) { return group.world_size(); }
 
-}  // namespace yeto::dist
+}  // namespace yeto::island

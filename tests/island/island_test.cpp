@@ -1,5 +1,5 @@
 // Learner islands of several ranks, as real processes on 127.0.0.1 training the template
-// plugin (dist_island_driver): a syncer (`yeto-host syncer`) with an island of two ranks and
+// plugin (island_driver): a syncer (`yeto-host syncer`) with an island of two ranks and
 // an island of one, started by the embedded launcher (sync/launch.hpp), which sets the
 // torchrun variables; and ddp islands without a syncer (determinism, resume).
 #include <gtest/gtest.h>
@@ -64,7 +64,7 @@ std::int64_t applied_of(const std::string& trace_line) {
   return std::stoll(trace_line.substr(at + 9));
 }
 
-TEST(DistIsland, TwoRankIslandAndOneRankIslandBlendTogetherAndEndOnTheFinalCut) {
+TEST(Island, TwoRankIslandAndOneRankIslandBlendTogetherAndEndOnTheFinalCut) {
   yeto::test::TempDir dir;
   yeto::learner::test::write_dataset(dir / "data", 20);
   // The syncer's budget ends the run (max_steps is only a cap); with quorum 2 merges wait for
@@ -85,7 +85,7 @@ TEST(DistIsland, TwoRankIslandAndOneRankIslandBlendTogetherAndEndOnTheFinalCut) 
   // processes and their rendezvous), so that the budget cannot be spent before both are in.
   const fs::path joined_marker = run / "island-0-joined";
   L.learner_argv = [&](const ys::IslandSlot& s) {
-    std::vector<std::string> a = {DIST_ISLAND_DRIVER, toml.string(), s.dir.string(), "--out", (s.dir / "dump").string(),
+    std::vector<std::string> a = {ISLAND_DRIVER, toml.string(), s.dir.string(), "--out", (s.dir / "dump").string(),
                                   "--syncer", s.syncer, "--secret", s.secret.string(), "--id", s.id,
                                   "--island", std::to_string(s.index), "--islands", "2", "--step-ms", "20"};
     a.push_back(s.index == 0 ? "--joined-marker" : "--start-after");
@@ -148,7 +148,7 @@ std::vector<int> ddp_island(const fs::path& cfg, const fs::path& out, int world,
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
-      std::vector<std::string> argv = {DIST_ISLAND_DRIVER, cfg.string(), out.string(), "--out", (out.string() + "-dump")};
+      std::vector<std::string> argv = {ISLAND_DRIVER, cfg.string(), out.string(), "--out", (out.string() + "-dump")};
       argv.insert(argv.end(), extra.begin(), extra.end());
       res[static_cast<std::size_t>(r)] = yeto::test::run_process(
           argv, "", {{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_RANK", std::to_string(r)},
@@ -163,7 +163,7 @@ std::vector<int> ddp_island(const fs::path& cfg, const fs::path& out, int world,
   return codes;
 }
 
-TEST(DistIsland, DdpIsDeterministicForTheSameSeedAndTopologyAndResumesExactly) {
+TEST(Island, DdpIsDeterministicForTheSameSeedAndTopologyAndResumesExactly) {
   yeto::test::TempDir dir;
   // 11 training rows over 2 ranks: uneven shards (6 and 5 rows), so the ranks' data positions
   // differ after a few epochs and resuming must restore each rank's own.
@@ -190,11 +190,11 @@ TEST(DistIsland, DdpIsDeterministicForTheSameSeedAndTopologyAndResumesExactly) {
   EXPECT_TRUE(read_text(dir / "c" / "lora.safetensors") == lora_a);
 }
 
-TEST(DistIsland, ABadEnvironmentIsRefusedBeforeTraining) {
+TEST(Island, ABadEnvironmentIsRefusedBeforeTraining) {
   yeto::test::TempDir dir;
   yeto::learner::test::write_dataset(dir / "data", 6);
   const auto toml = dir.write("run.toml", run_toml(2));
-  const auto p = yeto::test::run_process({DIST_ISLAND_DRIVER, toml.string(), (dir / "run").string(), "--out",
+  const auto p = yeto::test::run_process({ISLAND_DRIVER, toml.string(), (dir / "run").string(), "--out",
                                           (dir / "dump").string()},
                                          "", {{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"}});
   EXPECT_EQ(p.exit_code, 2);

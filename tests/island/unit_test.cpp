@@ -1,4 +1,4 @@
-// host/dist: the torchrun-style environment, the island rendezvous and the two collectives the
+// host/island: the torchrun-style environment, the island rendezvous and the two collectives the
 // learner uses (the ddp gradient average, broadcasts from rank 0). Two ranks run as threads of
 // this process over Gloo on 127.0.0.1.
 #include <gtest/gtest.h>
@@ -16,12 +16,12 @@
 
 #include "config/config.hpp"
 #include "core/error.hpp"
-#include "dist/env.hpp"
-#include "dist/island_group.hpp"
-#include "dist/run_island.hpp"
+#include "island/env.hpp"
+#include "island/island_group.hpp"
+#include "island/run_island.hpp"
 #include "support/temp_dir.hpp"
 
-namespace yd = yeto::dist;
+namespace yd = yeto::island;
 
 namespace {
 
@@ -83,7 +83,7 @@ std::vector<std::string> on_ranks(int world, const std::function<void(int)>& bod
   return errors;
 }
 
-TEST(DistEnv, TorchrunVariables) {
+TEST(IslandEnv, TorchrunVariables) {
   const auto one = env_of({});
   EXPECT_EQ(one.world_size, 1);
   EXPECT_FALSE(one.distributed());
@@ -100,7 +100,7 @@ TEST(DistEnv, TorchrunVariables) {
   EXPECT_EQ(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}).local_rank, 1);
 }
 
-TEST(DistEnv, BadOrMissingVariablesNameTheVariable) {
+TEST(IslandEnv, BadOrMissingVariablesNameTheVariable) {
   const Vars base = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
   auto without = [&](const std::string& k) {
     Vars v = base;
@@ -124,7 +124,7 @@ TEST(DistEnv, BadOrMissingVariablesNameTheVariable) {
   EXPECT_TRUE(has(without("RANK"), "torchrun-style launcher"));
 }
 
-TEST(DistEnv, RunConfigDecidesWhetherRanksMayJoin) {
+TEST(IslandEnv, RunConfigDecidesWhetherRanksMayJoin) {
   yeto::test::TempDir dir;
   auto cfg = [&](const std::string& train) {
     return yeto::config::Config::resolve(dir.write("run.toml", "[train]\n" + train), {});
@@ -146,7 +146,7 @@ TEST(DistEnv, RunConfigDecidesWhetherRanksMayJoin) {
                   "train.island_ranks = 2 but WORLD_SIZE is not set"));
 }
 
-TEST(DistGroup, GradientAverageBroadcastAndValues) {
+TEST(IslandGroup, GradientAverageBroadcastAndValues) {
   const std::uint16_t port = free_port();
   std::vector<std::vector<float>> got_a(2), got_b(2), got_c(2), bcast(2);
   std::vector<std::vector<double>> sums(2), maxes(2);
@@ -190,7 +190,7 @@ TEST(DistGroup, GradientAverageBroadcastAndValues) {
   }
 }
 
-TEST(DistGroup, RankCountMismatchAndMissingRanksFailClearly) {
+TEST(IslandGroup, RankCountMismatchAndMissingRanksFailClearly) {
   {
     // Rank 1 was started with WORLD_SIZE=3 while rank 0 has 2.
     const std::uint16_t port = free_port();

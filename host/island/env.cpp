@@ -1,10 +1,10 @@
-#include "dist/env.hpp"
+#include "island/env.hpp"
 
 #include <cstdlib>
 
 #include "core/error.hpp"
 
-namespace yeto::dist {
+namespace yeto::island {
 namespace {
 
 const char* const kHint =
@@ -79,4 +79,4 @@ IslandEnv island_env() {
   return island_env_from([](const char* name) { return std::getenv(name); });
 }
 
-}  // namespace yeto::dist
+}  // namespace yeto::island

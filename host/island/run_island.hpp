@@ -5,13 +5,13 @@
 
 #include <memory>
 
-#include "dist/env.hpp"
+#include "island/env.hpp"
 
 namespace yeto::config {
 class Config;
 }
 
-namespace yeto::dist {
+namespace yeto::island {
 
 class IslandGroup;
 int rank_of(const IslandGroup& group);
@@ -23,4 +23,4 @@ int world_size_of(const IslandGroup& group);
 // Throws yeto::UsageError naming the key or variable.
 std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const IslandEnv& env);
 
-}  // namespace yeto::dist
+}  // namespace yeto::island
