@@ -5,15 +5,14 @@
 
 #include "config/config.hpp"
 #include "core/error.hpp"
-#include "core/error.hpp"
 #include "data/cache_contract.hpp"
 #include "data/options.hpp"
 #include "data/source.hpp"
-#include "data/torch/pipeline_cache.hpp"
 #include "io/repository.hpp"
 #include "learner/learner.hpp"
 #include "learner/settings.hpp"
 #include "learner/trainer.hpp"
+#include "pipeline/cache_encoder.hpp"
 #include "pipeline/pipeline.hpp"
 #include "runtime/torch_runtime.hpp"
 #include "schedulers/scheduler.hpp"
@@ -37,7 +36,7 @@ void check_cache_datasets(const config::Config& cfg, const pipeline::Pipeline& p
     std::error_code ec;
     if (!fs::is_regular_file(dir / data::kCacheContractFile, ec)) continue;
     try {
-      data::validate_cache_for_pipeline(dir, pipeline, options);
+      pipeline::validate_cache(dir, pipeline, options);
     } catch (const Error& e) {
       throw Error(s.source_key + " = \"" + s.source + "\": " + e.what(), e.code());
     }

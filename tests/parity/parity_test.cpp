@@ -8,13 +8,13 @@
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
 
+#include "app/parity_kinds.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/python_json.hpp"
 #include "io/tensors.hpp"
-#include "parity/all_kinds.hpp"
 #include "parity/parity.hpp"
 #include "parity/pyexpr.hpp"
-#include "core/python_json.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -54,7 +54,7 @@ TEST(ParityFixtures, AllSevenSchedulerCasesArePresent) {
 }
 
 TEST_P(SchedulerCase, EveryComparedOutputIsWithinTolerance) {
-  register_all_parity_kinds();
+  app::register_all_parity_kinds();
   const fs::path dir = fixture(GetParam());
   const CaseResult r = run_case(dir);
   EXPECT_TRUE(r.supported) << r.error;
@@ -167,7 +167,7 @@ TEST(PythonJson, AcceptsInfinityAndNaNLiterals) {
 }
 
 TEST(RunCase, UnknownKindIsUnsupported) {
-  register_all_parity_kinds();
+  app::register_all_parity_kinds();
   test::TempDir tmp;
   write_case(tmp / "c", {{"case", "c"}, {"kind", "no_such_kind"}, {"class_name", "X"}});
   const CaseResult r = run_case(tmp / "c");
@@ -177,7 +177,7 @@ TEST(RunCase, UnknownKindIsUnsupported) {
 }
 
 TEST(RunCase, UnknownSchedulerClassIsUnsupported) {
-  register_all_parity_kinds();
+  app::register_all_parity_kinds();
   test::TempDir tmp;
   write_case(tmp / "c", {{"case", "c"}, {"kind", "scheduler"}, {"class_name", "EulerAncestralDiscreteScheduler"}});
   const CaseResult r = run_case(tmp / "c");
@@ -219,7 +219,7 @@ TEST(RunCase, RegisteredKindsDriveTheirCasesThroughCompare) {
 }
 
 TEST(PipelineHelpers, CalculateShiftIsCheckedAndUnservedHelpersAreReportedUnsupported) {
-  register_all_parity_kinds();
+  app::register_all_parity_kinds();
   test::TempDir tmp;
   const fs::path dir = tmp / "helpers";
   nlohmann::json calls = nlohmann::json::array();

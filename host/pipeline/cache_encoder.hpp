@@ -2,9 +2,9 @@
 // pipeline's family plugin: pixels -> encode_media -> "latents", prompts ->
 // encode_conditioning -> its named conditioning tensors) and the profile a run trained on a
 // cache must match (model id/commit, the pipeline's component hashes, data.* preprocessing).
-// Library yeto_data_cache (LibTorch; also registers the `cache` command).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 
@@ -13,30 +13,29 @@
 #include "data/options.hpp"
 
 namespace yeto::pipeline {
-class Pipeline;
-}
 
-namespace yeto::data {
+class Pipeline;
 
 // What a cache made with `pipeline` under `options` records (tensors excluded: those are
 // outputs, compared only when the caller adds them).
-CacheProfile pipeline_cache_profile(const pipeline::Pipeline& pipeline, const DataOptions& options);
+data::CacheProfile cache_profile(const Pipeline& pipeline, const data::DataOptions& options);
 
 // Checks the cache dataset in `dir` (its yeto_diffusion_cache.json) against the run: throws
 // yeto::Error (bad_input) naming every differing field -- model.id, model.commit,
 // components.<name>, preprocessing.<setting> -- and what to do; not_found when `dir` holds
 // no contract. Returns the cache's profile (with its tensor dtypes/shapes).
-CacheProfile validate_cache_for_pipeline(const std::filesystem::path& dir, const pipeline::Pipeline& pipeline,
-                                         const DataOptions& options);
+data::CacheProfile validate_cache(const std::filesystem::path& dir, const Pipeline& pipeline,
+                                  const data::DataOptions& options);
 
-struct PipelineEncoderOptions {
+struct CacheEncoderOptions {
   bool sample_latents = false;  // encode_media {"sample": ...}: false takes the distribution's mean
   std::uint64_t seed = 0;       // encode_media {"seed": ...}
 };
 
 // Encodes raw media and prompts with the pipeline's plugin hooks; cached tensors a row
 // already has are passed through unchanged. Every tensor is stored per row (the batch
-// dimension removed), on CPU, in the dtype the plugin returned.
-std::unique_ptr<CacheEncoder> make_pipeline_encoder(pipeline::Pipeline& pipeline, const PipelineEncoderOptions& options);
+// dimension removed), on CPU, in the dtype the plugin returned. Throws not_available when the
+// plugin has neither encode_media nor encode_conditioning.
+std::unique_ptr<data::CacheEncoder> make_cache_encoder(Pipeline& pipeline, const CacheEncoderOptions& options);
 
-}  // namespace yeto::data
+}  // namespace yeto::pipeline

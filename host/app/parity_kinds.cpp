@@ -1,19 +1,19 @@
-#include "parity/all_kinds.hpp"
+#include "app/parity_kinds.hpp"
 
 #include <mutex>
 
+#include "app/plugin_parity_kinds.hpp"
 #include "models/model_parity.hpp"
 #include "parity/pipeline_helpers.hpp"
-#include "parity/plugin_kinds.hpp"
 #include "schedulers/scheduler_parity.hpp"
 #include "text/text_parity.hpp"
 
-namespace yeto::parity {
+namespace yeto::app {
 
 void register_all_parity_kinds() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_pipeline_helpers_kind();
+    parity::register_pipeline_helpers_kind();
     schedulers::register_scheduler_parity_kinds();
     models::register_model_parity_kinds();
     text::register_text_parity_kinds();
@@ -21,4 +21,4 @@ void register_all_parity_kinds() {
   });
 }
 
-}  // namespace yeto::parity
+}  // namespace yeto::app

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "app/commands.hpp"
 #include "artifacts/merge.hpp"
-#include "cli/commands.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
 #include "pipeline/pipeline.hpp"
@@ -24,11 +24,21 @@
 #include "sample/media.hpp"
 #include "sample/png.hpp"
 
-namespace yeto::sample {
+namespace yeto::app {
 namespace {
 
+using sample::check_adapter_plugin;
+using sample::fold_adapter;
+using sample::FoldReport;
+using sample::output_path;
+using sample::PromptEntry;
+using sample::read_prompt_entries;
+using sample::write_frames;
+using sample::write_mp4;
+using sample::write_png;
+
 template <class T>
-T number(const cli::CommandContext& ctx, const std::string& option, T fallback, T min) {
+T number(const CommandContext& ctx, const std::string& option, T fallback, T min) {
   if (!ctx.has(option)) return fallback;
   const std::string v = ctx.value(option);
   T out{};
@@ -39,7 +49,7 @@ T number(const cli::CommandContext& ctx, const std::string& option, T fallback, 
   return out;
 }
 
-double real(const cli::CommandContext& ctx, const std::string& option, double fallback) {
+double real(const CommandContext& ctx, const std::string& option, double fallback) {
   if (!ctx.has(option)) return fallback;
   const std::string v = ctx.value(option);
   try {
@@ -64,7 +74,7 @@ std::vector<std::uint8_t> to_rgb8(const at::Tensor& media) {
 
 enum class Format { png, mp4, frames };
 
-Format output_format(const cli::CommandContext& ctx, const std::string& output) {
+Format output_format(const CommandContext& ctx, const std::string& output) {
   const std::string ext = std::filesystem::path(output).extension().string();
   const bool dir = !output.empty() && (output.back() == '/' || std::filesystem::is_directory(output));
   if (ctx.has("format")) {
@@ -93,7 +103,7 @@ std::filesystem::path frames_dir(std::string output, std::size_t index, std::siz
   return output + "-" + number;
 }
 
-int run_sample(cli::CommandContext& ctx) {
+int run_sample(CommandContext& ctx) {
   std::vector<PromptEntry> prompts;
   for (const auto& p : ctx.values("prompt")) prompts.push_back({p, std::nullopt});
   if (ctx.has("prompts")) {
@@ -191,11 +201,8 @@ int run_sample(cli::CommandContext& ctx) {
 }
 
 }  // namespace
-}  // namespace yeto::sample
 
-namespace yeto::cli {
-
-void register_sample_commands(Registry& r) {
+void register_sample_command(Registry& r) {
   Command c;
   c.name = "sample";
   c.summary = "Generate images or clips from a base model (optionally with an adapter) and write PNG, MP4 or frames.";
@@ -228,8 +235,8 @@ void register_sample_commands(Registry& r) {
                {"output", "PATH", "Output: FILE.png, FILE.mp4 or DIR/ (frames) (required)."},
                {"format", "F", "png, mp4 or frames (default: from --output)."},
                {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn. DIR:COMPONENT folds it into that denoiser (e.g. DIR:transformer_2, the low-noise expert of Wan 2.2), needed with several denoisers for an adapter without yeto_diffusion_adapter.json.", true}};
-  c.run = sample::run_sample;
+  c.run = run_sample;
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

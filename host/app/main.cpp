@@ -2,11 +2,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "io/component_registry.hpp"
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  yeto::cli::register_builtin_components(yeto::io::ComponentRegistry::global());
-  return yeto::cli::run_main(yeto::cli::build_registry(), args);
+  yeto::app::register_builtin_components(yeto::io::ComponentRegistry::global());
+  return yeto::app::run_main(yeto::app::build_registry(), args);
 }

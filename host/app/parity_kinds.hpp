@@ -1,10 +1,10 @@
 // Every parity kind this build can check, registered once. The check-parity command calls
 // register_all_parity_kinds(); an area that adds kinds adds its `register_<area>_parity_kinds()`
-// call to all_kinds.cpp and links its library into yeto_parity_command (host/parity/CMakeLists.txt).
+// call to parity_kinds.cpp and links its library into yeto_app_torch (host/app/CMakeLists.txt).
 #pragma once
 
-namespace yeto::parity {
+namespace yeto::app {
 
 void register_all_parity_kinds();
 
-}  // namespace yeto::parity
+}  // namespace yeto::app

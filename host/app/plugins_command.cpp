@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "core/error.hpp"
 #include "plugin/loader.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 using plugin::LoaderOptions;
@@ -213,7 +213,7 @@ int run_plugins(CommandContext& ctx) {
 
 }  // namespace
 
-void register_plugin_commands(Registry& r) {
+void register_plugins_command(Registry& r) {
   Command c;
   c.name = "plugins";
   c.summary = "List, inspect and verify signed plugins (list | info NAME | verify PATH).";
@@ -234,4 +234,4 @@ void register_plugin_commands(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

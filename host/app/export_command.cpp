@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/commands.hpp"
 #include "artifacts/export.hpp"
 #include "artifacts/export_settings.hpp"
 #include "artifacts/merge.hpp"
-#include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/sha256.hpp"
@@ -24,7 +24,7 @@
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 namespace fs = std::filesystem;
@@ -157,4 +157,4 @@ void register_export_command(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

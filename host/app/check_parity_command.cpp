@@ -8,15 +8,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
+#include "app/parity_kinds.hpp"
 #include "core/error.hpp"
-#include "parity/all_kinds.hpp"
 #include "parity/parity.hpp"
 
-namespace yeto::parity {
+namespace yeto::app {
 namespace {
 
 namespace fs = std::filesystem;
+using parity::CaseResult;
+using parity::Comparison;
 
 std::string sci(double v) {
   char buf[32];
@@ -61,7 +63,7 @@ nlohmann::json to_json(const CaseResult& r) {
   return j;
 }
 
-int run_check_parity(cli::CommandContext& ctx) {
+int run_check_parity(CommandContext& ctx) {
   register_all_parity_kinds();
   const bool json = ctx.has("json");
   const bool failures_only = ctx.has("failures-only");
@@ -69,7 +71,7 @@ int run_check_parity(cli::CommandContext& ctx) {
   int passed = 0, failed = 0, unsupported = 0;
   nlohmann::json all = nlohmann::json::array();
   for (const auto& dir : dirs) {
-    const CaseResult r = run_case(dir);
+    const CaseResult r = parity::run_case(dir);
     const bool any_fail = !r.error.empty() && r.supported;
     std::size_t n_fail = 0;
     for (const auto& c : r.comparisons) n_fail += c.pass ? 0 : 1;
@@ -123,12 +125,9 @@ int run_check_parity(cli::CommandContext& ctx) {
 }
 
 }  // namespace
-}  // namespace yeto::parity
 
-namespace yeto::cli {
-
-void register_parity_commands(Registry& r) {
-  cli::Command c;
+void register_check_parity_command(Registry& r) {
+  Command c;
   c.name = "check-parity";
   c.summary = "Check this build against recorded reference outputs (fixture case dirs).";
   c.description =
@@ -143,8 +142,8 @@ void register_parity_commands(Registry& r) {
   c.max_positionals = -1;
   c.options = {{"json", "", "print the results as JSON", false, 0},
                {"failures-only", "", "list only the outputs that fail", false, 0}};
-  c.run = parity::run_check_parity;
+  c.run = run_check_parity;
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

@@ -1,4 +1,4 @@
-#include "parity/plugin_kinds.hpp"
+#include "app/plugin_parity_kinds.hpp"
 
 #include <filesystem>
 #include <map>
@@ -14,20 +14,31 @@
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "io/tensors.hpp"
 #include "parity/parity.hpp"
 #include "parity/pipeline_helpers.hpp"
 #include "pipeline/pipeline.hpp"
-#include "io/tensors.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
 #include "schedulers/multistep.hpp"
 
-namespace yeto::parity {
+namespace yeto::app {
 namespace {
 
 namespace fs = std::filesystem;
+namespace py = parity::py;
 using nlohmann::json;
+using parity::CaseContext;
+using parity::CaseResult;
+using parity::Comparison;
+using parity::compare_tensors;
+using parity::mark_unsupported;
+using parity::register_class;
+using parity::register_kind;
+using parity::set_pipeline_helper_provider;
+using parity::Tolerance;
+using parity::unsupported_class_message;
 
 json request_from_arguments(const json& call, const std::string& where) {
   if (!call.is_object() || !call.contains("arguments") || !call["arguments"].is_object())
@@ -516,4 +527,4 @@ void register_plugin_parity_kinds() {
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 
-}  // namespace yeto::parity
+}  // namespace yeto::app

@@ -1,6 +1,6 @@
 // Subcommands of yeto-host and the parsed command line they receive.
 //
-// Each area of the host registers its commands into a Registry (see registry.cpp). A command
+// Each command file of host/app registers its commands into a Registry (see registry.cpp). A command
 // declares its own options; commands that take a run configuration also accept --config,
 // --set KEY=VALUE and every long flag the schema maps onto a key.
 #pragma once
@@ -15,7 +15,7 @@
 
 #include "config/config.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 
 struct OptionSpec {
   std::string name;         // long name without dashes: "json"
@@ -90,4 +90,4 @@ std::string command_help(const Command& command);
 // Runs the whole program: parse, dispatch, report errors. Returns the exit code.
 int run_main(const Registry& registry, const std::vector<std::string>& argv);
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

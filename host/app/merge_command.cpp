@@ -3,12 +3,12 @@
 // denoiser as sharded safetensors plus index.
 #include <iostream>
 
+#include "app/commands.hpp"
 #include "artifacts/merge.hpp"
 #include "artifacts/shards.hpp"
-#include "cli/commands.hpp"
 #include "core/error.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 int run_merge(CommandContext& ctx) {
@@ -40,10 +40,7 @@ int run_merge(CommandContext& ctx) {
 
 }  // namespace
 
-void register_export_command(Registry& r);  // export_command.cpp
-
-void register_artifacts_commands(Registry& r) {
-  register_export_command(r);
+void register_merge_command(Registry& r) {
   Command c;
   c.name = "merge";
   c.summary = "Fold an adapter into its base model and write sharded safetensors.";
@@ -69,4 +66,4 @@ void register_artifacts_commands(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

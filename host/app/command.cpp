@@ -1,4 +1,4 @@
-#include "cli/command.hpp"
+#include "app/command.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -9,7 +9,7 @@
 #include "core/log.hpp"
 #include "core/strings.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 
 void Registry::add(Command c) {
   if (find(c.name)) throw Error("internal: command '" + c.name + "' registered twice");
@@ -376,4 +376,4 @@ int run_main(const Registry& registry, const std::vector<std::string>& argv) {
   }
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

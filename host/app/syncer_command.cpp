@@ -3,13 +3,13 @@
 // Every [sync] key of the run config applies (--set sync.quorum=3, ...).
 #include <iostream>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "sync/options.hpp"
 #include "sync/syncer.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 int run_syncer(CommandContext& ctx) {
@@ -33,7 +33,7 @@ int run_syncer(CommandContext& ctx) {
 
 }  // namespace
 
-void register_sync_commands(Registry& r) {
+void register_syncer_command(Registry& r) {
   Command c;
   c.name = "syncer";
   c.summary = "Run the fragment syncer that merges the islands' pseudo-gradients.";
@@ -55,4 +55,4 @@ void register_sync_commands(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

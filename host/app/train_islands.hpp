@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
-#include "cli/command.hpp"
+#include "app/command.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 
 int run_train_islands(CommandContext& ctx, std::uint32_t islands);
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

@@ -2,13 +2,13 @@
 // --output DIR`: one learner island (the generic diffusion learner, learner::run) that
 // synchronises with a remote syncer through sync::DilocoSync; and run_train_islands(), the
 // `yeto-host train --islands N` embedded local mode (sync/launch.hpp).
-#include "sync/train_islands.hpp"
+#include "app/train_islands.hpp"
 
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -17,7 +17,7 @@
 #include "sync/diloco_sync.hpp"
 #include "sync/launch.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 std::string read_secret(CommandContext& ctx, const config::Config& cfg) {
@@ -105,7 +105,7 @@ int run_train_islands(CommandContext& ctx, std::uint32_t islands) {
   return sync::run_embedded(cfg, e);
 }
 
-void register_sync_learner_commands(Registry& r) {
+void register_learner_command(Registry& r) {
   Command c;
   c.name = "learner";
   c.summary = "Run one learner island that syncs with a remote syncer.";
@@ -132,4 +132,4 @@ void register_sync_learner_commands(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

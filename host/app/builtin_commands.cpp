@@ -3,10 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "core/version.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 int run_version(CommandContext& ctx) {
@@ -80,4 +80,4 @@ void register_builtin_commands(Registry& r) {
   r.add(std::move(config));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

@@ -16,7 +16,7 @@
 
 #include <string>
 
-namespace yeto::parity {
+namespace yeto::app {
 
 // Registers both kinds (idempotent).
 void register_plugin_parity_kinds();
@@ -27,4 +27,4 @@ std::string plugin_for_class(const std::string& class_name);
 // The generate request JSON for a case's call.arguments (exposed for tests).
 std::string pipeline_request_for_case(const std::string& case_json_text);
 
-}  // namespace yeto::parity
+}  // namespace yeto::app

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "io/aliases.hpp"
@@ -17,7 +17,7 @@
 #include "plugin/class_loader.hpp"
 #include "plugin/components.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 using nlohmann::json;
@@ -251,7 +251,7 @@ int run_inspect(CommandContext& ctx) {
 
 }  // namespace
 
-void register_io_commands(Registry& r) {
+void register_inspect_command(Registry& r) {
   Command c;
   c.name = "inspect";
   c.summary = "Inspect a model repository or id: commit, components, tensors, validation.";
@@ -274,4 +274,4 @@ void register_io_commands(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

@@ -4,12 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "core/error.hpp"
 #include "data/check.hpp"
 #include "data/options.hpp"
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 int run_data(CommandContext& ctx) {
@@ -39,7 +39,7 @@ int run_data(CommandContext& ctx) {
 
 }  // namespace
 
-void register_data_commands(Registry& r) {
+void register_data_command(Registry& r) {
   Command c;
   c.name = "data";
   c.summary = "Validate a dataset without training (data check).";
@@ -63,4 +63,4 @@ void register_data_commands(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

@@ -1,17 +1,17 @@
 // `yeto-host train`: one learner island without a syncer.
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
+#include "app/train_islands.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
 #include "island/run_island.hpp"
 #include "learner/learner.hpp"
-#include "sync/train_islands.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <cstdint>
 #include <string>
 
-namespace yeto::cli {
+namespace yeto::app {
 namespace {
 
 int run_train(CommandContext& ctx) {
@@ -46,7 +46,7 @@ int run_train(CommandContext& ctx) {
 
 }  // namespace
 
-void register_learner_commands(Registry& r) {
+void register_train_command(Registry& r) {
   Command c;
   c.name = "train";
   c.summary = "Train the run the config describes (embedded syncer + N islands with --islands).";
@@ -69,4 +69,4 @@ void register_learner_commands(Registry& r) {
   r.add(std::move(c));
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app

@@ -4,7 +4,7 @@
 // The registration functions are declared here rather than through their areas' headers,
 // which pull in LibTorch: this file then compiles in a second instead of fifteen, and the
 // linker still checks every signature.
-#include "cli/commands.hpp"
+#include "app/commands.hpp"
 #include "io/component_registry.hpp"
 
 namespace yeto::schedulers {
@@ -20,7 +20,7 @@ namespace yeto::pipeline {
 void install_plugin_class_loader();
 }
 
-namespace yeto::cli {
+namespace yeto::app {
 
 void register_builtin_components(io::ComponentRegistry& registry) {
   schedulers::register_scheduler_components(registry);
@@ -29,4 +29,4 @@ void register_builtin_components(io::ComponentRegistry& registry) {
   pipeline::install_plugin_class_loader();  // inspect shows the family plugin's classes
 }
 
-}  // namespace yeto::cli
+}  // namespace yeto::app
