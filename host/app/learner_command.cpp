@@ -12,6 +12,7 @@
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "island/island_group.hpp"
 #include "island/run_island.hpp"
 #include "learner/learner.hpp"
 #include "sync/diloco_sync.hpp"

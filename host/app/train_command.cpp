@@ -3,6 +3,7 @@
 #include "app/train_islands.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
+#include "island/island_group.hpp"
 #include "island/run_island.hpp"
 #include "learner/learner.hpp"
 

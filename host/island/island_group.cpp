@@ -33,9 +33,9 @@ namespace {
 // latter there and from ProcessGroup in 1.13. Their collective signatures are the same, so
 // this alias is the only version difference of the area.
 #if TORCH_VERSION_MAJOR >= 2
-using Collectives = c10d::Backend;
+using C10dGroup = c10d::Backend;
 #else
-using Collectives = c10d::ProcessGroup;
+using C10dGroup = c10d::ProcessGroup;
 #endif
 
 using ms = std::chrono::milliseconds;
@@ -60,7 +60,7 @@ struct IslandGroup::Impl {
   IslandEnv env;
   std::string backend;
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<Collectives> pg;
+  c10::intrusive_ptr<C10dGroup> pg;
   at::Device device = at::kCPU;  // where the backend wants its tensors
 
   void run(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
@@ -211,65 +211,6 @@ void IslandGroup::barrier() {
   // A one-element all-reduce: a barrier every backend implements the same way.
   at::Tensor t = at::zeros({1}, at::kFloat);
   allreduce(t);
-}
-
-namespace {
-
-at::Tensor flat_of(const std::vector<at::Tensor>& parts, const at::TensorOptions& options) {
-  std::vector<at::Tensor> flat;
-  flat.reserve(parts.size());
-  for (const auto& p : parts) flat.push_back(p.detach().reshape({-1}).to(options));
-  return flat.empty() ? at::empty({0}, options) : at::cat(flat);
-}
-
-void scatter_back(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
-  std::int64_t off = 0;
-  for (const auto& p : parts) {
-    const auto n = p.numel();
-    at::Tensor dst = p;
-    dst.copy_(flat.narrow(0, off, n).view(p.sizes()));
-    off += n;
-  }
-}
-
-}  // namespace
-
-void average_gradients(IslandGroup& group, const std::vector<std::pair<std::string, at::Tensor>>& params) {
-  if (params.empty() || group.world_size() < 2) return;
-  at::NoGradGuard ng;
-  std::vector<at::Tensor> grads;
-  grads.reserve(params.size());
-  for (const auto& [name, p] : params) {
-    at::Tensor g = p.grad();
-    if (!g.defined()) {
-      g = at::zeros_like(p);
-      p.mutable_grad() = g;
-    }
-    grads.push_back(g);
-  }
-  at::Tensor flat = flat_of(grads, grads.front().options().dtype(at::kFloat));
-  group.allreduce(flat, ReduceOp::sum);
-  flat.div_(static_cast<double>(group.world_size()));
-  scatter_back(flat, grads);
-}
-
-void broadcast_tensors(IslandGroup& group, const std::vector<std::pair<std::string, at::Tensor>>& params, int root) {
-  if (params.empty() || group.world_size() < 2) return;
-  at::NoGradGuard ng;
-  std::vector<at::Tensor> parts;
-  parts.reserve(params.size());
-  for (const auto& [name, p] : params) parts.push_back(p);
-  at::Tensor flat = flat_of(parts, parts.front().options().dtype(at::kFloat));
-  group.broadcast(flat, root);
-  scatter_back(flat, parts);
-}
-
-std::vector<double> allreduce_values(IslandGroup& group, std::vector<double> values, ReduceOp op) {
-  if (values.empty() || group.world_size() < 2) return values;
-  at::Tensor t = at::from_blob(values.data(), {static_cast<std::int64_t>(values.size())}, at::kDouble).clone();
-  group.allreduce(t, op);
-  const double* p = t.data_ptr<double>();
-  return std::vector<double>(p, p + values.size());
 }
 
 }  // namespace yeto::island

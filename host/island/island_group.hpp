@@ -1,9 +1,9 @@
 // The process group of one learner island: every rank of the island, joined through a c10d
 // TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 serves it) and a c10d process group (Gloo on
-// the CPU; NCCL for CUDA tensors when LibTorch was built with it). The learner uses it to
-// average LoRA gradients (train.shard = "ddp") and DilocoSync to broadcast what rank 0
-// received from the syncer. Collectives are blocking and must be called by every rank in
-// the same order. Include only where LibTorch is already in use.
+// the CPU; NCCL for CUDA tensors when LibTorch was built with it): the Collectives of an
+// island of several ranks (collectives.hpp). The learner uses it to average LoRA gradients
+// (train.shard = "ddp") and DilocoSync to broadcast what rank 0 received from the syncer.
+// Include only where LibTorch is already in use.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "island/collectives.hpp"
 #include "island/env.hpp"
 
 namespace yeto::island {
@@ -30,44 +31,30 @@ struct GroupOptions {
   Backend backend = Backend::automatic;
 };
 
-enum class ReduceOp { sum, max };
-
-class IslandGroup {
+class IslandGroup final : public Collectives {
  public:
   // Joins the island's rendezvous and builds the process group. Throws yeto::Error naming
   // the rendezvous address on a timeout, a WORLD_SIZE that differs from rank 0's, a RANK
   // that two processes claim, or a port rank 0 cannot bind. Needs env.world_size > 1.
   static std::unique_ptr<IslandGroup> connect(const IslandEnv& env, const GroupOptions& options = {});
-  ~IslandGroup();
+  ~IslandGroup() override;
   IslandGroup(const IslandGroup&) = delete;
   IslandGroup& operator=(const IslandGroup&) = delete;
 
-  int rank() const;
-  int world_size() const;
+  int rank() const override;
+  int world_size() const override;
   const std::string& backend_name() const;  // "gloo" or "nccl"
   const IslandEnv& env() const;
 
   // In place, over one contiguous tensor (any device; staged to the backend's device).
-  void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);
-  void broadcast(at::Tensor& tensor, int root = 0);
-  void barrier();
+  void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
+  void broadcast(at::Tensor& tensor, int root = 0) override;
+  void barrier() override;
 
  private:
   struct Impl;
   explicit IslandGroup(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// The `ddp` gradient step: every rank's gradients of `params` (canonical order, the same on
-// every rank) are summed in one flat buffer and divided by the world size, in place. A
-// parameter without a gradient counts as zeros (and gets a zero gradient).
-void average_gradients(IslandGroup& group, const std::vector<std::pair<std::string, at::Tensor>>& params);
-
-// Overwrites `params` on every rank with rank `root`'s values (one flat broadcast).
-void broadcast_tensors(IslandGroup& group, const std::vector<std::pair<std::string, at::Tensor>>& params,
-                       int root = 0);
-
-// Element-wise sum / max of small double vectors across the ranks (metrics, decisions).
-std::vector<double> allreduce_values(IslandGroup& group, std::vector<double> values, ReduceOp op = ReduceOp::sum);
 
 }  // namespace yeto::island

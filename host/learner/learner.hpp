@@ -17,7 +17,7 @@ class Config;
 }
 
 namespace yeto::island {
-class IslandGroup;
+class Collectives;
 }
 
 namespace yeto::learner {
@@ -33,7 +33,7 @@ struct RunOptions {
   // The island's ranks (train.shard = "ddp", WORLD_SIZE > 1), or null for one rank. Every rank
   // trains its own data shard (logical_rank / world above), LoRA gradients are averaged before
   // each optimizer step, and only island rank 0 writes RUN_DIR.
-  island::IslandGroup* ranks = nullptr;
+  island::Collectives* ranks = nullptr;
 };
 
 struct RunResult {

@@ -25,7 +25,7 @@
 #include "data/sampler.hpp"
 #include "data/source.hpp"
 #include "data/torch/batch.hpp"
-#include "island/island_group.hpp"
+#include "island/collectives.hpp"
 #include "io/provenance.hpp"
 #include "io/tensors.hpp"
 #include "learner/adamw.hpp"
@@ -131,15 +131,40 @@ std::string stream_name(const char* what, std::int64_t step, std::int64_t micro)
   return std::string(what) + ":" + std::to_string(step) + ":" + std::to_string(micro);
 }
 
+// One training run, in phases: setup (data, trainables, optimizer), the micro batch choice,
+// resume, start (outputs, held-out batches, the outer sync, the first evaluation), then one
+// optimizer step at a time (train_step, report, poll_control), and finish. Every rank of an
+// island runs the same phases through the same collectives; for one rank they do nothing.
 class Loop {
  public:
   Loop(TrainModel& model, const config::Config& cfg, const RunOptions& options, OuterSync* sync)
-      : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)), group_(options.ranks),
-        lead_(!group_ || group_->rank() == 0) {}
+      : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)),
+        ranks_(options.ranks ? *options.ranks : single_rank_), lead_(ranks_.rank() == 0) {}
 
   RunResult run(const std::function<void(io::Provenance&)>& record_provenance);
 
  private:
+  // What one optimizer step measured.
+  struct StepStats {
+    std::int64_t step = 0;
+    double loss = 0, lr = 0, grad_norm = 0;
+    std::int64_t samples = 0, skipped_now = 0;
+    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_step = 0;
+  };
+
+  // The phases of run().
+  void setup();
+  void choose_micro_batch_size();
+  bool resume();  // true when a checkpoint was loaded
+  void start(const std::function<void(io::Provenance&)>& record_provenance, bool resumed);
+  StepStats train_step();
+  // Records and prints the step; evaluates when due or at the end (`end`).
+  void report(const StepStats& st, bool end);
+  // Polls run control (every rank takes the strongest request) and checkpoints when asked or
+  // due; true when the run stops here.
+  bool poll_control(std::int64_t step, bool last, bool sync_cut);
+  void finish();
+
   std::uint64_t stream(const std::string& name) const {
     return plugin::stream_seed(s_.seed, opt_.logical_rank, name);
   }
@@ -151,14 +176,13 @@ class Loop {
   // The weighted loss of one batch with timesteps / noise from `gen`.
   at::Tensor batch_loss(const at::Tensor& latents, const NamedTensors& cond, at::Generator& gen);
   double evaluate();
+  void decode_validation_batches();
   bool next_micro_batch(data::TensorBatch& out, std::int64_t& skipped_now);
   void note_skipped(const data::Manifest& m, std::size_t row, const std::string& reason, std::int64_t& skipped_now);
   void open_epoch();
   void write_outputs_start(const std::function<void(io::Provenance&)>& record_provenance);
   void checkpoint();
   void truncate_metrics(std::int64_t after_step);
-  // Island ranks > 1 (ddp): rank 0's decision (0/1) made the same on every rank.
-  bool island_agree(bool lead_decision);
   // Every rank's data position into state_.rank_positions (a collective).
   void gather_positions();
 
@@ -167,16 +191,26 @@ class Loop {
   RunOptions opt_;
   OuterSync* sync_;
   Settings s_;
-  island::IslandGroup* group_;  // null: one rank
-  bool lead_;                 // island rank 0: the only writer of RUN_DIR
+  island::SingleRank single_rank_;
+  island::Collectives& ranks_;  // the island's ranks, or single_rank_
+  bool lead_;                   // island rank 0: the only writer of RUN_DIR
   RunData data_;
   NamedTensors trainable_;
+  std::int64_t n_params_ = 0;
   std::unique_ptr<AdamW> adam_;
   TrainState state_;
   std::int64_t micro_ = 1;
   std::int64_t accumulation_ = 1;
   std::unique_ptr<data::Loader> loader_;
   std::vector<data::TensorBatch> val_batches_;
+  // Set by start():
+  std::optional<RunMetrics> metrics_;  // island rank 0 only
+  std::optional<RunControl> control_;
+  Clock::time_point t_run_;
+  std::int64_t start_step_ = 0, start_samples_ = 0;
+  // Carried across steps:
+  std::int64_t since_checkpoint_ = 0;
+  RunResult result_;
 };
 
 NamedTensors Loop::encode(const data::TensorBatch& b, bool sample, std::uint64_t latent_seed, at::Tensor& latents) {
@@ -256,22 +290,16 @@ double Loop::evaluate() {
   default_gen.set_state(saved);
   const double v = total / static_cast<double>(count);
   // Every rank evaluates the same rows with its own noise streams; the island reports their mean.
-  if (group_) return island::allreduce_values(*group_, {v})[0] / static_cast<double>(group_->world_size());
-  return v;
-}
-
-bool Loop::island_agree(bool lead_decision) {
-  if (!group_) return lead_decision;
-  return island::allreduce_values(*group_, {lead_ && lead_decision ? 1.0 : 0.0}, island::ReduceOp::max)[0] > 0.5;
+  return island::mean_of(ranks_, v);
 }
 
 void Loop::gather_positions() {
-  if (!group_) return;
-  const int w = group_->world_size();
+  const int w = ranks_.world_size();
+  if (w < 2) return;  // one rank's position is the checkpoint's own epoch / batch_in_epoch
   std::vector<double> v(static_cast<std::size_t>(2 * w), 0.0);
-  v[static_cast<std::size_t>(2 * group_->rank())] = static_cast<double>(state_.epoch);
-  v[static_cast<std::size_t>(2 * group_->rank() + 1)] = static_cast<double>(state_.batch_in_epoch);
-  v = island::allreduce_values(*group_, std::move(v));
+  v[static_cast<std::size_t>(2 * ranks_.rank())] = static_cast<double>(state_.epoch);
+  v[static_cast<std::size_t>(2 * ranks_.rank() + 1)] = static_cast<double>(state_.batch_in_epoch);
+  v = island::allreduce_values(ranks_, std::move(v));
   state_.rank_positions.clear();
   for (int r = 0; r < w; ++r)
     state_.rank_positions.push_back({static_cast<std::int64_t>(v[static_cast<std::size_t>(2 * r)]),
@@ -371,7 +399,7 @@ void Loop::write_outputs_start(const std::function<void(io::Provenance&)>& recor
   prov.set("learner", {{"model", model_.describe()},
                        {"logical_rank", opt_.logical_rank},
                        {"world", opt_.world},
-                       {"island_ranks", group_ ? group_->world_size() : 1},
+                       {"island_ranks", ranks_.world_size()},
                        {"seed", s_.seed},
                        {"micro_batch_size", micro_},
                        {"gradient_accumulation", accumulation_},
@@ -388,6 +416,27 @@ void Loop::checkpoint() {
 }
 
 RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenance) {
+  setup();
+  choose_micro_batch_size();
+  const bool resumed = resume();
+  start(record_provenance, resumed);
+  while (state_.step < s_.max_steps) {
+    const StepStats st = train_step();
+    const bool last = st.step == s_.max_steps;
+    // The syncer's budget cutoff is a normal end (terminal handshake and final save below),
+    // not an interruption: like max_steps, it ends with an evaluation.
+    const bool sync_cut = sync_ && sync_->stop_requested();
+    report(st, last || sync_cut);
+    if (poll_control(st.step, last, sync_cut)) break;
+  }
+  loader_.reset();
+  finish();
+  control_.reset();  // restores the signal handlers
+  metrics_.reset();  // flushes metrics.jsonl and the event file
+  return result_;
+}
+
+void Loop::setup() {
   if (opt_.run_dir.empty()) throw UsageError("train: --output RUN_DIR is required");
   data_ = read_run_data(cfg_, s_);
   state_.skipped = data_.manifest_bad_rows;
@@ -395,7 +444,6 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
   state_.config_hash = cfg_.hash();
   trainable_ = model_.trainable();
   if (trainable_.empty()) throw Error(model_.describe() + " reports no trainable parameters");
-  std::int64_t n_params = 0;
   for (auto& [name, t] : trainable_) {
     // Mixed precision keeps float32 masters: the optimizer state, checkpoints and the syncer's
     // pseudo-gradients are float32 whatever the base computes in.
@@ -405,240 +453,239 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
                   "float32 under model.precision = \"" + cfg_.get_string("model.precision") + "\")",
                   ExitCode::failure);
     if (!t.requires_grad()) t.set_requires_grad(true);
-    n_params += t.numel();
+    n_params_ += t.numel();
   }
   adam_ = std::make_unique<AdamW>(trainable_, s_.optimizer);
+}
 
-  // Micro batch size: configured, or probed against the memory budget.
+void Loop::choose_micro_batch_size() {
   if (s_.micro_batch_size) {
     micro_ = *s_.micro_batch_size;
     accumulation_ = s_.gradient_accumulation;
-  } else {
-    ProbeRequest req;
-    req.effective_batch = s_.gradient_accumulation;
-    req.budget_mb = s_.memory_budget_mb;
-    std::map<data::ShapeKey, std::vector<std::size_t>> by_shape;
-    for (auto r : data_.train_rows) by_shape[data::shape_of(data_.train.rows[r], data_.options)].push_back(r);
-    for (const auto& [shape, rows] : by_shape) {
-      if (req.shapes.size() >= 8) break;
-      req.shapes.push_back({shape.str(), rows});
-    }
-    auto probe = [&](const std::vector<std::size_t>& rows) {
-      std::vector<data::Sample> samples;
-      for (auto r : rows) samples.push_back(decode(data_.train, r));
-      const auto b = data::collate(samples);
-      at::Tensor latents;
-      const auto cond = encode(b, true, stream("probe-latent"), latents);
-      auto gen = make_generator(stream("probe"));
-      auto loss = batch_loss(latents, cond, gen);
-      loss.backward();
-      adam_->zero_grad();
-    };
-    const auto decision = choose_micro_batch(req, probe);
-    micro_ = decision.micro_batch_size;
-    accumulation_ = decision.gradient_accumulation;
-    if (group_) {  // the island trains in lock-step: every rank takes rank 0's choice
-      const auto v = island::allreduce_values(
-          *group_, {lead_ ? static_cast<double>(micro_) : 0.0, lead_ ? static_cast<double>(accumulation_) : 0.0});
-      micro_ = static_cast<std::int64_t>(v[0]);
-      accumulation_ = static_cast<std::int64_t>(v[1]);
-    }
-    spdlog::info("micro_batch_size = auto: {}", decision.log);
+    return;
   }
+  // Probed against the memory budget.
+  ProbeRequest req;
+  req.effective_batch = s_.gradient_accumulation;
+  req.budget_mb = s_.memory_budget_mb;
+  std::map<data::ShapeKey, std::vector<std::size_t>> by_shape;
+  for (auto r : data_.train_rows) by_shape[data::shape_of(data_.train.rows[r], data_.options)].push_back(r);
+  for (const auto& [shape, rows] : by_shape) {
+    if (req.shapes.size() >= 8) break;
+    req.shapes.push_back({shape.str(), rows});
+  }
+  auto probe = [&](const std::vector<std::size_t>& rows) {
+    std::vector<data::Sample> samples;
+    for (auto r : rows) samples.push_back(decode(data_.train, r));
+    const auto b = data::collate(samples);
+    at::Tensor latents;
+    const auto cond = encode(b, true, stream("probe-latent"), latents);
+    auto gen = make_generator(stream("probe"));
+    auto loss = batch_loss(latents, cond, gen);
+    loss.backward();
+    adam_->zero_grad();
+  };
+  const auto decision = choose_micro_batch(req, probe);
+  // The island trains in lock-step: every rank takes rank 0's choice.
+  const auto v = island::allreduce_values(ranks_, {lead_ ? static_cast<double>(decision.micro_batch_size) : 0.0,
+                                                   lead_ ? static_cast<double>(decision.gradient_accumulation) : 0.0});
+  micro_ = static_cast<std::int64_t>(v[0]);
+  accumulation_ = static_cast<std::int64_t>(v[1]);
+  spdlog::info("micro_batch_size = auto: {}", decision.log);
+}
 
-  // Resume.
-  std::optional<double> first_val, last_val;
-  bool resumed = false;
-  if (opt_.resume) {
-    if (auto dir = latest_checkpoint(opt_.run_dir)) {
-      const auto hash = state_.config_hash;
-      state_ = load_checkpoint(*dir, trainable_, *adam_);
-      if (state_.config_hash != hash)
-        spdlog::warn("resuming {} written with a different configuration (hash {} vs {})", dir->string(),
-                     state_.config_hash.substr(0, 12), hash.substr(0, 12));
-      state_.config_hash = hash;
-      if (group_) {
-        const auto r = static_cast<std::size_t>(group_->rank());
-        if (state_.rank_positions.size() == static_cast<std::size_t>(group_->world_size())) {
-          state_.epoch = state_.rank_positions[r][0];
-          state_.batch_in_epoch = state_.rank_positions[r][1];
-        } else {
-          spdlog::warn("{} was written by an island of {} rank(s), this one has {}: every rank resumes at rank 0's "
-                       "data position",
-                       dir->string(), std::max<std::size_t>(1, state_.rank_positions.size()), group_->world_size());
-        }
-      }
-      if (lead_) truncate_metrics(state_.step);
-      resumed = true;
-      spdlog::info("resumed from {} at step {} (epoch {}, micro batch {})", dir->string(), state_.step, state_.epoch,
-                   state_.batch_in_epoch);
+bool Loop::resume() {
+  if (!opt_.resume) return false;
+  const auto dir = latest_checkpoint(opt_.run_dir);
+  if (!dir) return false;
+  const auto hash = state_.config_hash;
+  state_ = load_checkpoint(*dir, trainable_, *adam_);
+  if (state_.config_hash != hash)
+    spdlog::warn("resuming {} written with a different configuration (hash {} vs {})", dir->string(),
+                 state_.config_hash.substr(0, 12), hash.substr(0, 12));
+  state_.config_hash = hash;
+  const int world = ranks_.world_size();
+  if (world > 1) {  // each rank continues at its own data position
+    const auto r = static_cast<std::size_t>(ranks_.rank());
+    if (state_.rank_positions.size() == static_cast<std::size_t>(world)) {
+      state_.epoch = state_.rank_positions[r][0];
+      state_.batch_in_epoch = state_.rank_positions[r][1];
+    } else {
+      spdlog::warn("{} was written by an island of {} rank(s), this one has {}: every rank resumes at rank 0's "
+                   "data position",
+                   dir->string(), std::max<std::size_t>(1, state_.rank_positions.size()), world);
     }
   }
+  if (lead_) truncate_metrics(state_.step);
+  spdlog::info("resumed from {} at step {} (epoch {}, micro batch {})", dir->string(), state_.step, state_.epoch,
+               state_.batch_in_epoch);
+  return true;
+}
+
+void Loop::start(const std::function<void(io::Provenance&)>& record_provenance, bool resumed) {
   // Ranks start identical: the plugin may initialise LoRA from a per-rank stream.
-  if (group_) island::broadcast_tensors(*group_, trainable_, 0);
-  std::optional<RunMetrics> metrics;
+  island::broadcast_tensors(ranks_, trainable_, 0);
   if (lead_) {
     write_outputs_start(record_provenance);
-    metrics.emplace(opt_.run_dir, s_.tensorboard);
+    metrics_.emplace(opt_.run_dir, s_.tensorboard);
   }
-
-  // Held-out batches, decoded once (fixed order).
-  {
-    const auto& m = data_.val_source();
-    for (std::size_t i = 0; i < data_.val_rows.size(); i += static_cast<std::size_t>(micro_)) {
-      std::vector<data::Sample> samples;
-      for (std::size_t j = i; j < std::min(data_.val_rows.size(), i + static_cast<std::size_t>(micro_)); ++j) {
-        try {
-          samples.push_back(decode(m, data_.val_rows[j]));
-        } catch (const Error& e) {
-          if (data_.options.on_bad_row == data::BadRowPolicy::error) throw;
-          std::int64_t ignored = 0;
-          note_skipped(m, data_.val_rows[j], e.what(), ignored);
-        }
-      }
-      if (!samples.empty()) val_batches_.push_back(data::collate(samples));
-    }
-    if (val_batches_.empty()) spdlog::info("no held-out rows (validation.data / validation.split): no val_loss");
-  }
-
+  decode_validation_batches();
   spdlog::info("training {}: {} trainable tensors ({} parameters), {} rows ({} held out), micro batch {} x {} "
                "accumulation, {} steps",
-               model_.describe(), trainable_.size(), n_params, data_.train_rows.size(), data_.val_rows.size(), micro_,
+               model_.describe(), trainable_.size(), n_params_, data_.train_rows.size(), data_.val_rows.size(), micro_,
                accumulation_, s_.max_steps);
-
   if (sync_) sync_->start(trainable_);
-
-  RunControl control(opt_.run_dir, true);
-  RunResult result;
+  control_.emplace(opt_.run_dir, true);
   if (!resumed || state_.step == 0) {
     const double v = evaluate();
     if (std::isfinite(v)) {
-      first_val = last_val = v;
-      if (metrics) metrics->record({{"step", state_.step}, {"val_loss", v}});
+      result_.first_val_loss = result_.last_val_loss = v;
+      if (metrics_) metrics_->record({{"step", state_.step}, {"val_loss", v}});
       spdlog::info("step {} val_loss {:.6f}", state_.step, v);
     }
   }
+  t_run_ = Clock::now();
+  start_step_ = state_.step;
+  start_samples_ = state_.samples;
+}
 
-  const auto t_run = Clock::now();
-  const std::int64_t start_step = state_.step;
-  const std::int64_t start_samples = state_.samples;
-  bool stop = false;
-  std::int64_t since_ckpt = 0;
-  while (state_.step < s_.max_steps && !stop) {
-    const auto t_step = Clock::now();
-    const std::int64_t step = state_.step + 1;
-    double t_data = 0, t_fwd = 0, t_bwd = 0, loss_sum = 0;
-    std::int64_t samples = 0, skipped_now = 0;
-    for (std::int64_t m = 0; m < accumulation_; ++m) {
-      auto t0 = Clock::now();
-      data::TensorBatch batch;
-      next_micro_batch(batch, skipped_now);
-      at::manual_seed(stream(stream_name("torch", step, m)));  // plugin-side randomness (dropout)
-      at::Tensor latents;
-      const auto cond = encode(batch, true, stream(stream_name("latent", step, m)), latents);
-      t_data += seconds_since(t0);
-      t0 = Clock::now();
-      auto gen = make_generator(stream(stream_name("noise", step, m)));
-      auto loss = batch_loss(latents, cond, gen);
-      t_fwd += seconds_since(t0);
-      t0 = Clock::now();
-      (loss / static_cast<double>(accumulation_)).backward();
-      t_bwd += seconds_since(t0);
-      loss_sum += loss.item<double>();
-      samples += latents.size(0);
-    }
-    auto t0 = Clock::now();
-    if (group_) {
-      // ddp: average the LoRA gradients, and sum the island's loss and samples, so every rank
-      // takes the same optimizer step and reports the same numbers.
-      island::average_gradients(*group_, trainable_);
-      const auto v = island::allreduce_values(*group_, {loss_sum, static_cast<double>(samples)});
-      loss_sum = v[0] / static_cast<double>(group_->world_size());
-      samples = static_cast<std::int64_t>(v[1]);
-    }
-    const double grad_norm = clip_grad_norm(trainable_, s_.max_grad_norm);
-    const double lr = learning_rate_at(s_.optimizer, step);
-    adam_->step(lr);
-    adam_->zero_grad();
-    const double t_opt = seconds_since(t0);
-    state_.step = step;
-    state_.samples += samples;
-    if (sync_) sync_->after_step(step, state_.samples, trainable_);
-
-    const double loss = loss_sum / static_cast<double>(accumulation_);
-    if (!std::isfinite(loss))
-      throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
-                  "; lower optimizer.learning_rate or check the data");
-    const double step_s = seconds_since(t_step);
-    nlohmann::json rec = {{"step", step},
-                          {"loss", loss},
-                          {"lr", lr},
-                          {"grad_norm", grad_norm},
-                          {"samples", state_.samples},
-                          {"epoch", state_.epoch},
-                          {"samples_per_s", static_cast<double>(samples) / std::max(step_s, 1e-9)},
-                          {"time_data_s", t_data},
-                          {"time_forward_s", t_fwd},
-                          {"time_backward_s", t_bwd},
-                          {"time_optimizer_s", t_opt},
-                          {"peak_rss_mb", peak_rss_mb()}};
-    if (skipped_now > 0) rec["skipped_rows"] = state_.skipped_rows;
-    const bool last = step == s_.max_steps;
-    // The syncer's budget cutoff is a normal end (terminal handshake and final save below),
-    // not an interruption: like max_steps, it ends with an evaluation.
-    const bool sync_cut = sync_ && sync_->stop_requested();
-    if ((s_.validation_every > 0 && step % s_.validation_every == 0) || last || sync_cut) {
-      const double v = evaluate();
-      if (std::isfinite(v)) {
-        rec["val_loss"] = v;
-        if (!first_val) first_val = v;
-        last_val = v;
+// Held-out batches, decoded once (fixed order).
+void Loop::decode_validation_batches() {
+  const auto& m = data_.val_source();
+  for (std::size_t i = 0; i < data_.val_rows.size(); i += static_cast<std::size_t>(micro_)) {
+    std::vector<data::Sample> samples;
+    for (std::size_t j = i; j < std::min(data_.val_rows.size(), i + static_cast<std::size_t>(micro_)); ++j) {
+      try {
+        samples.push_back(decode(m, data_.val_rows[j]));
+      } catch (const Error& e) {
+        if (data_.options.on_bad_row == data::BadRowPolicy::error) throw;
+        std::int64_t ignored = 0;
+        note_skipped(m, data_.val_rows[j], e.what(), ignored);
       }
     }
-    if (metrics) metrics->record(rec);
-    result.last_loss = loss;
+    if (!samples.empty()) val_batches_.push_back(data::collate(samples));
+  }
+  if (val_batches_.empty()) spdlog::info("no held-out rows (validation.data / validation.split): no val_loss");
+}
 
-    if (opt_.console && lead_) {
-      const double elapsed = seconds_since(t_run);
-      const double done = static_cast<double>(step - start_step);
-      const double rate = done / std::max(elapsed, 1e-9);
-      const std::int64_t every = std::max<std::int64_t>(1, s_.max_steps / 20);
-      if (step % every == 0 || last || sync_cut || step == start_step + 1)
-        spdlog::info("step {}/{} loss {:.5f}{} lr {:.3g} |g| {:.3g} {:.2f} steps/s {:.1f} samples/s ETA {}", step,
-                     s_.max_steps, loss,
-                     rec.contains("val_loss") ? fmt::format(" val_loss {:.5f}", rec["val_loss"].get<double>()) : "",
-                     lr, grad_norm, rate, static_cast<double>(state_.samples - start_samples) / std::max(elapsed, 1e-9),
-                     eta_text(static_cast<double>(s_.max_steps - step) / std::max(rate, 1e-9)));
-    }
+Loop::StepStats Loop::train_step() {
+  StepStats st;
+  const auto t_step = Clock::now();
+  st.step = state_.step + 1;
+  double loss_sum = 0;
+  for (std::int64_t m = 0; m < accumulation_; ++m) {
+    auto t0 = Clock::now();
+    data::TensorBatch batch;
+    next_micro_batch(batch, st.skipped_now);
+    at::manual_seed(stream(stream_name("torch", st.step, m)));  // plugin-side randomness (dropout)
+    at::Tensor latents;
+    const auto cond = encode(batch, true, stream(stream_name("latent", st.step, m)), latents);
+    st.t_data += seconds_since(t0);
+    t0 = Clock::now();
+    auto gen = make_generator(stream(stream_name("noise", st.step, m)));
+    auto loss = batch_loss(latents, cond, gen);
+    st.t_fwd += seconds_since(t0);
+    t0 = Clock::now();
+    (loss / static_cast<double>(accumulation_)).backward();
+    st.t_bwd += seconds_since(t0);
+    loss_sum += loss.item<double>();
+    st.samples += latents.size(0);
+  }
+  const auto t0 = Clock::now();
+  // ddp: average the LoRA gradients, and sum the island's loss and samples, so every rank
+  // takes the same optimizer step and reports the same numbers.
+  island::average_gradients(ranks_, trainable_);
+  const auto v = island::allreduce_values(ranks_, {loss_sum, static_cast<double>(st.samples)});
+  loss_sum = v[0] / static_cast<double>(ranks_.world_size());
+  st.samples = static_cast<std::int64_t>(v[1]);
+  st.grad_norm = clip_grad_norm(trainable_, s_.max_grad_norm);
+  st.lr = learning_rate_at(s_.optimizer, st.step);
+  adam_->step(st.lr);
+  adam_->zero_grad();
+  st.t_opt = seconds_since(t0);
+  state_.step = st.step;
+  state_.samples += st.samples;
+  if (sync_) sync_->after_step(st.step, state_.samples, trainable_);
 
-    ++since_ckpt;
-    Request req = control.poll();
-    if (group_)  // the strongest request of any rank, on every rank
-      req = static_cast<Request>(static_cast<int>(
-          island::allreduce_values(*group_, {static_cast<double>(static_cast<int>(req))}, island::ReduceOp::max)[0]));
-    if (req == Request::save_quit) stop = true;
-    if (!last && !sync_cut &&
-        (stop || req == Request::save || (s_.checkpoint_every > 0 && step % s_.checkpoint_every == 0))) {
-      checkpoint();
-      since_ckpt = 0;
-    }
-    if (sync_cut && !stop) {
-      spdlog::info("the syncer announced the budget cutoff after step {}", step);
-      break;
-    }
-    if (stop && !last) {
-      if (control.signal_received() != 0)
-        spdlog::warn("signal {}: checkpoint written at step {}, stopping", control.signal_received(), step);
-      else
-        spdlog::info("stopping at step {} as asked; resume with the same command", step);
-      result.stopped_early = true;
+  st.loss = loss_sum / static_cast<double>(accumulation_);
+  if (!std::isfinite(st.loss))
+    throw Error("step " + std::to_string(st.step) + ": the loss is " + std::to_string(st.loss) +
+                "; lower optimizer.learning_rate or check the data");
+  st.t_step = seconds_since(t_step);
+  return st;
+}
+
+void Loop::report(const StepStats& st, bool end) {
+  nlohmann::json rec = {{"step", st.step},
+                        {"loss", st.loss},
+                        {"lr", st.lr},
+                        {"grad_norm", st.grad_norm},
+                        {"samples", state_.samples},
+                        {"epoch", state_.epoch},
+                        {"samples_per_s", static_cast<double>(st.samples) / std::max(st.t_step, 1e-9)},
+                        {"time_data_s", st.t_data},
+                        {"time_forward_s", st.t_fwd},
+                        {"time_backward_s", st.t_bwd},
+                        {"time_optimizer_s", st.t_opt},
+                        {"peak_rss_mb", peak_rss_mb()}};
+  if (st.skipped_now > 0) rec["skipped_rows"] = state_.skipped_rows;
+  if ((s_.validation_every > 0 && st.step % s_.validation_every == 0) || end) {
+    const double v = evaluate();
+    if (std::isfinite(v)) {
+      rec["val_loss"] = v;
+      if (!result_.first_val_loss) result_.first_val_loss = v;
+      result_.last_val_loss = v;
     }
   }
-  loader_.reset();
+  if (metrics_) metrics_->record(rec);
+  result_.last_loss = st.loss;
 
-  if (!result.stopped_early) {
+  if (opt_.console && lead_) {
+    const double elapsed = seconds_since(t_run_);
+    const double done = static_cast<double>(st.step - start_step_);
+    const double rate = done / std::max(elapsed, 1e-9);
+    const std::int64_t every = std::max<std::int64_t>(1, s_.max_steps / 20);
+    if (st.step % every == 0 || end || st.step == start_step_ + 1)
+      spdlog::info("step {}/{} loss {:.5f}{} lr {:.3g} |g| {:.3g} {:.2f} steps/s {:.1f} samples/s ETA {}", st.step,
+                   s_.max_steps, st.loss,
+                   rec.contains("val_loss") ? fmt::format(" val_loss {:.5f}", rec["val_loss"].get<double>()) : "",
+                   st.lr, st.grad_norm, rate,
+                   static_cast<double>(state_.samples - start_samples_) / std::max(elapsed, 1e-9),
+                   eta_text(static_cast<double>(s_.max_steps - st.step) / std::max(rate, 1e-9)));
+  }
+}
+
+bool Loop::poll_control(std::int64_t step, bool last, bool sync_cut) {
+  ++since_checkpoint_;
+  // The strongest request of any rank, on every rank.
+  const auto req = static_cast<Request>(static_cast<int>(island::allreduce_values(
+      ranks_, {static_cast<double>(static_cast<int>(control_->poll()))}, island::ReduceOp::max)[0]));
+  const bool stop = req == Request::save_quit;
+  if (!last && !sync_cut &&
+      (stop || req == Request::save || (s_.checkpoint_every > 0 && step % s_.checkpoint_every == 0))) {
+    checkpoint();
+    since_checkpoint_ = 0;
+  }
+  if (sync_cut && !stop) {
+    spdlog::info("the syncer announced the budget cutoff after step {}", step);
+    return true;
+  }
+  if (stop && !last) {
+    if (control_->signal_received() != 0)
+      spdlog::warn("signal {}: checkpoint written at step {}, stopping", control_->signal_received(), step);
+    else
+      spdlog::info("stopping at step {} as asked; resume with the same command", step);
+    result_.stopped_early = true;
+  }
+  return stop;
+}
+
+void Loop::finish() {
+  if (!result_.stopped_early) {
     if (sync_ && !sync_->finish(trainable_)) spdlog::warn("no final cut from the syncer; saving the local weights");
-    if (island_agree(since_ckpt > 0 || state_.step == 0 || (lead_ && !latest_checkpoint(opt_.run_dir)))) checkpoint();
+    if (island::rank0_decides(ranks_, since_checkpoint_ > 0 || state_.step == 0 ||
+                                          (lead_ && !latest_checkpoint(opt_.run_dir))))
+      checkpoint();
     if (lead_) {
       std::vector<std::pair<std::string, at::Tensor>> weights;
       for (const auto& [name, t] : trainable_) weights.emplace_back(name, t.detach());
@@ -651,12 +698,9 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
     spdlog::warn("skipped {} bad row(s) under data.on_bad_row = skip:", state_.skipped_rows);
     for (const auto& [where, why] : state_.skipped) spdlog::warn("  {}: {}", where, why);
   }
-  for (const auto& [where, why] : state_.skipped) result.bad_rows.push_back(where + ": " + why);
-  result.steps = state_.step;
-  result.skipped_rows = state_.skipped_rows;
-  result.first_val_loss = first_val;
-  result.last_val_loss = last_val;
-  return result;
+  for (const auto& [where, why] : state_.skipped) result_.bad_rows.push_back(where + ": " + why);
+  result_.steps = state_.step;
+  result_.skipped_rows = state_.skipped_rows;
 }
 
 }  // namespace

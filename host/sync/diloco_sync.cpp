@@ -14,7 +14,7 @@
 #include "config/config.hpp"
 #include "core/error.hpp"
 #include "core/metrics.hpp"
-#include "island/island_group.hpp"
+#include "island/collectives.hpp"
 #include "sync/clock.hpp"
 #include "sync/tape.hpp"
 
@@ -41,7 +41,7 @@ struct DilocoSync::Impl {
   std::int64_t last_samples = -1;
   DilocoStats st;
   bool failed_logged = false;
-  island::IslandGroup* ranks = nullptr;  // null: one rank
+  island::Collectives* ranks = nullptr;  // null: one rank
   bool lead = true;                     // owns the client: one rank, or island rank 0
   bool started = false;
   bool stop_flag = false;               // islands: rank 0's stop decision at the last step boundary

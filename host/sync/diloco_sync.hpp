@@ -41,7 +41,7 @@ namespace yeto::config {
 class Config;
 }
 namespace yeto::island {
-class IslandGroup;
+class Collectives;
 }
 
 namespace yeto::sync {
@@ -58,7 +58,7 @@ struct DilocoOptions {
   // to reach the syncer (the reconnect budget bounds it).
   double final_wait_s = 0.0;
   // The island's ranks (every rank constructs a DilocoSync with the same group); null: one rank.
-  island::IslandGroup* ranks = nullptr;
+  island::Collectives* ranks = nullptr;
 };
 
 // [sync] keys of the run config (sync.fragments, sync.fragment_pattern, sync.join_timeout_s,

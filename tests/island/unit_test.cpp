@@ -150,6 +150,8 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
   const std::uint16_t port = free_port();
   std::vector<std::vector<float>> got_a(2), got_b(2), got_c(2), bcast(2);
   std::vector<std::vector<double>> sums(2), maxes(2);
+  std::vector<double> means(2);
+  std::vector<int> decided_yes(2), decided_no(2);
   const auto errors = on_ranks(2, [&](int r) {
     auto g = yd::IslandGroup::connect(rank_env(r, 2, port), {10.0, 30.0, yd::Backend::gloo});
     EXPECT_EQ(g->backend_name(), "gloo");
@@ -176,7 +178,14 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
     bcast[k] = vec(w.detach());
     sums[k] = yd::allreduce_values(*g, {1.5 + r, 10.0 * r});
     maxes[k] = yd::allreduce_values(*g, {static_cast<double>(r), -static_cast<double>(r)}, yd::ReduceOp::max);
-    g->barrier();
+    // Through the interface the learner holds: the mean of 1 and 4; rank 0's decision whatever
+    // rank 1 says.
+    yd::Collectives& ranks = *g;
+    EXPECT_EQ(ranks.world_size(), 2);
+    means[k] = yd::mean_of(ranks, r == 0 ? 1.0 : 4.0);
+    decided_yes[k] = yd::rank0_decides(ranks, r == 0);
+    decided_no[k] = yd::rank0_decides(ranks, r == 1);
+    ranks.barrier();
   });
   ASSERT_EQ(errors, (std::vector<std::string>{"", ""}));
   for (int r = 0; r < 2; ++r) {
@@ -187,7 +196,33 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
     EXPECT_EQ(bcast[k], (std::vector<float>{1.f, 1.f, 1.f, 1.f})) << r;
     EXPECT_EQ(sums[k], (std::vector<double>{4.0, 10.0})) << r;
     EXPECT_EQ(maxes[k], (std::vector<double>{1.0, 0.0})) << r;
+    EXPECT_EQ(means[k], 2.5) << r;
+    EXPECT_EQ(decided_yes[k], 1) << r;
+    EXPECT_EQ(decided_no[k], 0) << r;
   }
+}
+
+TEST(IslandCollectives, OneRankLeavesEveryValueAsItIs) {
+  yd::SingleRank one;
+  yd::Collectives& ranks = one;
+  EXPECT_EQ(ranks.rank(), 0);
+  EXPECT_EQ(ranks.world_size(), 1);
+  auto a = at::tensor({1.f, -2.f}).requires_grad_(true);
+  a.mutable_grad() = at::tensor({0.25f, 8.f});
+  auto w = at::tensor({3.f, 4.f});
+  yd::average_gradients(ranks, {{"a", a}});
+  yd::broadcast_tensors(ranks, {{"w", w}});
+  EXPECT_TRUE(at::equal(a.grad(), at::tensor({0.25f, 8.f})));
+  EXPECT_TRUE(at::equal(w, at::tensor({3.f, 4.f})));
+  EXPECT_EQ(yd::allreduce_values(ranks, {0.1, 7.0}, yd::ReduceOp::max), (std::vector<double>{0.1, 7.0}));
+  EXPECT_EQ(yd::mean_of(ranks, 0.3), 0.3);
+  EXPECT_TRUE(yd::rank0_decides(ranks, true));
+  EXPECT_FALSE(yd::rank0_decides(ranks, false));
+  at::Tensor t = at::tensor({5.0});
+  ranks.allreduce(t);
+  ranks.broadcast(t, 0);
+  ranks.barrier();
+  EXPECT_EQ(t.item<double>(), 5.0);
 }
 
 TEST(IslandGroup, RankCountMismatchAndMissingRanksFailClearly) {

@@ -1,0 +1,77 @@
+#include "island/collectives.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace yeto::island {
+
+namespace {
+
+at::Tensor flat_of(const std::vector<at::Tensor>& parts, const at::TensorOptions& options) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(parts.size());
+  for (const auto& p : parts) flat.push_back(p.detach().reshape({-1}).to(options));
+  return flat.empty() ? at::empty({0}, options) : at::cat(flat);
+}
+
+void scatter_back(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
+  std::int64_t off = 0;
+  for (const auto& p : parts) {
+    const auto n = p.numel();
+    at::Tensor dst = p;
+    dst.copy_(flat.narrow(0, off, n).view(p.sizes()));
+    off += n;
+  }
+}
+
+}  // namespace
+
+void average_gradients(Collectives& ranks, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  if (params.empty() || ranks.world_size() < 2) return;
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> grads;
+  grads.reserve(params.size());
+  for (const auto& [name, p] : params) {
+    at::Tensor g = p.grad();
+    if (!g.defined()) {
+      g = at::zeros_like(p);
+      p.mutable_grad() = g;
+    }
+    grads.push_back(g);
+  }
+  at::Tensor flat = flat_of(grads, grads.front().options().dtype(at::kFloat));
+  ranks.allreduce(flat, ReduceOp::sum);
+  flat.div_(static_cast<double>(ranks.world_size()));
+  scatter_back(flat, grads);
+}
+
+void broadcast_tensors(Collectives& ranks, const std::vector<std::pair<std::string, at::Tensor>>& params, int root) {
+  if (params.empty() || ranks.world_size() < 2) return;
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> parts;
+  parts.reserve(params.size());
+  for (const auto& [name, p] : params) parts.push_back(p);
+  at::Tensor flat = flat_of(parts, parts.front().options().dtype(at::kFloat));
+  ranks.broadcast(flat, root);
+  scatter_back(flat, parts);
+}
+
+std::vector<double> allreduce_values(Collectives& ranks, std::vector<double> values, ReduceOp op) {
+  if (values.empty() || ranks.world_size() < 2) return values;
+  at::Tensor t = at::from_blob(values.data(), {static_cast<std::int64_t>(values.size())}, at::kDouble).clone();
+  ranks.allreduce(t, op);
+  const double* p = t.data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
+}
+
+double mean_of(Collectives& ranks, double value) {
+  return allreduce_values(ranks, {value})[0] / static_cast<double>(ranks.world_size());
+}
+
+bool rank0_decides(Collectives& ranks, bool decision) {
+  if (ranks.world_size() < 2) return decision;
+  return allreduce_values(ranks, {ranks.rank() == 0 && decision ? 1.0 : 0.0}, ReduceOp::max)[0] > 0.5;
+}
+
+}  // namespace yeto::island
