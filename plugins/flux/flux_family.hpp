@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "yeto/nn/family_config.hpp"
+#include "yeto/family/config.hpp"
 
 namespace yeto::flux {
 

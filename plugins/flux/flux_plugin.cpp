@@ -1,6 +1,6 @@
 // The Flux family plugin (FLUX.1 dev / schnell): the FluxTransformer2DModel component class
 // and the FluxPipeline semantics as plugin hooks, written against the SDK only (yeto/plugin.hpp,
-// sdk/nn). The host loads the repository's other components (VAE, CLIP, T5, tokenizers,
+// sdk/nn, sdk/family). The host loads the repository's other components (VAE, CLIP, T5, tokenizers,
 // scheduler) from the plan load_pipeline returns; this plugin reaches them through
 // yeto_host_api.component_get and calls their documented forward() methods.
 #include <ATen/ATen.h>
@@ -17,8 +17,8 @@
 #include "flux_family.hpp"
 #include "flux_latents.hpp"
 #include "flux_transformer.hpp"
-#include "yeto/nn/family.hpp"
-#include "yeto/nn/helper_call.hpp"
+#include "yeto/family/family.hpp"
+#include "yeto/family/helper_call.hpp"
 
 namespace {
 
@@ -73,7 +73,7 @@ class TransformerComponent : public yeto::sdk::Component {
 };
 
 // FluxPipeline's static latent helpers as a component, so parity cases recorded against
-// `FluxPipeline._pack_latents(...)` run this plugin's own packing (yeto/nn/helper_call.hpp).
+// `FluxPipeline._pack_latents(...)` run this plugin's own packing (yeto/family/helper_call.hpp).
 class PipelineHelpersComponent : public yeto::family::PipelineHelpers {
  public:
   PipelineHelpersComponent(const std::string&, const std::string&)

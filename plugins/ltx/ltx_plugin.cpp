@@ -1,6 +1,6 @@
 // The LTX-Video family plugin: the LTXVideoTransformer3DModel and AutoencoderKLLTXVideo
 // component classes and the LTXPipeline semantics as plugin hooks, written against the SDK only
-// (yeto/plugin.hpp, sdk/nn). The host loads the T5 encoder, its tokenizer and the flow-match
+// (yeto/plugin.hpp, sdk/nn, sdk/family). The host loads the T5 encoder, its tokenizer and the flow-match
 // scheduler from the plan load_pipeline returns; this plugin reaches them through
 // yeto_host_api.component_get and calls their documented forward() methods.
 #include <ATen/ATen.h>
@@ -17,8 +17,8 @@
 #include "ltx_latents.hpp"
 #include "ltx_transformer.hpp"
 #include "ltx_vae.hpp"
-#include "yeto/nn/family.hpp"
-#include "yeto/nn/helper_call.hpp"
+#include "yeto/family/family.hpp"
+#include "yeto/family/helper_call.hpp"
 
 namespace {
 
@@ -159,7 +159,7 @@ class VaeComponent : public yeto::sdk::Component {
 
 // LTXPipeline's static latent helpers as a component (kind pipeline_helpers), so parity cases
 // recorded against `LTXPipeline._pack_latents(...)` run the plugin's own code. Options:
-// a helper call as yeto/nn/helper_call.hpp reads it.
+// a helper call as yeto/family/helper_call.hpp reads it.
 class PipelineHelpersComponent : public yeto::family::PipelineHelpers {
  public:
   PipelineHelpersComponent(const std::string&, const std::string&)

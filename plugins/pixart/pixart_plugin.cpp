@@ -1,6 +1,6 @@
 // The PixArt family plugin (PixArt-Alpha, PixArt-Sigma): the PixArtTransformer2DModel component
 // class and the PixArt pipeline semantics as plugin hooks, written against the SDK only
-// (yeto/plugin.hpp, sdk/nn). The host loads the repository's other components (VAE, T5 encoder,
+// (yeto/plugin.hpp, sdk/nn, sdk/family). The host loads the repository's other components (VAE, T5 encoder,
 // tokenizer, scheduler) from the plan load_pipeline returns; this plugin reaches them through
 // yeto_host_api.component_get and calls their documented forward() methods.
 //
@@ -23,7 +23,7 @@
 
 #include "pixart_family.hpp"
 #include "pixart_transformer.hpp"
-#include "yeto/nn/family.hpp"
+#include "yeto/family/family.hpp"
 
 namespace {
 

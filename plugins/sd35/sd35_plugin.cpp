@@ -1,6 +1,6 @@
 // The SD3.5 family plugin (Stable Diffusion 3 / 3.5 medium and large): the SD3Transformer2DModel
 // component class and the StableDiffusion3Pipeline semantics as plugin hooks, written against
-// the SDK only (yeto/plugin.hpp, sdk/nn). The host loads the repository's other components (the
+// the SDK only (yeto/plugin.hpp, sdk/nn, sdk/family). The host loads the repository's other components (the
 // 16-channel VAE, CLIP-L, CLIP-G, T5, three tokenizers, the flow-match scheduler) from the plan
 // load_pipeline returns; this plugin reaches them through yeto_host_api.component_get and calls
 // their documented forward() methods.
@@ -17,7 +17,7 @@
 
 #include "sd35_family.hpp"
 #include "sd35_transformer.hpp"
-#include "yeto/nn/family.hpp"
+#include "yeto/family/family.hpp"
 
 namespace {
 

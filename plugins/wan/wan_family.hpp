@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "yeto/nn/family_config.hpp"
+#include "yeto/family/config.hpp"
 
 namespace yeto::wan {
 

@@ -1,6 +1,6 @@
 // The Wan family plugin (Wan 2.1 T2V, Wan 2.2 A14B T2V with two denoisers): the
 // WanTransformer3DModel and AutoencoderKLWan component classes and the WanPipeline semantics
-// as plugin hooks, written against the SDK only (yeto/plugin.hpp, sdk/nn). The host loads the
+// as plugin hooks, written against the SDK only (yeto/plugin.hpp, sdk/nn, sdk/family). The host loads the
 // UMT5 encoder, the tokenizer and the UniPC scheduler from the plan; this plugin reaches them
 // through Host::component and their documented forward() methods.
 //
@@ -21,7 +21,7 @@
 #include "wan_family.hpp"
 #include "wan_transformer.hpp"
 #include "wan_vae.hpp"
-#include "yeto/nn/family.hpp"
+#include "yeto/family/family.hpp"
 
 namespace {
 

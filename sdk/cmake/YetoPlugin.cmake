@@ -20,7 +20,8 @@
 #     [NO_TORCH]                      the plugin does not link LibTorch (DLPack / host API only)
 #     [UNSIGNED])                     skip signing (only for tests of the refusal path)
 #
-# Produces, in OUTPUT_DIRECTORY: <name>.so (MODULE, hidden visibility), <name>.yeto.json (the
+# Produces, in OUTPUT_DIRECTORY: <name>.so (MODULE, hidden visibility, static libraries it links
+# kept internal: only yeto_plugin_entry is exported), <name>.yeto.json (the
 # manifest) and <name>.yeto.sig (the detached signature over both). Sources see a generated
 # header <yeto_plugin_info.h> whose YETO_PLUGIN_INFO_* macros repeat the manifest, so the
 # descriptor the plugin returns agrees with it by construction.
@@ -161,7 +162,9 @@ function(yeto_add_plugin name)
     LIBRARY_OUTPUT_DIRECTORY "${P_OUTPUT_DIRECTORY}"
     C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   target_link_libraries(${name} PRIVATE YetoSDK::headers)
-  target_link_options(${name} PRIVATE "LINKER:--no-undefined")
+  # --exclude-libs: the static libraries a plugin links (YetoSDK::nn, YetoSDK::family, its own
+  # model code) stay internal, so the plugin exports yeto_plugin_entry and nothing of ours.
+  target_link_options(${name} PRIVATE "LINKER:--no-undefined" "LINKER:--exclude-libs,ALL")
   if(COMMAND yeto_warnings)  # the Yeto tree's own warning set
     yeto_warnings(${name})
   endif()

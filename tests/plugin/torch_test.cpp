@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "plugin/components.hpp"
@@ -41,8 +42,64 @@ void run_ok(const std::vector<std::string>& argv) {
   ASSERT_EQ(r.exit_code, 0) << argv[0] << " " << (argv.size() > 1 ? argv[1] : "") << ":\n" << r.all();
 }
 
-// Installs the SDK, builds the template out of tree with a fresh publisher key; returns the
-// directory holding the signed plugin and the publisher's public key file.
+// An SDK installed into a temporary prefix and a publisher key made with its yeto-sign.
+struct InstalledSdk {
+  fs::path root;  // a fixed path: ccache hits on reruns
+  fs::path prefix;
+  fs::path public_key;
+  fs::path secret_key;
+};
+
+InstalledSdk install_sdk() {
+  InstalledSdk sdk;
+  sdk.root = YETO_OOT_DIR;
+  fs::remove_all(sdk.root);
+  fs::create_directories(sdk.root);
+  sdk.prefix = sdk.root / "sdk";
+  run_ok({YETO_CMAKE_COMMAND, "--install", YETO_BUILD_DIR, "--prefix", sdk.prefix.string(), "--component", "sdk"});
+  EXPECT_TRUE(fs::exists(sdk.prefix / "include/yeto/plugin.h"));
+  EXPECT_TRUE(fs::exists(sdk.prefix / "include/yeto/plugin.hpp"));
+  EXPECT_TRUE(fs::exists(sdk.prefix / "lib/cmake/YetoSDK/YetoSDKConfig.cmake"));
+  const fs::path sign_tool = sdk.prefix / "bin/yeto-sign";
+  EXPECT_TRUE(fs::exists(sign_tool));
+  // The installed tool makes the publisher key.
+  run_ok({sign_tool.string(), "keygen", "--out", (sdk.root / "publisher").string(), "--comment", "third-party"});
+  sdk.public_key = sdk.root / "publisher.public";
+  sdk.secret_key = sdk.root / "publisher.secret";
+  return sdk;
+}
+
+// Configures and builds the plugin project in `src` against the installed SDK alone (nothing of
+// the Yeto source or build tree on any path), signed with the publisher key; returns the
+// directory holding the signed plugin.
+fs::path build_against(const InstalledSdk& sdk, const fs::path& src, const std::string& build_name) {
+  EXPECT_TRUE(fs::exists(src / "CMakeLists.txt"));
+  const fs::path build = sdk.root / build_name;
+  std::vector<std::string> configure = {YETO_CMAKE_COMMAND, "-S", src.string(), "-B", build.string(),
+                                        "-G", "Ninja", "-DCMAKE_MAKE_PROGRAM=" + std::string(YETO_MAKE_PROGRAM),
+                                        "-DCMAKE_CXX_COMPILER=" + std::string(YETO_CXX_COMPILER),
+                                        "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + sdk.prefix.string(),
+                                        "-DYETO_SIGNING_KEY=" + sdk.secret_key.string()};
+  if (std::string(YETO_CCACHE).size() && std::string(YETO_CCACHE).find("NOTFOUND") == std::string::npos)
+    configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(YETO_CCACHE));
+  run_ok(configure);
+  run_ok({YETO_CMAKE_COMMAND, "--build", build.string()});
+  return build / "plugins";
+}
+
+// The dynamic symbols a library defines, demangled, one per line.
+std::vector<std::string> exported_symbols(const fs::path& library) {
+  const auto r = run_process({"nm", "-D", "--defined-only", "-C", library.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  std::vector<std::string> out;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
+// The template as installed with the SDK, built out of tree with a fresh publisher key.
 struct OutOfTree {
   fs::path plugins;
   fs::path public_key;
@@ -50,33 +107,11 @@ struct OutOfTree {
 };
 
 OutOfTree build_template_out_of_tree() {
+  const InstalledSdk sdk = install_sdk();
   OutOfTree o;
-  const fs::path root = YETO_OOT_DIR;  // fixed path: ccache hits on reruns
-  fs::remove_all(root);
-  fs::create_directories(root);
-  o.prefix = root / "sdk";
-  run_ok({YETO_CMAKE_COMMAND, "--install", YETO_BUILD_DIR, "--prefix", o.prefix.string(), "--component", "sdk"});
-  EXPECT_TRUE(fs::exists(o.prefix / "include/yeto/plugin.h"));
-  EXPECT_TRUE(fs::exists(o.prefix / "include/yeto/plugin.hpp"));
-  EXPECT_TRUE(fs::exists(o.prefix / "lib/cmake/YetoSDK/YetoSDKConfig.cmake"));
-  const fs::path sign_tool = o.prefix / "bin/yeto-sign";
-  EXPECT_TRUE(fs::exists(sign_tool));
-  // The installed tool makes the publisher key.
-  run_ok({sign_tool.string(), "keygen", "--out", (root / "publisher").string(), "--comment", "third-party"});
-  o.public_key = root / "publisher.public";
-  // The template as installed with the SDK: nothing of the Yeto source tree is used.
-  const fs::path src = o.prefix / "share/yeto/sdk/examples/template";
-  EXPECT_TRUE(fs::exists(src / "CMakeLists.txt"));
-  std::vector<std::string> configure = {YETO_CMAKE_COMMAND, "-S", src.string(), "-B", (root / "build").string(),
-                                        "-G", "Ninja", "-DCMAKE_MAKE_PROGRAM=" + std::string(YETO_MAKE_PROGRAM),
-                                        "-DCMAKE_CXX_COMPILER=" + std::string(YETO_CXX_COMPILER),
-                                        "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + o.prefix.string(),
-                                        "-DYETO_SIGNING_KEY=" + (root / "publisher.secret").string()};
-  if (std::string(YETO_CCACHE).size() && std::string(YETO_CCACHE).find("NOTFOUND") == std::string::npos)
-    configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(YETO_CCACHE));
-  run_ok(configure);
-  run_ok({YETO_CMAKE_COMMAND, "--build", (root / "build").string()});
-  o.plugins = root / "build/plugins";
+  o.prefix = sdk.prefix;
+  o.public_key = sdk.public_key;
+  o.plugins = build_against(sdk, sdk.prefix / "share/yeto/sdk/examples/template", "build");
   return o;
 }
 
@@ -393,4 +428,67 @@ TEST(PluginTorch, ComponentGetAnswersFromTheBoundPipeline) {
     EXPECT_TRUE(contains(e.what(), "ABI 1.0")) << e.what();
   }
   EXPECT_EQ(old_inst.trainable_parameters()[0].first, "c.weight");
+}
+
+TEST(PluginTorch, AFamilyKitPluginBuiltOutOfTreeExportsOnlyItsEntryAndTrainsLora) {
+  const InstalledSdk sdk = install_sdk();
+  if (HasFatalFailure()) return;
+  // The kit is installed: headers of both components and the package's kit targets.
+  EXPECT_TRUE(fs::exists(sdk.prefix / "include/yeto/nn/linear.hpp"));
+  EXPECT_TRUE(fs::exists(sdk.prefix / "include/yeto/family/family.hpp"));
+  EXPECT_TRUE(fs::exists(sdk.prefix / "lib/cmake/YetoSDK/YetoSDKKitTargets.cmake"));
+  EXPECT_TRUE(fs::exists(sdk.prefix / "lib/libyeto_nn.a"));
+  EXPECT_TRUE(fs::exists(sdk.prefix / "lib/libyeto_family.a"));
+  const fs::path plugins = build_against(sdk, fs::path(YETO_SOURCE_DIR) / "tests/plugin/kit_consumer", "build-kit");
+  const fs::path so = plugins / "kitprobe.so";
+  ASSERT_TRUE(fs::exists(so));
+
+  // The kit's code is linked in but stays internal: of what Yeto code defines (functions and
+  // objects of namespace yeto, the type information and vtables of its classes, yeto_* C
+  // symbols), only the entry point is exported. LibTorch's and the standard library's
+  // templates instantiated for our types (Module::register_module<yeto::nn::LinearImpl>) are
+  // weak copies of their code, not ours.
+  std::vector<std::string> ours;
+  for (const auto& sym : exported_symbols(so)) {
+    const auto space = sym.find(' ', sym.find(' ') + 1);  // "<address> <type> <name>"
+    const std::string name = space == std::string::npos ? sym : sym.substr(space + 1);
+    for (const char* prefix : {"yeto::", "yeto_", "typeinfo for yeto::", "typeinfo name for yeto::", "vtable for yeto::",
+                               "VTT for yeto::", "guard variable for yeto::"})
+      if (name.rfind(prefix, 0) == 0) {
+        ours.push_back(sym);
+        break;
+      }
+  }
+  ASSERT_EQ(ours.size(), 1u) << "exported symbols of ours:\n" << [&] {
+    std::string all;
+    for (const auto& sym : ours) all += "  " + sym + "\n";
+    return all;
+  }();
+  EXPECT_TRUE(contains(ours[0], " T yeto_plugin_entry")) << ours[0];
+
+  // It loads with the publisher's key and its kit-made LoRA trains.
+  const auto& p = plugin::load("kitprobe", options_for(plugins, {sdk.public_key}), test_host_api("kitprobe"));
+  plugin::Instance inst(p, plugin::config_values(config::Config()).dump());
+  plugin::ComponentRegistry registry;
+  inst.register_components(registry);
+  EXPECT_TRUE(registry.has("KitProbeModel"));
+  inst.prepare(R"({"channels": 3, "lora": {"r": 2, "alpha": 4}})");
+  const auto params = inst.trainable_parameters();
+  std::vector<std::string> names;
+  for (const auto& [n, t] : params) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"transformer.proj_in.lora_A.weight", "transformer.proj_in.lora_B.weight"}));
+  EXPECT_EQ(find(params, "transformer.proj_in.lora_A.weight").sizes(), (std::vector<int64_t>{2, 3}));
+  const auto x = torch::randn({5, 3});
+  const auto loss = inst.denoise({{"hidden_states", x}}, "{}").pow(2).mean();
+  loss.backward();
+  // PEFT's init: B = 0, so A gets no gradient on the first step and B does.
+  EXPECT_TRUE(find(params, "transformer.proj_in.lora_B.weight").grad().defined());
+  EXPECT_GT(find(params, "transformer.proj_in.lora_B.weight").grad().abs().sum().item<double>(), 0.0);
+  // A kit error crosses the ABI with the kit's message.
+  try {
+    inst.prepare(R"({"channels": 3, "tuning": "half"})");
+    FAIL() << "a bad tuning was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "'tuning' must be lora or full, got 'half'")) << e.what();
+  }
 }

@@ -1,4 +1,4 @@
-#include "yeto/nn/family.hpp"
+#include "yeto/family/family.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 

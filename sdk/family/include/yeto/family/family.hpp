@@ -20,7 +20,7 @@
 
 #include <yeto/plugin.hpp>
 
-#include "yeto/nn/family_config.hpp"
+#include "yeto/family/config.hpp"
 #include "yeto/nn/linear.hpp"
 
 namespace yeto::family {

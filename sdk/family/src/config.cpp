@@ -1,4 +1,4 @@
-#include "yeto/nn/family_config.hpp"
+#include "yeto/family/config.hpp"
 
 #include <algorithm>
 #include <stdexcept>
