@@ -495,23 +495,9 @@ const std::vector<std::string>& plugin_autoencoder_classes() {
 }  // namespace
 
 std::string plugin_for_class(const std::string& class_name) {
-  static const std::map<std::string, std::string> families = {{"FluxPipeline", "flux"},
-                                                              {"FluxImg2ImgPipeline", "flux"},
-                                                              {"FluxInpaintPipeline", "flux"},
-                                                              {"StableDiffusion3Pipeline", "sd35"},
-                                                              {"SD3Transformer2DModel", "sd35"},
-                                                              {"FluxTransformer2DModel", "flux"},
-                                                              {"PixArtAlphaPipeline", "pixart"},
-                                                              {"PixArtSigmaPipeline", "pixart"},
-                                                              {"PixArtTransformer2DModel", "pixart"},
-                                                              {"WanPipeline", "wan"},
-                                                              {"WanTransformer3DModel", "wan"},
-                                                              {"AutoencoderKLWan", "wan"},
-                                                              {"LTXPipeline", "ltx"},
-                                                              {"LTXVideoTransformer3DModel", "ltx"},
-                                                              {"AutoencoderKLLTXVideo", "ltx"}};
-  const auto it = families.find(class_name);
-  return it == families.end() ? std::string() : it->second;
+  const config::Config cfg = parity_config();
+  const auto options = plugin::LoaderOptions::from_config(cfg, plugin::LoaderOptions::default_install_roots());
+  return plugin::plugin_serving(plugin::Catalog::scan(options.dirs), options, class_name);
 }
 
 std::string pipeline_request_for_case(const std::string& case_json_text) {

@@ -11,7 +11,7 @@
 //     FluxTransformer2DModel) built from the case's config.json and weights through the
 //     plugin's registered constructor, with the case's inputs.safetensors as named inputs.
 // The plugin is case.json `plugin` when given, else the family plugin of the pipeline or
-// component class (plugin_for_class). Integer outputs must match exactly.
+// component class (plugin_for_class, from the manifests). Integer outputs must match exactly.
 #pragma once
 
 #include <string>
@@ -21,7 +21,8 @@ namespace yeto::app {
 // Registers both kinds (idempotent).
 void register_plugin_parity_kinds();
 
-// The in-tree family plugin serving a Diffusers pipeline or component class, "" when none.
+// The family plugin this build ships that declares a Diffusers pipeline or component class
+// in its manifest (pipelines, classes), "" when none.
 std::string plugin_for_class(const std::string& class_name);
 
 // The generate request JSON for a case's call.arguments (exposed for tests).

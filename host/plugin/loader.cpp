@@ -280,24 +280,23 @@ std::string signing_key_fingerprint(const PluginFile& file) {
   }
 }
 
-Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const LoaderOptions& options,
-                        const nlohmann::json* model_index) {
-  Selection s;
-  if (const std::string& adapter = cfg.get_string("model.adapter"); !adapter.empty()) {
-    s.name = adapter;
-    s.reason = "model.adapter";
-    return s;
-  }
-  std::set<std::string> shipped;
-  for (const auto& k : options.shipped_keys) {
-    try {
-      shipped.insert(sign::load_public_key(k).fingerprint());
-    } catch (const sign::FormatError& e) {
-      spdlog::warn("build key {} is unreadable, so no plugin is chosen by it: {}", k.string(), e.what());
+namespace {
+
+// Chooses among the plugins signed by one of options.shipped_keys; remembers the others that
+// would have served (for the hint that names them).
+struct ShippedChooser {
+  ShippedChooser(const Catalog& catalog, const LoaderOptions& options) : catalog(catalog) {
+    for (const auto& k : options.shipped_keys) {
+      try {
+        shipped.insert(sign::load_public_key(k).fingerprint());
+      } catch (const sign::FormatError& e) {
+        spdlog::warn("build key {} is unreadable, so no plugin is chosen by it: {}", k.string(), e.what());
+      }
     }
   }
-  std::vector<std::string> passed_over;
-  auto pick = [&](const std::function<bool(const sign::Manifest&)>& serves, const std::string& what) {
+
+  // The one shipped plugin whose manifest `serves`; "" when none; two fail naming both.
+  std::string choose(const std::function<bool(const sign::Manifest&)>& serves, const std::string& what) {
     std::set<std::string> names;
     for (const auto& p : catalog.plugins) {
       if (!serves(p.manifest)) continue;
@@ -310,11 +309,39 @@ Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const
       }
     }
     if (names.size() > 1)
-      throw Error(what + " is served by more than one plugin this build ships (" + join_list(std::vector<std::string>(names.begin(), names.end())) +
+      throw Error(what + " is served by more than one plugin this build ships (" +
+                      join_list(std::vector<std::string>(names.begin(), names.end())) +
                       "): choose one with --diffusion-adapter NAME (model.adapter)",
                   ExitCode::plugin_not_found);
-    if (names.empty()) return false;
-    s.name = *names.begin();
+    return names.empty() ? std::string() : *names.begin();
+  }
+
+  const Catalog& catalog;
+  std::set<std::string> shipped;
+  std::vector<std::string> passed_over;
+};
+
+}  // namespace
+
+std::string plugin_serving(const Catalog& catalog, const LoaderOptions& options, const std::string& class_name) {
+  ShippedChooser chooser(catalog, options);
+  return chooser.choose([&](const sign::Manifest& m) { return has(m.pipelines, class_name) || has(m.classes, class_name); },
+                        class_name);
+}
+
+Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const LoaderOptions& options,
+                        const nlohmann::json* model_index) {
+  Selection s;
+  if (const std::string& adapter = cfg.get_string("model.adapter"); !adapter.empty()) {
+    s.name = adapter;
+    s.reason = "model.adapter";
+    return s;
+  }
+  ShippedChooser chooser(catalog, options);
+  auto pick = [&](const std::function<bool(const sign::Manifest&)>& serves, const std::string& what) {
+    const std::string name = chooser.choose(serves, what);
+    if (name.empty()) return false;
+    s.name = name;
     s.reason = what;
     return true;
   };
@@ -326,8 +353,8 @@ Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const
     if (pick([&](const sign::Manifest& m) { return has(m.pipelines, cls); }, cls + " (model_index.json _class_name)"))
       return s;
   }
-  if (!passed_over.empty())
-    s.hint = "plugin " + join_list(passed_over) +
+  if (!chooser.passed_over.empty())
+    s.hint = "plugin " + join_list(chooser.passed_over) +
              " declares this model, but only a plugin signed by this build's own key is chosen without being named; "
              "if you trust it, pass --diffusion-adapter NAME (model.adapter)";
   return s;

@@ -92,6 +92,11 @@ struct Selection {
 Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const LoaderOptions& options,
                         const nlohmann::json* model_index = nullptr);
 
+// The plugin this build ships (signed by one of options.shipped_keys) whose manifest declares
+// `class_name` as a pipeline it serves or a component class it registers; "" when none. Throws
+// yeto::Error (plugin_not_found) when two shipped plugins declare it.
+std::string plugin_serving(const Catalog& catalog, const LoaderOptions& options, const std::string& class_name);
+
 // Reads a manifest given as the manifest, the library, or a directory holding one.
 PluginFile read_plugin_file(const std::filesystem::path& path);
 

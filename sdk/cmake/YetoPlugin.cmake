@@ -11,6 +11,9 @@
 #     [PIPELINES <class...>]          Diffusers pipeline classes (model_index.json "_class_name")
 #                                     it serves; with ALIASES, how the host chooses a plugin signed
 #                                     by its own key when the run names none
+#     [CLASSES <class...>]            component classes register_components registers (a
+#                                     component config's "_class_name"), for finding the plugin
+#                                     of a recorded component case
 #     [CAPABILITIES <cap...>]         pipeline components trainable encode_media encode_conditioning
 #                                     denoiser align loss_step artifacts generate presets
 #     [LICENSE_NOTICE <text>] [LICENSE_MUST_ACKNOWLEDGE]
@@ -111,7 +114,7 @@ function(yeto_add_plugin name)
   # PARSE_ARGV keeps semicolons inside a license notice or description.
   cmake_parse_arguments(PARSE_ARGV 1 P "LICENSE_MUST_ACKNOWLEDGE;NO_TORCH;UNSIGNED"
                         "VERSION;LICENSE_NOTICE;DESCRIPTION;KEY;OUTPUT_DIRECTORY"
-                        "SOURCES;FAMILIES;ALIASES;PIPELINES;CAPABILITIES")
+                        "SOURCES;FAMILIES;ALIASES;PIPELINES;CLASSES;CAPABILITIES")
   if(NOT P_SOURCES)
     message(FATAL_ERROR "yeto_add_plugin(${name}): SOURCES is required")
   endif()
@@ -206,6 +209,7 @@ function(yeto_add_plugin name)
   _yeto_json_list(j_aliases ${P_ALIASES})
   _yeto_json_list(j_caps ${P_CAPABILITIES})
   _yeto_json_list(j_pipelines ${P_PIPELINES})
+  _yeto_json_list(j_classes ${P_CLASSES})
   set(manifest "${P_OUTPUT_DIRECTORY}/${name}.yeto.json")
   file(GENERATE OUTPUT "${manifest}" CONTENT
 "{
@@ -218,6 +222,7 @@ function(yeto_add_plugin name)
   \"families\": ${j_families},
   \"aliases\": ${j_aliases},
   \"pipelines\": ${j_pipelines},
+  \"classes\": ${j_classes},
   \"capabilities\": ${j_caps},
   \"license\": {\"notice\": \"${e_notice}\", \"must_acknowledge\": ${ack_json}},
   \"description\": \"${e_desc}\"

@@ -1,6 +1,7 @@
 // The check-parity framework: every scheduler fixture case passes through run_case, the
 // tolerance rule, the recorded-call parser, unsupported kinds/classes, and the yeto-host
 // check-parity command (exit codes 0 / 40 / non-zero for unsupported).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -9,12 +10,17 @@
 #include <ATen/ATen.h>
 
 #include "app/parity_kinds.hpp"
+#include "app/plugin_parity_kinds.hpp"
+#include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/python_json.hpp"
 #include "io/tensors.hpp"
 #include "parity/parity.hpp"
 #include "parity/pyexpr.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/instance.hpp"
+#include "plugin/loader.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -329,4 +335,41 @@ TEST(CheckParityCommand, MissingDirectoryAndJsonOutput) {
   const auto j = nlohmann::json::parse(res.out);
   EXPECT_EQ(j["passed"].get<int>(), 1);
   EXPECT_EQ(j["cases"][0]["comparisons"].size(), 5u);
+}
+
+// The plugin of a recorded pipeline or component class comes from the shipped plugins'
+// manifests (pipelines, classes), not from a table in the host; and every class a shipped
+// plugin registers is declared there, so that lookup misses none.
+TEST(PluginParityKinds, TheClassesOfAShippedPluginComeFromItsManifest) {
+  EXPECT_EQ(app::plugin_for_class("FluxTransformer2DModel"), "flux");
+  EXPECT_EQ(app::plugin_for_class("FluxPipeline"), "flux");
+  EXPECT_EQ(app::plugin_for_class("SD3Transformer2DModel"), "sd35");
+  EXPECT_EQ(app::plugin_for_class("PixArtSigmaPipeline"), "pixart");
+  EXPECT_EQ(app::plugin_for_class("AutoencoderKLWan"), "wan");
+  EXPECT_EQ(app::plugin_for_class("LTXVideoTransformer3DModel"), "ltx");
+  EXPECT_EQ(app::plugin_for_class("YetoTinyDenoiser"), "template");
+  EXPECT_EQ(app::plugin_for_class("UNet2DConditionModel"), "");
+
+  const auto options = plugin::LoaderOptions::from_config(config::Config(), plugin::LoaderOptions::default_install_roots());
+  const auto catalog = plugin::Catalog::scan(options.dirs);
+  std::size_t checked = 0;
+  for (const auto& file : catalog.plugins) {
+    const auto& m = file.manifest;
+    if (std::find(m.capabilities.begin(), m.capabilities.end(), "components") == m.capabilities.end()) continue;
+    plugin::HostApiOptions h;
+    h.plugin_name = m.name;
+    const auto& loaded = plugin::load(m.name, options, plugin::make_host_api(h));
+    plugin::Instance instance(loaded, "{}");
+    plugin::ComponentRegistry registry;
+    instance.register_components(registry);
+    const auto names = registry.names();
+    const std::set<std::string> registered(names.begin(), names.end());
+    for (const auto& cls : registered)
+      EXPECT_TRUE(std::count(m.classes.begin(), m.classes.end(), cls) || std::count(m.pipelines.begin(), m.pipelines.end(), cls))
+          << m.name << " registers " << cls << " but its manifest does not declare it (yeto_add_plugin CLASSES)";
+    for (const auto& cls : m.classes)
+      EXPECT_TRUE(registered.count(cls)) << m.name << "'s manifest declares " << cls << ", which it does not register";
+    ++checked;
+  }
+  EXPECT_GE(checked, 6u) << "the five families and the template";
 }

@@ -262,6 +262,7 @@ Manifest parse_manifest(std::string_view json_text, const std::string& where) {
   require(!m.families.empty(), where, "field \"families\" must name at least one model family");
   m.aliases = list("aliases");
   m.pipelines = list("pipelines");
+  m.classes = list("classes");
   m.capabilities = list("capabilities");
   try {
     (void)capability_bits(m.capabilities);
@@ -295,6 +296,7 @@ std::string manifest_to_json(const Manifest& m) {
   j["families"] = m.families;
   j["aliases"] = m.aliases;
   if (!m.pipelines.empty()) j["pipelines"] = m.pipelines;
+  if (!m.classes.empty()) j["classes"] = m.classes;
   j["capabilities"] = m.capabilities;
   j["license"] = {{"notice", m.license_notice}, {"must_acknowledge", m.license_must_acknowledge}};
   if (!m.description.empty()) j["description"] = m.description;

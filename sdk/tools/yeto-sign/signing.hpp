@@ -77,6 +77,9 @@ struct Manifest {
   // Diffusers pipeline classes (model_index.json "_class_name") the plugin serves; the host
   // chooses a plugin signed by its own build key from them (see plugin::select_plugin).
   std::vector<std::string> pipelines;
+  // Component classes (a component's config "_class_name") the plugin registers; the host finds
+  // the plugin of a recorded component case or pipeline helper by them (plugin::plugin_serving).
+  std::vector<std::string> classes;
   std::vector<std::string> capabilities;  // capability names, see capability_names()
   std::string license_notice;
   bool license_must_acknowledge = false;
