@@ -484,6 +484,15 @@ TEST(PluginTorch, AFamilyKitPluginBuiltOutOfTreeExportsOnlyItsEntryAndTrainsLora
   // PEFT's init: B = 0, so A gets no gradient on the first step and B does.
   EXPECT_TRUE(find(params, "transformer.proj_in.lora_B.weight").grad().defined());
   EXPECT_GT(find(params, "transformer.proj_in.lora_B.weight").grad().abs().sum().item<double>(), 0.0);
+  // The run configuration reaches the plugin at create: without lora options, prepare takes the
+  // run's lora.r.
+  {
+    config::Config cfg = config::Config::resolve(std::nullopt, {{"lora.r", "5", "test"}});
+    plugin::Instance configured(p, plugin::config_values(cfg).dump());
+    configured.prepare(R"({"channels": 3})");
+    EXPECT_EQ(find(configured.trainable_parameters(), "transformer.proj_in.lora_A.weight").sizes(),
+              (std::vector<int64_t>{5, 3}));
+  }
   // A kit error crosses the ABI with the kit's message.
   try {
     inst.prepare(R"({"channels": 3, "tuning": "half"})");

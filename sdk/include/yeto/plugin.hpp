@@ -343,6 +343,11 @@ class Plugin {
  public:
   virtual ~Plugin() = default;
 
+  // Called once, right after construction and before any hook, with the run configuration: a
+  // JSON object of every resolved key and its value ({"model.precision": "bf16", "lora.r": 16,
+  // ...}), the same values Host::config_get answers. A throw fails create.
+  virtual void configure(const std::string& config_json) { (void)config_json; }
+
   virtual std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) {
     (void)model_dir, (void)model_index_json;
     unsupported("load_pipeline");
@@ -402,8 +407,12 @@ inline std::string str(const char* s) { return s ? std::string(s) : std::string(
 template <class P>
 void fill_hooks(yeto_plugin_v1& t, std::uint64_t caps) {
   t.create = [](const char* config_json, void** instance, yeto_error* err) {
-    (void)config_json;
-    return guard(err, [&] { *instance = static_cast<Plugin*>(new P()); });
+    return guard(err, [&] {
+      std::unique_ptr<Plugin> p(new P());
+      const std::string config = str(config_json);
+      p->configure(config.empty() ? "{}" : config);
+      *instance = p.release();
+    });
   };
   t.destroy = [](void* instance) { delete static_cast<Plugin*>(instance); };
   if (caps & YETO_CAP_PIPELINE) {

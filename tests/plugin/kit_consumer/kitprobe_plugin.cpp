@@ -45,6 +45,12 @@ class ProbeComponent : public yeto::sdk::Component {
 
 class KitProbePlugin : public yeto::sdk::Plugin {
  public:
+  // The run configuration, at create: lora.r of the run is the default rank of prepare.
+  void configure(const std::string& config_json) override {
+    const auto config = yeto::family::parse_json(config_json, "run configuration");
+    default_rank_ = config.value("lora.r", std::int64_t{4});
+  }
+
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<ProbeComponent>("KitProbeModel");
   }
@@ -56,7 +62,8 @@ class KitProbePlugin : public yeto::sdk::Plugin {
   }
 
   void prepare(const std::string& options_json) override {
-    const auto options = yeto::family::parse_json(options_json, "prepare options");
+    auto options = yeto::family::parse_json(options_json, "prepare options");
+    if (!options.contains("lora")) options["lora"] = {{"r", default_rank_}};
     denoiser_ = std::make_unique<ProbeComponent>(options.dump(), "");
     tuning_ = yeto::family::parse_tuning(options);
     yeto::family::TuningSpec spec;
@@ -77,6 +84,7 @@ class KitProbePlugin : public yeto::sdk::Plugin {
  private:
   std::unique_ptr<ProbeComponent> denoiser_;
   std::string tuning_ = "lora";
+  std::int64_t default_rank_ = 4;
 };
 
 }  // namespace
