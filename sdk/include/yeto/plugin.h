@@ -322,17 +322,41 @@ typedef struct yeto_plugin_v1 {
   /* Registers the plugin's component classes (its denoiser, a family VAE, ...). */
   yeto_status (*register_components)(void* instance, const yeto_component_registry* registry, yeto_error* error);
 
-  /* Trainable tensors under canonical, deterministic names, in canonical order. */
+  /* Trainable tensors under canonical, deterministic names, in canonical order
+   * ("<component>.<parameter>", PEFT's "<component>.<layer>.lora_A.weight" for LoRA). The
+   * learner keeps float32 master weights: every tensor returned must be float32. */
   yeto_status (*trainable_parameters)(void* instance, const yeto_named_tensors_out* out, yeto_error* error);
 
-  /* Encoders: media (pixels, frames, audio) -> latents; text/audio -> conditioning. */
+  /* The tensor contract of the training path (what the host's generic learner sends and expects):
+   *
+   * encode_media: media {"pixel_values": float32 in [-1, 1], [B, 3, H, W] for images or
+   *   [B, 3, F, H, W] for video}; options_json {"sample": bool (false: the posterior mean),
+   *   "seed": integer}. Must return "latents" [B, ...]; any other tensor is kept too (a cache
+   *   stores every one per row). Every tensor batch-first; the learner casts latents to float32.
+   * encode_conditioning: prompts_json a JSON array of B strings; extra: the rows' cached
+   *   tensors other than "latents" (batch-first). Returns named conditioning tensors, batch-first
+   *   (e.g. "prompt_embeds", "pooled_prompt_embeds"); a batch whose rows carry a cached
+   *   "prompt_embeds" is not encoded: its cached tensors are the conditioning.
+   * denoiser_kwargs: batch {"noisy" [B, ...] float32 (x_t, the latents' layout), "timesteps" [B]
+   *   (the scheduler's training scale: float32 in [0, num_train_timesteps) for flow-match
+   *   schedules, int64 for DDPM-family ones), "sigmas" [B] float32 (x_t = alpha_t x0 + sigma_t
+   *   noise), then every conditioning tensor}, holding only the rows routed to this denoiser.
+   *   Returns extra named inputs for denoise (ids, guidance, micro-conditions, masks).
+   * denoise: inputs {"hidden_states" (the batch's "noisy"), "timesteps", every conditioning
+   *   tensor, then what denoiser_kwargs returned}; "sigmas" is not passed. Returns the
+   *   prediction with its autograd graph (the host backpropagates through it).
+   * align: the prediction and the scheduler's float32 target (the latents' layout); returns
+   *   both in one layout, batch-first. The host computes the per-row weighted mean squared
+   *   error of the two and backpropagates.
+   * step_json of the three denoiser hooks: {"denoiser": "<component name>", "training": true};
+   *   at sampling a plugin drives its own loop in generate. */
   yeto_status (*encode_media)(void* instance, const yeto_named_tensors* media, const char* options_json,
                               const yeto_named_tensors_out* latents, yeto_error* error);
   yeto_status (*encode_conditioning)(void* instance, const char* prompts_json, const yeto_named_tensors* extra,
                                      const yeto_named_tensors_out* conditioning, yeto_error* error);
 
   /* Denoiser: family keyword contributions (position ids, guidance, packing), then the
-   * forward itself. step_json: {"timesteps": ..., "sigmas": ...} as the scheduler set them. */
+   * forward itself; step_json as above. */
   yeto_status (*denoiser_kwargs)(void* instance, const yeto_named_tensors* batch, const char* step_json,
                                  const yeto_named_tensors_out* kwargs, yeto_error* error);
   yeto_status (*denoise)(void* instance, const yeto_named_tensors* inputs, const char* step_json,
