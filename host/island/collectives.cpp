@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace yeto::island {
 
@@ -23,6 +24,14 @@ void scatter_back(const at::Tensor& flat, const std::vector<at::Tensor>& parts) 
     dst.copy_(flat.narrow(0, off, n).view(p.sizes()));
     off += n;
   }
+}
+
+// `values` as one double tensor through `collective`, and back.
+std::vector<double> through_tensor(std::vector<double> values, const std::function<void(at::Tensor&)>& collective) {
+  at::Tensor t = at::from_blob(values.data(), {static_cast<std::int64_t>(values.size())}, at::kDouble).clone();
+  collective(t);
+  const double* p = t.data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
 }
 
 }  // namespace
@@ -59,10 +68,12 @@ void broadcast_tensors(Collectives& ranks, const std::vector<std::pair<std::stri
 
 std::vector<double> allreduce_values(Collectives& ranks, std::vector<double> values, ReduceOp op) {
   if (values.empty() || ranks.world_size() < 2) return values;
-  at::Tensor t = at::from_blob(values.data(), {static_cast<std::int64_t>(values.size())}, at::kDouble).clone();
-  ranks.allreduce(t, op);
-  const double* p = t.data_ptr<double>();
-  return std::vector<double>(p, p + values.size());
+  return through_tensor(std::move(values), [&](at::Tensor& t) { ranks.allreduce(t, op); });
+}
+
+std::vector<double> broadcast_values(Collectives& ranks, std::vector<double> values, int root) {
+  if (values.empty() || ranks.world_size() < 2) return values;
+  return through_tensor(std::move(values), [&](at::Tensor& t) { ranks.broadcast(t, root); });
 }
 
 double mean_of(Collectives& ranks, double value) {
@@ -70,8 +81,7 @@ double mean_of(Collectives& ranks, double value) {
 }
 
 bool rank0_decides(Collectives& ranks, bool decision) {
-  if (ranks.world_size() < 2) return decision;
-  return allreduce_values(ranks, {ranks.rank() == 0 && decision ? 1.0 : 0.0}, ReduceOp::max)[0] > 0.5;
+  return broadcast_values(ranks, {decision ? 1.0 : 0.0})[0] > 0.5;
 }
 
 }  // namespace yeto::island

@@ -1,7 +1,9 @@
 // The collectives a learner island runs over its ranks, behind one interface: IslandGroup (the
 // c10d process group of several ranks, island_group.hpp) and SingleRank (one process, where
-// every collective leaves its input as it is). The learner and DilocoSync call the same
-// functions either way, so one rank takes the multi-rank code path at no cost. Collectives are
+// every collective leaves its input as it is). The learner holds one either way and calls the
+// same functions, so one rank takes the multi-rank code path at no cost (DilocoSync is handed
+// an IslandGroup only for islands of several ranks: only rank 0 talks to the syncer and its
+// protocol differs from one rank's). Collectives are
 // blocking and every rank must call them in the same order. Include only where LibTorch is
 // already in use.
 #pragma once
@@ -48,6 +50,10 @@ void broadcast_tensors(Collectives& ranks, const std::vector<std::pair<std::stri
 
 // Element-wise sum / max of small double vectors across the ranks (metrics, decisions).
 std::vector<double> allreduce_values(Collectives& ranks, std::vector<double> values, ReduceOp op = ReduceOp::sum);
+
+// Rank `root`'s small double vector on every rank (the others pass as many placeholders).
+// Integers below 2^53 and float32 values travel exactly.
+std::vector<double> broadcast_values(Collectives& ranks, std::vector<double> values, int root = 0);
 
 // The mean across the ranks of one value each.
 double mean_of(Collectives& ranks, double value);

@@ -487,8 +487,8 @@ void Loop::choose_micro_batch_size() {
   };
   const auto decision = choose_micro_batch(req, probe);
   // The island trains in lock-step: every rank takes rank 0's choice.
-  const auto v = island::allreduce_values(ranks_, {lead_ ? static_cast<double>(decision.micro_batch_size) : 0.0,
-                                                   lead_ ? static_cast<double>(decision.gradient_accumulation) : 0.0});
+  const auto v = island::broadcast_values(ranks_, {static_cast<double>(decision.micro_batch_size),
+                                                   static_cast<double>(decision.gradient_accumulation)});
   micro_ = static_cast<std::int64_t>(v[0]);
   accumulation_ = static_cast<std::int64_t>(v[1]);
   spdlog::info("micro_batch_size = auto: {}", decision.log);

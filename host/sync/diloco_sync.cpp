@@ -59,13 +59,7 @@ struct DilocoSync::Impl {
 
   // Doubles broadcast from rank 0 (the receiving ranks pass `n` zeros). Every value is an
   // integer below 2^53 or a float32 alpha, so double carries them exactly.
-  void bcast(std::vector<double>& v) {
-    if (v.empty()) return;
-    at::Tensor t = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble).clone();
-    ranks->broadcast(t, 0);
-    const double* d = t.data_ptr<double>();
-    std::copy(d, d + v.size(), v.begin());
-  }
+  void bcast(std::vector<double>& v) { v = island::broadcast_values(*ranks, std::move(v)); }
 
   void bcast(std::vector<float>& v) {
     at::Tensor t = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kFloat).clone();

@@ -151,6 +151,7 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
   std::vector<std::vector<float>> got_a(2), got_b(2), got_c(2), bcast(2);
   std::vector<std::vector<double>> sums(2), maxes(2);
   std::vector<double> means(2);
+  std::vector<std::vector<double>> from_root(2);
   std::vector<int> decided_yes(2), decided_no(2);
   const auto errors = on_ranks(2, [&](int r) {
     auto g = yd::IslandGroup::connect(rank_env(r, 2, port), {10.0, 30.0, yd::Backend::gloo});
@@ -185,6 +186,7 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
     means[k] = yd::mean_of(ranks, r == 0 ? 1.0 : 4.0);
     decided_yes[k] = yd::rank0_decides(ranks, r == 0);
     decided_no[k] = yd::rank0_decides(ranks, r == 1);
+    from_root[k] = yd::broadcast_values(ranks, r == 0 ? std::vector<double>{3.0, 0.25} : std::vector<double>{-1.0, 9.0});
     ranks.barrier();
   });
   ASSERT_EQ(errors, (std::vector<std::string>{"", ""}));
@@ -199,6 +201,7 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
     EXPECT_EQ(means[k], 2.5) << r;
     EXPECT_EQ(decided_yes[k], 1) << r;
     EXPECT_EQ(decided_no[k], 0) << r;
+    EXPECT_EQ(from_root[k], (std::vector<double>{3.0, 0.25})) << r;
   }
 }
 
@@ -216,6 +219,7 @@ TEST(IslandCollectives, OneRankLeavesEveryValueAsItIs) {
   EXPECT_TRUE(at::equal(w, at::tensor({3.f, 4.f})));
   EXPECT_EQ(yd::allreduce_values(ranks, {0.1, 7.0}, yd::ReduceOp::max), (std::vector<double>{0.1, 7.0}));
   EXPECT_EQ(yd::mean_of(ranks, 0.3), 0.3);
+  EXPECT_EQ(yd::broadcast_values(ranks, {2.5, -1.0}), (std::vector<double>{2.5, -1.0}));
   EXPECT_TRUE(yd::rank0_decides(ranks, true));
   EXPECT_FALSE(yd::rank0_decides(ranks, false));
   at::Tensor t = at::tensor({5.0});
