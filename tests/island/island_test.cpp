@@ -4,9 +4,6 @@
 // torchrun variables; and ddp islands without a syncer (determinism, resume).
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -18,6 +15,7 @@
 
 #include "dataset.hpp"
 #include "support/process.hpp"
+#include "support/ports.hpp"
 #include "support/temp_dir.hpp"
 #include "sync/launch.hpp"
 #include "sync/tape.hpp"
@@ -30,18 +28,6 @@ using yeto::test::read_text;
 namespace {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string run_toml(int steps, const std::string& extra = "") {
   return "[data]\npath = \"data/train.jsonl\"\nheight = 16\nwidth = 16\nworkers = 1\n"
@@ -169,8 +155,8 @@ TEST(Island, DdpIsDeterministicForTheSameSeedAndTopologyAndResumesExactly) {
   // differ after a few epochs and resuming must restore each rank's own.
   yeto::learner::test::write_dataset(dir / "data", 14);
   const auto toml = dir.write("run.toml", run_toml(8));
-  ASSERT_EQ(ddp_island(toml, dir / "a", 2, free_port()), (std::vector<int>{0, 0}));
-  ASSERT_EQ(ddp_island(toml, dir / "b", 2, free_port()), (std::vector<int>{0, 0}));
+  ASSERT_EQ(ddp_island(toml, dir / "a", 2, yeto::test::unused_loopback_port()), (std::vector<int>{0, 0}));
+  ASSERT_EQ(ddp_island(toml, dir / "b", 2, yeto::test::unused_loopback_port()), (std::vector<int>{0, 0}));
   const std::string lora_a = read_text(dir / "a" / "lora.safetensors");
   EXPECT_TRUE(lora_a == read_text(dir / "b" / "lora.safetensors"));
   // Both ranks hold the same tensors at every step and at the end.
@@ -181,12 +167,12 @@ TEST(Island, DdpIsDeterministicForTheSameSeedAndTopologyAndResumesExactly) {
   EXPECT_NE(trace.front().substr(trace.front().find("sha256")), trace.back().substr(trace.back().find("sha256")));
 
   // Stopped (save_quit) after step 5 and resumed: the same bytes as the uninterrupted run.
-  ASSERT_EQ(ddp_island(toml, dir / "c", 2, free_port(), {"--save-quit-at", "5"}), (std::vector<int>{0, 0}));
+  ASSERT_EQ(ddp_island(toml, dir / "c", 2, yeto::test::unused_loopback_port(), {"--save-quit-at", "5"}), (std::vector<int>{0, 0}));
   EXPECT_FALSE(fs::exists(dir / "c" / "lora.safetensors"));
   const json st = json::parse(read_text(dir / "c" / "checkpoints" / read_text(dir / "c" / "checkpoints" / "latest").substr(0, 13) / "state.json"));
   EXPECT_EQ(st["step"], 5);
   EXPECT_EQ(st["rank_positions"].size(), 2u) << st.dump();
-  ASSERT_EQ(ddp_island(toml, dir / "c", 2, free_port()), (std::vector<int>{0, 0}));
+  ASSERT_EQ(ddp_island(toml, dir / "c", 2, yeto::test::unused_loopback_port()), (std::vector<int>{0, 0}));
   EXPECT_TRUE(read_text(dir / "c" / "lora.safetensors") == lora_a);
 }
 

@@ -5,9 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <functional>
@@ -19,6 +16,7 @@
 #include "island/env.hpp"
 #include "island/island_group.hpp"
 #include "island/run_island.hpp"
+#include "support/ports.hpp"
 #include "support/temp_dir.hpp"
 
 namespace yd = yeto::island;
@@ -44,18 +42,6 @@ std::string usage_error(const Vars& v) {
 }
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 yd::IslandEnv rank_env(int rank, int world, std::uint16_t port) {
   yd::IslandEnv e;
@@ -147,7 +133,7 @@ TEST(IslandEnv, RunConfigDecidesWhetherRanksMayJoin) {
 }
 
 TEST(IslandGroup, GradientAverageBroadcastAndValues) {
-  const std::uint16_t port = free_port();
+  const std::uint16_t port = yeto::test::unused_loopback_port();
   std::vector<std::vector<float>> got_a(2), got_b(2), got_c(2), bcast(2);
   std::vector<std::vector<double>> sums(2), maxes(2);
   std::vector<double> means(2);
@@ -232,7 +218,7 @@ TEST(IslandCollectives, OneRankLeavesEveryValueAsItIs) {
 TEST(IslandGroup, RankCountMismatchAndMissingRanksFailClearly) {
   {
     // Rank 1 was started with WORLD_SIZE=3 while rank 0 has 2.
-    const std::uint16_t port = free_port();
+    const std::uint16_t port = yeto::test::unused_loopback_port();
     const auto errors = on_ranks(2, [&](int r) {
       yd::IslandGroup::connect(rank_env(r, r == 0 ? 2 : 3, port), {10.0, 30.0, yd::Backend::gloo});
     });
@@ -243,7 +229,7 @@ TEST(IslandGroup, RankCountMismatchAndMissingRanksFailClearly) {
   }
   {
     // Rank 1 never comes: rank 0 gives up after the rendezvous timeout, saying how many joined.
-    const std::uint16_t port = free_port();
+    const std::uint16_t port = yeto::test::unused_loopback_port();
     const auto t0 = std::chrono::steady_clock::now();
     const auto errors = on_ranks(1, [&](int) { yd::IslandGroup::connect(rank_env(0, 2, port), {1.0, 30.0}); });
     EXPECT_TRUE(has(errors[0], "only 1 of WORLD_SIZE=2 ranks joined within train.rendezvous_timeout_s")) << errors[0];
@@ -251,7 +237,7 @@ TEST(IslandGroup, RankCountMismatchAndMissingRanksFailClearly) {
   }
   {
     // No rank 0 at MASTER_ADDR:MASTER_PORT: rank 1 gives up after the timeout.
-    const std::uint16_t port = free_port();
+    const std::uint16_t port = yeto::test::unused_loopback_port();
     const auto errors = on_ranks(1, [&](int) { yd::IslandGroup::connect(rank_env(1, 2, port), {1.0, 30.0}); });
     EXPECT_TRUE(has(errors[0], "island rendezvous at 127.0.0.1:")) << errors[0];
     EXPECT_TRUE(has(errors[0], "is rank 0 running with the same MASTER_ADDR and MASTER_PORT?")) << errors[0];

@@ -21,6 +21,7 @@
 
 #include "core/sha256.hpp"
 #include "island/island_group.hpp"
+#include "support/ports.hpp"
 #include "support/temp_dir.hpp"
 #include "sync/diloco_sync.hpp"
 #include "sync/state.hpp"
@@ -177,19 +178,6 @@ std::size_t count(const std::vector<json>& recs, const std::string& event) {
   return n;
 }
 
-std::uint16_t unused_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(DilocoSync, TwoIslandsMergeUntilTheBudgetAndEndBitIdenticalToTheFinalCut) {
   yeto::test::TempDir dir;
   SyncerThread syncer(dir / "state", 2, 8);
@@ -328,7 +316,7 @@ TEST(DilocoSync, AnExpectedIslandThatNeverJoinsHoldsTheRunOnlyForTheJoinWindow) 
 TEST(DilocoSync, TrainingNeverWaitsForAnAbsentOrSilentSyncer) {
   yeto::test::TempDir dir;
   // A port nobody listens on, and a listener that accepts connections but never speaks.
-  const std::uint16_t absent = unused_port();
+  const std::uint16_t absent = yeto::test::unused_loopback_port();
   const int silent_fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -442,7 +430,7 @@ TEST(DilocoSync, ARejoiningIslandStartsFromTheCurrentGlobalState) {
 TEST(DilocoSync, AnIslandOfTwoRanksStaysBitIdenticalAndEndsOnTheFinalCut) {
   yeto::test::TempDir dir;
   SyncerThread syncer(dir / "state", 2, 8);
-  const std::uint16_t master = unused_port();
+  const std::uint16_t master = yeto::test::unused_loopback_port();
   struct Rank {
     std::unique_ptr<Island> island;
     std::vector<std::string> hashes;  // after every after_step()
