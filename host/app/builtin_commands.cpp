@@ -1,4 +1,4 @@
-// Commands that belong to no other area: version and config.
+// The commands of the program itself: version and config.
 #include <iostream>
 
 #include <nlohmann/json.hpp>

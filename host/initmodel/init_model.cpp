@@ -121,6 +121,7 @@ InitResult init_model(const std::optional<fs::path>& config_file, const std::vec
   // 2. Configs and tokenizer files into a staging folder beside --out.
   fs::create_directories(out.parent_path());
   StagingDir staging;
+  // Built in steps: GCC 12 misreports -Wstringop-overflow on `"." + string` here.
   std::string staging_name = out.filename().string();
   staging_name.insert(staging_name.begin(), '.');
   staging_name += ".init-model-" + std::to_string(::getpid());
