@@ -30,7 +30,7 @@ test: build
 # The mutation and fuzz suites (label asan) again, built with AddressSanitizer and UBSan.
 test-asan: setup
 	cmake -S . -B $(BUILD_DIR)-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DYETO_SANITIZE=ON \
-	  -DYETO_BUILD_BENCH=OFF -DYETO_BUILD_TEMPLATE_PLUGIN=OFF $(CMAKE_ARGS)
+	  -DYETO_BUILD_BENCH=OFF $(CMAKE_ARGS)
 	cmake --build $(BUILD_DIR)-asan -j $(JOBS) --target yeto_asan_tests
 	ctest --test-dir $(BUILD_DIR)-asan -L asan --output-on-failure -j $(JOBS)
 

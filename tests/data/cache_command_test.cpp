@@ -1,4 +1,4 @@
-// `yeto-host cache` end to end with the in-tree template plugin (its encode_media /
+// `yeto-host cache` end to end with the tinyden test plugin (its encode_media /
 // encode_conditioning hooks stand in for a VAE and a text encoder): what is encoded, what a
 // re-run skips, resuming, the cache as a data source, and contract mismatches.
 #include <gmock/gmock.h>
@@ -23,8 +23,8 @@ using nlohmann::json;
 using test::TempDir;
 using ::testing::HasSubstr;
 
-// A Diffusers directory the template plugin serves: one 4-channel YetoTinyDenoiser.
-void write_template_model(const fs::path& dir, float scale) {
+// A Diffusers directory the tinyden test plugin serves: one 4-channel YetoTinyDenoiser.
+void write_tinyden_model(const fs::path& dir, float scale) {
   fs::create_directories(dir / "transformer");
   std::ofstream(dir / "model_index.json") << R"({"_class_name": "YetoTemplatePipeline", "transformer": ["yeto", "YetoTinyDenoiser"]})";
   std::ofstream(dir / "transformer/config.json") << R"({"_class_name": "YetoTinyDenoiser", "in_channels": 4})";
@@ -43,7 +43,7 @@ struct CacheRun {
   TempDir t;
   fs::path conf, cache;
   CacheRun() {
-    write_template_model(t / "model", 0.1f);
+    write_tinyden_model(t / "model", 0.1f);
     test::solid_png(t / "ds/a.png", 12, 10, {10, 20, 30, 255});
     test::solid_png(t / "ds/b.png", 12, 10, {40, 50, 60, 255});
     test::solid_png(t / "ds/c.png", 12, 10, {70, 80, 90, 255});
@@ -52,7 +52,7 @@ struct CacheRun {
             "{\"image\": \"b.png\", \"prompt\": \"b\"}\n"
             "{\"image\": \"c.png\", \"prompt\": \"\"}\n");
     t.write("run.toml",
-            "[model]\nid = \"" + (t / "model").string() + "\"\nadapter = \"template\"\n"
+            "[model]\nid = \"" + (t / "model").string() + "\"\nadapter = \"tinyden\"\n"
             "[run]\ndevice = \"cpu\"\nthreads = 1\n"
             "[data]\npath = \"ds\"\nheight = 8\nwidth = 8\ncache_rows_per_shard = 2\ncache_batch_size = 2\n");
     conf = t / "run.toml";
@@ -78,7 +78,7 @@ TEST(CacheCommand, EncodesEveryRowThenOnlyWhatChanged) {
   EXPECT_THAT(c.last.all(), HasSubstr("rows/s, ETA"));  // progress on the log
 
   // The contract: the model, its component hash, the preprocessing and the per-row tensors
-  // the template's hooks produce (2x2-pooled 8x8 pixels, a 4-wide prompt embedding).
+  // tinyden's hooks produce (2x2-pooled 8x8 pixels, a 4-wide prompt embedding).
   const json contract = json::parse(test::read_bytes(c.cache / kCacheContractFile));
   EXPECT_EQ(contract["format"], kCacheFormat);
   EXPECT_EQ(contract["model"]["id"], (c.t / "model").string());
@@ -101,7 +101,7 @@ TEST(CacheCommand, EncodesEveryRowThenOnlyWhatChanged) {
   EXPECT_EQ(r["skipped"], 2);
 
   // Other model weights: every row is stale.
-  write_template_model(c.t / "model", 0.2f);
+  write_tinyden_model(c.t / "model", 0.2f);
   r = c.run();
   EXPECT_EQ(r["computed"], 3);
   // Another preprocessing profile: stale as well.

@@ -1,7 +1,7 @@
-// Test driver: one rank of a learner island training the template plugin with the generic
+// Test driver: one rank of a learner island training the tinyden test plugin with the generic
 // learner, joined to its island through the torchrun-style environment (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT; train.shard = "ddp") -- what `yeto-host learner` does, with the
-// template plugin instead of a model repository. Usage:
+// tinyden test plugin instead of a model repository. Usage:
 //   island_driver CONFIG RUN_DIR --out PREFIX [--syncer HOST:PORT --secret FILE --id ID
 //                      --island I --islands N] [--save-quit-at STEP] [--step-ms MS]
 //                      [--joined-marker FILE] [--start-after FILE]
@@ -30,7 +30,7 @@
 #include "learner/outer_sync.hpp"
 #include "learner/trainer.hpp"
 #include "sync/diloco_sync.hpp"
-#include "template_model.hpp"
+#include "tinyden_model.hpp"
 
 namespace {
 
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     const std::string prefix = a["out"] + ".rank" + std::to_string(rank);
     Tracing tracing(sync.get(), prefix + ".trace", ro.run_dir, std::stoll(a["save-quit-at"]), rank == 0,
                     std::stoi(a["step-ms"]), a["joined-marker"]);
-    auto m = yeto::learner::test::open_template_model();
+    auto m = yeto::learner::test::open_tinyden_model();
     const auto r = yeto::learner::train(*m.model, cfg, ro, &tracing);
     std::string final_bytes = bytes_of(m.model->trainable());
     yeto::atomic_write(prefix + ".bin", final_bytes);

@@ -1,4 +1,4 @@
-// Learner islands of several ranks, as real processes on 127.0.0.1 training the template
+// Learner islands of several ranks, as real processes on 127.0.0.1 training the tinyden
 // plugin (island_driver): a syncer (`yeto-host syncer`) with an island of two ranks and
 // an island of one, started by the embedded launcher (sync/launch.hpp), which sets the
 // torchrun variables; and ddp islands without a syncer (determinism, resume).

@@ -1,7 +1,7 @@
-// The generic learner loop driving the template plugin on a generated captioned PNG dataset:
+// The generic learner loop driving the tinyden test plugin on a generated captioned PNG dataset:
 // val_loss drops, runs are bit-reproducible, a graceful stop (save_quit file, SIGTERM) and a
 // kill -9 after a checkpoint both resume bit-identically, and bad rows are reported with their
-// row numbers under both on_bad_row policies. The template plugin is not Flux: these tests
+// row numbers under both on_bad_row policies. The tinyden test plugin is not Flux: these tests
 // prove the loop is generic.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -20,7 +20,7 @@
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 #include "dataset.hpp"
-#include "template_model.hpp"
+#include "tinyden_model.hpp"
 
 namespace yeto::learner {
 namespace {
@@ -66,7 +66,7 @@ struct TrialRun {
   config::Config config() const { return config::Config::resolve(dir / "run.toml", {}); }
   fs::path out() const { return dir / "run"; }
   RunResult train(OuterSync* sync = nullptr) const {
-    auto m = test::open_template_model();
+    auto m = test::open_tinyden_model();
     RunOptions o;
     o.run_dir = out();
     o.console = false;
@@ -159,7 +159,7 @@ TEST(LearnerLoop, ValLossDropsAndTheRunDirectoryIsComplete) {
   EXPECT_TRUE(fs::exists(run.out() / "lora.safetensors"));
   EXPECT_TRUE(contains(read_file(run.out() / "config.toml"), "max_steps = 40"));
   const auto prov = nlohmann::json::parse(read_file(run.out() / "provenance.json"));
-  EXPECT_TRUE(contains(prov.dump(), "plugin template")) << prov.dump();
+  EXPECT_TRUE(contains(prov.dump(), "plugin tinyden")) << prov.dump();
   EXPECT_TRUE(fs::exists(run.out() / "checkpoints/latest"));
 }
 

@@ -347,7 +347,7 @@ TEST(PluginParityKinds, TheClassesOfAShippedPluginComeFromItsManifest) {
   EXPECT_EQ(app::plugin_for_class("PixArtSigmaPipeline"), "pixart");
   EXPECT_EQ(app::plugin_for_class("AutoencoderKLWan"), "wan");
   EXPECT_EQ(app::plugin_for_class("LTXVideoTransformer3DModel"), "ltx");
-  EXPECT_EQ(app::plugin_for_class("YetoTinyDenoiser"), "template");
+  EXPECT_EQ(app::plugin_for_class("YetoTinyDenoiser"), "tinyden");
   EXPECT_EQ(app::plugin_for_class("UNet2DConditionModel"), "");
 
   const auto options = plugin::LoaderOptions::from_config(config::Config(), plugin::LoaderOptions::default_install_roots());
@@ -371,5 +371,5 @@ TEST(PluginParityKinds, TheClassesOfAShippedPluginComeFromItsManifest) {
       EXPECT_TRUE(registered.count(cls)) << m.name << "'s manifest declares " << cls << ", which it does not register";
     ++checked;
   }
-  EXPECT_GE(checked, 6u) << "the five families and the template";
+  EXPECT_GE(checked, 6u) << "the five families and tinyden";
 }

@@ -1,5 +1,5 @@
 // Pipeline::open end to end on small Diffusers directories the tests write: a plugin
-// denoiser (the template's, or the probe plugin's) next to the host's VAE, CLIP text encoder,
+// denoiser (tinyden's, or the probe plugin's) next to the host's VAE, CLIP text encoder,
 // tokenizer and scheduler copied from the flux-tiny fixture. Checks that weights really land
 // (against the safetensors files), that bf16 checkpoints stream in bf16, that the plugin
 // reaches the host components through component_get, and the errors a user can cause.
@@ -45,7 +45,7 @@ void write_json(const fs::path& p, const json& j) {
 // A Diffusers directory: a 4-channel denoiser of `denoiser_class` with weights in `dtype`,
 // plus the flux-tiny VAE, CLIP text encoder, CLIP tokenizer and scheduler folders.
 fs::path write_model(const fs::path& dir, const std::string& denoiser_class, at::ScalarType dtype,
-                     bool template_layout) {
+                     bool tinyden_layout) {
   json index = {{"_class_name", "YetoTestPipeline"},
                 {"_diffusers_version", "0.33.1"},
                 {"transformer", {"yeto", denoiser_class}},
@@ -58,7 +58,7 @@ fs::path write_model(const fs::path& dir, const std::string& denoiser_class, at:
   torch::manual_seed(5);
   std::vector<std::pair<std::string, at::Tensor>> w = {{"proj.weight", torch::randn({4, 4}).to(dtype)},
                                                        {"proj.bias", torch::randn({4}).to(dtype)}};
-  if (template_layout) w.emplace_back("time_embed", torch::randn({4}).to(dtype));
+  if (tinyden_layout) w.emplace_back("time_embed", torch::randn({4}).to(dtype));
   io::save_safetensors(dir / "transformer" / "diffusion_pytorch_model.safetensors", w);
   for (const char* c : {"vae", "text_encoder", "tokenizer", "scheduler"})
     fs::copy(kFluxTiny / c, dir / c, fs::copy_options::recursive);
@@ -126,11 +126,11 @@ TEST_F(PipelineTest, InspectSeesTheFamilyPluginsClasses) {
   EXPECT_EQ(params_of(pc->table()).at("proj.weight").sizes(), (std::vector<int64_t>{3, 3}));
 }
 
-TEST_F(PipelineTest, TemplateModelOpensWithEveryComponentAndItsWeights) {
+TEST_F(PipelineTest, TinyDenModelOpensWithEveryComponentAndItsWeights) {
   const fs::path model = write_model(tmp_.path() / "tiny", "YetoTinyDenoiser", at::kFloat, true);
-  const auto cfg = make_config(base_overrides(model, "template", {stage_plugins()}));
+  const auto cfg = make_config(base_overrides(model, "tinyden", {stage_plugins()}));
   auto p = pipeline::Pipeline::open(cfg);
-  EXPECT_EQ(p->loaded_plugin().manifest.name, "template");
+  EXPECT_EQ(p->loaded_plugin().manifest.name, "tinyden");
   EXPECT_EQ(p->model_dir(), model);
   EXPECT_EQ(p->model_id(), model.string());
   EXPECT_EQ(p->model_commit(), "");
@@ -161,7 +161,7 @@ TEST_F(PipelineTest, TemplateModelOpensWithEveryComponentAndItsWeights) {
   ASSERT_NE(p->scheduler(), nullptr);
   EXPECT_EQ(p->scheduler()->num_train_timesteps(), 1000);
 
-  // The plugin instance is prepared and trains on it (the template makes its own denoiser).
+  // The plugin instance is prepared and trains on it (tinyden makes its own denoiser).
   EXPECT_EQ(p->plugin().trainable_parameters().size(), 3u);
 
   // Hashes: one per component, stable, and they change with a weight file.
@@ -176,7 +176,7 @@ TEST_F(PipelineTest, TemplateModelOpensWithEveryComponentAndItsWeights) {
   const json pj = prov.to_json();
   ASSERT_TRUE(pj.contains("extra") && pj.at("extra").contains("model_components")) << pj.dump();
   const json& mc = pj.at("extra").at("model_components");
-  EXPECT_EQ(mc.at("transformer").at("origin"), "plugin template");
+  EXPECT_EQ(mc.at("transformer").at("origin"), "plugin tinyden");
   EXPECT_EQ(mc.at("transformer").at("class"), "YetoTinyDenoiser");
   EXPECT_EQ(mc.at("vae").at("origin"), "host");
   EXPECT_EQ(mc.at("vae").at("sha256"), h.at("vae"));
@@ -223,7 +223,7 @@ TEST_F(PipelineTest, Bf16CheckpointStreamsInTheRunPrecision) {
   ASSERT_EQ(file.at("proj.weight").scalar_type(), at::kBFloat16);
   {
     auto p = pipeline::Pipeline::open(
-        make_config(base_overrides(model, "template", {stage_plugins()}), {{"model.precision", "bf16", "test"}}));
+        make_config(base_overrides(model, "tinyden", {stage_plugins()}), {{"model.precision", "bf16", "test"}}));
     const auto w = params_of(p->component("transformer"));
     for (const auto& [n, t] : file) {
       EXPECT_EQ(w.at(n).scalar_type(), at::kBFloat16) << n;
@@ -233,7 +233,7 @@ TEST_F(PipelineTest, Bf16CheckpointStreamsInTheRunPrecision) {
     EXPECT_EQ(params_of(p->component("vae")).at("encoder.conv_in.weight").scalar_type(), at::kBFloat16);
   }
   // auto on the CPU is float32: the bf16 values, widened exactly.
-  auto p = pipeline::Pipeline::open(make_config(base_overrides(model, "template", {stage_plugins()})));
+  auto p = pipeline::Pipeline::open(make_config(base_overrides(model, "tinyden", {stage_plugins()})));
   const auto w = params_of(p->component("transformer"));
   EXPECT_EQ(w.at("proj.weight").scalar_type(), at::kFloat);
   EXPECT_TRUE(torch::equal(w.at("proj.weight"), file.at("proj.weight").to(at::kFloat)));
@@ -347,7 +347,7 @@ TEST_F(PipelineTest, OpenWithoutWeightsOrPrepare) {
 TEST_F(PipelineTest, ErrorsNameTheProblemWithTheirExitCodes) {
   // A model that does not exist.
   try {
-    pipeline::Pipeline::open(make_config(base_overrides(tmp_.path() / "nope", "template", {stage_plugins()})));
+    pipeline::Pipeline::open(make_config(base_overrides(tmp_.path() / "nope", "tinyden", {stage_plugins()})));
     FAIL() << "opened a missing model";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::not_found) << e.what();
@@ -369,7 +369,7 @@ TEST_F(PipelineTest, ErrorsNameTheProblemWithTheirExitCodes) {
   write_json(model / "model_index.json", index);
   write_json(model / "extra" / "config.json", {{"_class_name", "NoSuchTransformer3DModel"}});
   try {
-    pipeline::Pipeline::open(make_config(base_overrides(model, "template", {stage_plugins()})));
+    pipeline::Pipeline::open(make_config(base_overrides(model, "tinyden", {stage_plugins()})));
     FAIL() << "built an unknown class";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::bad_input) << e.what();
@@ -380,7 +380,7 @@ TEST_F(PipelineTest, ErrorsNameTheProblemWithTheirExitCodes) {
   // Weights that do not fit the class: named, nothing loaded.
   const fs::path bad = write_model(tmp_.path() / "bad", "YetoTinyDenoiser", at::kFloat, false);  // no time_embed
   try {
-    pipeline::Pipeline::open(make_config(base_overrides(bad, "template", {stage_plugins()})));
+    pipeline::Pipeline::open(make_config(base_overrides(bad, "tinyden", {stage_plugins()})));
     FAIL() << "loaded a checkpoint that lacks a parameter";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::bad_input) << e.what();
@@ -391,10 +391,10 @@ TEST_F(PipelineTest, ErrorsNameTheProblemWithTheirExitCodes) {
   // An unsigned copy of the plugin is refused before it is opened.
   const fs::path unsigned_dir = tmp_.path() / "unsigned";
   fs::create_directories(unsigned_dir);
-  for (const char* f : {"template.so", "template.yeto.json"}) fs::copy_file(stage_plugins() / f, unsigned_dir / f);
+  for (const char* f : {"tinyden.so", "tinyden.yeto.json"}) fs::copy_file(stage_plugins() / f, unsigned_dir / f);
   const fs::path good = write_model(tmp_.path() / "good", "YetoTinyDenoiser", at::kFloat, true);
   try {
-    pipeline::Pipeline::open(make_config(base_overrides(good, "template", {unsigned_dir})));
+    pipeline::Pipeline::open(make_config(base_overrides(good, "tinyden", {unsigned_dir})));
     FAIL() << "loaded an unsigned plugin";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::plugin_unsigned) << e.what();
@@ -402,10 +402,10 @@ TEST_F(PipelineTest, ErrorsNameTheProblemWithTheirExitCodes) {
   }
   // A plugin name that does not exist.
   try {
-    pipeline::Pipeline::open(make_config(base_overrides(good, "templat", {stage_plugins()})));
+    pipeline::Pipeline::open(make_config(base_overrides(good, "tinydem", {stage_plugins()})));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::plugin_not_found) << e.what();
-    EXPECT_TRUE(contains(e.what(), "did you mean 'template'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "did you mean 'tinyden'")) << e.what();
   }
 }

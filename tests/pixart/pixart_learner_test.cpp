@@ -1,6 +1,6 @@
 // PixArt's family semantics reach the generic learner only through plugin hooks:
 //  - the learner and pipeline sources name no family and no learned-sigma / micro-condition rule;
-//  - the template plugin and PixArt are served by the one generic TrainModel implementation;
+//  - the tinyden test plugin and PixArt are served by the one generic TrainModel implementation;
 //  - the hooks themselves: denoiser_kwargs gives resolution / aspect_ratio for a micro-conditioned
 //    transformer (and nothing for the 512 px layout), denoise returns the full 8-channel output,
 //    align selects its noise half for the epsilon target;
@@ -17,7 +17,7 @@
 #include <typeinfo>
 
 #include "../learner/dataset.hpp"
-#include "../learner/template_model.hpp"
+#include "../learner/tinyden_model.hpp"
 #include "config/config.hpp"
 #include "io/repository.hpp"
 #include "learner/model.hpp"
@@ -103,11 +103,11 @@ TEST(PixArtGenericLearner, HooksCarryTheMicroConditionsAndTheLearnedSigmaSplit) 
   auto pipeline = pipeline::Pipeline::open(cfg);
   auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                  boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
-  // One implementation serves every family: the template plugin's model is the same class.
-  auto tmpl = test::open_template_model();
+  // One implementation serves every family: the tinyden test plugin's model is the same class.
+  auto tiny = test::open_tinyden_model();
   const TrainModel& pixart_model = *model;
-  const TrainModel& template_model = *tmpl.model;
-  EXPECT_EQ(typeid(pixart_model), typeid(template_model));
+  const TrainModel& tinyden_model = *tiny.model;
+  EXPECT_EQ(typeid(pixart_model), typeid(tinyden_model));
 
   // DDPM-style epsilon targets from the repository's scheduler config (the DPM-Solver config read
   // for training is the same forward process as DDPMScheduler.from_pretrained of that folder).

@@ -1,7 +1,7 @@
-// The plugin SDK end to end with LibTorch: install the SDK into a temporary prefix, build
-// the template plugin out of tree against it alone, sign it with a publisher key, load it
-// and run its hooks; a graph built inside the plugin backpropagates through a loss the host
-// computes. Also the host API table (tensor handles, DLPack, config, RNG streams).
+// The plugin SDK with LibTorch: the hooks of a C++ plugin across the ABI (tinyden, the tests'
+// plugin: a graph built inside the plugin backpropagates through a loss the host computes), the
+// host API table (tensor handles, DLPack, config, RNG streams), and a plugin on the family kit
+// built out of tree against an SDK installed into a temporary prefix (kit_consumer/).
 #include <gtest/gtest.h>
 
 #include <ATen/DLConvertor.h>
@@ -16,6 +16,7 @@
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
 #include "plugin_fixture.hpp"
+#include "sdk_build.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 #include "yeto/status.hpp"
@@ -37,84 +38,6 @@ const yeto_host_api* test_host_api(const std::string& plugin) {
   return plugin::make_host_api(std::move(o));
 }
 
-void run_ok(const std::vector<std::string>& argv) {
-  const auto r = run_process(argv);
-  ASSERT_EQ(r.exit_code, 0) << argv[0] << " " << (argv.size() > 1 ? argv[1] : "") << ":\n" << r.all();
-}
-
-// An SDK installed into a temporary prefix and a publisher key made with its yeto-sign.
-struct InstalledSdk {
-  fs::path root;  // a fixed path: ccache hits on reruns
-  fs::path prefix;
-  fs::path public_key;
-  fs::path secret_key;
-};
-
-InstalledSdk install_sdk() {
-  InstalledSdk sdk;
-  sdk.root = YETO_OOT_DIR;
-  fs::remove_all(sdk.root);
-  fs::create_directories(sdk.root);
-  sdk.prefix = sdk.root / "sdk";
-  run_ok({YETO_CMAKE_COMMAND, "--install", YETO_BUILD_DIR, "--prefix", sdk.prefix.string(), "--component", "sdk"});
-  EXPECT_TRUE(fs::exists(sdk.prefix / "include/yeto/plugin.h"));
-  EXPECT_TRUE(fs::exists(sdk.prefix / "include/yeto/plugin.hpp"));
-  EXPECT_TRUE(fs::exists(sdk.prefix / "lib/cmake/YetoSDK/YetoSDKConfig.cmake"));
-  const fs::path sign_tool = sdk.prefix / "bin/yeto-sign";
-  EXPECT_TRUE(fs::exists(sign_tool));
-  // The installed tool makes the publisher key.
-  run_ok({sign_tool.string(), "keygen", "--out", (sdk.root / "publisher").string(), "--comment", "third-party"});
-  sdk.public_key = sdk.root / "publisher.public";
-  sdk.secret_key = sdk.root / "publisher.secret";
-  return sdk;
-}
-
-// Configures and builds the plugin project in `src` against the installed SDK alone (nothing of
-// the Yeto source or build tree on any path), signed with the publisher key; returns the
-// directory holding the signed plugin.
-fs::path build_against(const InstalledSdk& sdk, const fs::path& src, const std::string& build_name) {
-  EXPECT_TRUE(fs::exists(src / "CMakeLists.txt"));
-  const fs::path build = sdk.root / build_name;
-  std::vector<std::string> configure = {YETO_CMAKE_COMMAND, "-S", src.string(), "-B", build.string(),
-                                        "-G", "Ninja", "-DCMAKE_MAKE_PROGRAM=" + std::string(YETO_MAKE_PROGRAM),
-                                        "-DCMAKE_CXX_COMPILER=" + std::string(YETO_CXX_COMPILER),
-                                        "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + sdk.prefix.string(),
-                                        "-DYETO_SIGNING_KEY=" + sdk.secret_key.string()};
-  if (std::string(YETO_CCACHE).size() && std::string(YETO_CCACHE).find("NOTFOUND") == std::string::npos)
-    configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + std::string(YETO_CCACHE));
-  run_ok(configure);
-  run_ok({YETO_CMAKE_COMMAND, "--build", build.string()});
-  return build / "plugins";
-}
-
-// The dynamic symbols a library defines, demangled, one per line.
-std::vector<std::string> exported_symbols(const fs::path& library) {
-  const auto r = run_process({"nm", "-D", "--defined-only", "-C", library.string()});
-  EXPECT_EQ(r.exit_code, 0) << r.all();
-  std::vector<std::string> out;
-  std::istringstream in(r.out);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
-
-// The template as installed with the SDK, built out of tree with a fresh publisher key.
-struct OutOfTree {
-  fs::path plugins;
-  fs::path public_key;
-  fs::path prefix;
-};
-
-OutOfTree build_template_out_of_tree() {
-  const InstalledSdk sdk = install_sdk();
-  OutOfTree o;
-  o.prefix = sdk.prefix;
-  o.public_key = sdk.public_key;
-  o.plugins = build_against(sdk, sdk.prefix / "share/yeto/sdk/examples/template", "build");
-  return o;
-}
-
 plugin::NamedTensors only(const std::string& name, const at::Tensor& t) { return {{name, t}}; }
 
 const at::Tensor& find(const plugin::NamedTensors& v, const std::string& name) {
@@ -125,23 +48,10 @@ const at::Tensor& find(const plugin::NamedTensors& v, const std::string& name) {
 
 }  // namespace
 
-TEST(PluginTorch, TemplateBuiltOutOfTreeLoadsAndTrains) {
-  const OutOfTree oot = build_template_out_of_tree();
-  if (HasFatalFailure()) return;
-  ASSERT_TRUE(fs::exists(oot.plugins / "template.so"));
-  ASSERT_TRUE(fs::exists(oot.plugins / "template.yeto.json"));
-  ASSERT_TRUE(fs::exists(oot.plugins / "template.yeto.sig"));
-
-  // Not trusted until the publisher's key is.
-  try {
-    plugin::load("template", options_for(oot.plugins, {build_public_key()}), test_host_api("template"));
-    FAIL() << "a plugin signed by an untrusted key loaded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ExitCode::plugin_unknown_key) << e.what();
-  }
-  const auto& p = plugin::load("tiny-template", options_for(oot.plugins, {oot.public_key}), test_host_api("template"));
-  EXPECT_EQ(p.manifest.name, "template");
-  EXPECT_EQ(p.provenance.key_fingerprint, sign::load_public_key(oot.public_key).fingerprint());
+TEST(PluginTorch, TheHooksOfACxxPluginCrossTheAbi) {
+  const auto& p = plugin::load("tiny-denoiser", plugin::LoaderOptions::from_config(config::Config(), {fs::path(YETO_STAGE_DIR)}),
+                               test_host_api("tinyden"));
+  EXPECT_EQ(p.manifest.name, "tinyden");
   EXPECT_EQ(std::string(p.descriptor.torch_version), p.manifest.torch_version);
   EXPECT_EQ(p.descriptor.license_must_acknowledge, 0u);
 
@@ -151,7 +61,7 @@ TEST(PluginTorch, TemplateBuiltOutOfTreeLoadsAndTrains) {
   plugin::ComponentRegistry registry;
   inst.register_components(registry);
   ASSERT_TRUE(registry.has("YetoTinyDenoiser"));
-  EXPECT_EQ(registry.origin("YetoTinyDenoiser"), "plugin template");
+  EXPECT_EQ(registry.origin("YetoTinyDenoiser"), "plugin tinyden");
   {
     std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> c(
         registry.create("YetoTinyDenoiser", R"({"in_channels": 3, "seed": 1})", ""));
@@ -236,7 +146,7 @@ TEST(PluginTorch, TemplateBuiltOutOfTreeLoadsAndTrains) {
   EXPECT_EQ(inst.load_artifact(dir.path().string()), R"({"step": 5})");
   EXPECT_TRUE(torch::equal(find(params, "transformer.proj.weight"), before));
 
-  // Hooks the template does not declare are refused by the host, not called.
+  // Hooks the plugin does not declare are refused by the host, not called.
   try {
     inst.generate("{}", {});
     FAIL();
@@ -245,12 +155,12 @@ TEST(PluginTorch, TemplateBuiltOutOfTreeLoadsAndTrains) {
   }
 }
 
-TEST(PluginTorch, InTreeTemplateIsSignedWithTheBuildKeyAndTrustedByDefault) {
+TEST(PluginTorch, AStagedPluginIsSignedWithTheBuildKeyAndTrustedByDefault) {
   // What yeto-host run from the build tree sees: stage/plugins and stage/keys.
   const auto o = plugin::LoaderOptions::from_config(config::Config(), {fs::path(YETO_STAGE_DIR)});
-  const auto& p = plugin::load("template", o, test_host_api("template"));
+  const auto& p = plugin::load("tinyden", o, test_host_api("tinyden"));
   EXPECT_EQ(p.provenance.key_fingerprint, sign::load_public_key(build_public_key()).fingerprint());
-  EXPECT_EQ(p.provenance.library_path, (fs::path(YETO_STAGE_DIR) / "plugins/template.so").lexically_normal().string());
+  EXPECT_EQ(p.provenance.library_path, (fs::path(YETO_STAGE_DIR) / "plugins/tinyden.so").lexically_normal().string());
 }
 
 TEST(PluginTorch, HostApiTensorsDlpackConfigAndRng) {
@@ -431,7 +341,7 @@ TEST(PluginTorch, ComponentGetAnswersFromTheBoundPipeline) {
 }
 
 TEST(PluginTorch, AFamilyKitPluginBuiltOutOfTreeExportsOnlyItsEntryAndTrainsLora) {
-  const InstalledSdk sdk = install_sdk();
+  const InstalledSdk sdk = install_sdk(YETO_OOT_DIR);
   if (HasFatalFailure()) return;
   // The kit is installed: headers of both components and the package's kit targets.
   EXPECT_TRUE(fs::exists(sdk.prefix / "include/yeto/nn/linear.hpp"));
@@ -443,22 +353,9 @@ TEST(PluginTorch, AFamilyKitPluginBuiltOutOfTreeExportsOnlyItsEntryAndTrainsLora
   const fs::path so = plugins / "kitprobe.so";
   ASSERT_TRUE(fs::exists(so));
 
-  // The kit's code is linked in but stays internal: of what Yeto code defines (functions and
-  // objects of namespace yeto, the type information and vtables of its classes, yeto_* C
-  // symbols), only the entry point is exported. LibTorch's and the standard library's
-  // templates instantiated for our types (Module::register_module<yeto::nn::LinearImpl>) are
-  // weak copies of their code, not ours.
-  std::vector<std::string> ours;
-  for (const auto& sym : exported_symbols(so)) {
-    const auto space = sym.find(' ', sym.find(' ') + 1);  // "<address> <type> <name>"
-    const std::string name = space == std::string::npos ? sym : sym.substr(space + 1);
-    for (const char* prefix : {"yeto::", "yeto_", "typeinfo for yeto::", "typeinfo name for yeto::", "vtable for yeto::",
-                               "VTT for yeto::", "guard variable for yeto::"})
-      if (name.rfind(prefix, 0) == 0) {
-        ours.push_back(sym);
-        break;
-      }
-  }
+  // The kit's code is linked in but stays internal: of Yeto's own symbols only the entry point
+  // is exported.
+  const auto ours = own_exported_symbols(so);
   ASSERT_EQ(ours.size(), 1u) << "exported symbols of ours:\n" << [&] {
     std::string all;
     for (const auto& sym : ours) all += "  " + sym + "\n";

@@ -634,7 +634,7 @@ TEST_F(Trust, PluginsCommandNeverOpensALibrary) {
 
 TEST(PluginsCommand, BuildTreeTrustsItsOwnKeyByDefault) {
   // yeto-host in <build>/bin finds <build>/stage/plugins and trusts <build>/stage/keys.
-  const auto r = run_host({"plugins", "info", "template"});
+  const auto r = run_host({"plugins", "info", "tinyden"});
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(contains(r.out, "status:        ok")) << r.out;
   EXPECT_TRUE(contains(r.out, sign::load_public_key(build_public_key()).fingerprint())) << r.out;

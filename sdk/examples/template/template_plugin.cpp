@@ -1,229 +1,346 @@
-// The Yeto template plugin: the smallest plugin that trains.
+// The Yeto template plugin: a small but real DiT family on the installed SDK, the starting point
+// for a plugin of your own. Copy this directory, rename the plugin in CMakeLists.txt, replace
+// template_transformer.{hpp,cpp} with your network and the family description below with yours.
 //
-// It registers one component class, "YetoTinyDenoiser" (a per-pixel channel mixer with a
-// timestep embedding and an optional prompt embedding), and implements the hooks a loss
-// needs: pipeline planning, trainable parameter discovery under canonical names, media and
-// prompt encoders (stand-ins for a VAE and a text encoder, so the host's generic learner
-// trains it from raw images and captions), denoiser keyword contributions and forward,
-// prediction/target alignment, a complete rows->loss step, and artifact save/load.
-// Copy this directory, rename the plugin in CMakeLists.txt and replace the model.
-#include <torch/torch.h>
+// What a family is, in this file:
+//   - the family description: the pipeline class, its components and the classes each accepts,
+//     the VAE latent shift/scale, the LoRA target sets, the init-model presets (with their
+//     scheduler) -- plain data, read by the kit;
+//   - the component class TemplateTransformer2DModel (template_transformer.hpp), built from the
+//     repository's transformer/config.json; the host streams the checkpoint's tensors into it
+//     through load_weights, so a trained or downloaded checkpoint is what trains and samples;
+//   - the training hooks (plugin.h states their tensor contract): prepare attaches LoRA (or
+//     trains every weight with tuning = "full"); encode_media and encode_conditioning reach the
+//     host's VAE, tokenizer and CLIP text encoder; denoise runs the transformer; align compares
+//     prediction and target in the latents' layout;
+//   - generate: the kit's sampling loop (flow-match Euler from the host scheduler, classifier-free
+//     guidance), seeded noise, the VAE decode.
+// Everything else -- datasets, caching, the optimiser, checkpoints, DiLoCo, export to PEFT files,
+// sampling with an adapter -- is the host's, for every family alike.
+#include <ATen/ATen.h>
 
+#include <yeto/family/config.hpp>
+#include <yeto/family/family.hpp>
+#include <yeto/family/sampling.hpp>
 #include <yeto/plugin.hpp>
 
-#include <algorithm>
 #include <fstream>
-#include <sstream>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "template_transformer.hpp"
+
 namespace {
 
+using nlohmann::json;
+using yeto::sdk::fail;
 using yeto::sdk::NamedTensors;
+namespace family = yeto::family;
 
-// Reads an integer field from a flat JSON object ("channels": 4); the template keeps clear
-// of a JSON dependency, a real plugin would use nlohmann::json or similar.
-int json_int(const std::string& json, const std::string& key, int fallback) {
-  const auto k = json.find("\"" + key + "\"");
-  if (k == std::string::npos) return fallback;
-  const auto colon = json.find(':', k);
-  if (colon == std::string::npos) return fallback;
-  return std::stoi(json.substr(colon + 1));
+// ---- the family description ---------------------------------------------------------------
+
+constexpr const char* kPlugin = "template";
+constexpr const char* kPipeline = "TemplatePipeline";
+constexpr const char* kTransformer = "TemplateTransformer2DModel";
+
+// model_index.json's components and the classes this family accepts for each. The denoiser and
+// the scheduler are always needed; the encoders may be [null, null] in a repository that trains
+// on cached latents and text embeddings.
+const std::vector<family::ComponentSpec>& components() {
+  static const std::vector<family::ComponentSpec> specs = {
+      {"transformer", {kTransformer}, false, false},
+      {"vae", {"AutoencoderKL"}},
+      {"text_encoder", {"CLIPTextModelWithProjection"}},
+      {"tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"}},
+      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, false, false},
+  };
+  return specs;
 }
 
-// The prompts of a JSON array of strings (["a", "b\"c"]); the template keeps clear of a JSON
-// dependency, so this reads just that shape (escapes other than \" and \\ are kept as written).
-std::vector<std::string> json_strings(const std::string& json) {
-  std::vector<std::string> out;
-  bool in = false;
-  std::string cur;
-  for (std::size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
-    if (!in) {
-      if (c == '"') {
-        in = true;
-        cur.clear();
-      }
-    } else if (c == '\\' && i + 1 < json.size()) {
-      cur += json[++i];
-    } else if (c == '"') {
-      in = false;
-      out.push_back(cur);
-    } else {
-      cur += c;
-    }
-  }
-  return out;
+// LoRA targets: "auto" and "attention" are the attention projections; "all-linear" every
+// LoRA-capable layer but proj_out (the kit's default exclusion); or explicit module patterns.
+family::LoraTargets resolve_lora_targets(const json& targets) {
+  const std::vector<std::string> attention = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0"};
+  return family::resolve_lora_targets(targets, {attention, attention});
 }
 
-// x: [B, C, H, W], t: [B] in [0, 1], optional prompt embedding e: [B, C]  ->  [B, C, H, W]
-struct TinyDenoiserImpl : torch::nn::Module {
-  explicit TinyDenoiserImpl(int channels) {
-    proj = register_module("proj", torch::nn::Linear(channels, channels));
-    time_embed = register_parameter("time_embed", torch::zeros({channels}));
-  }
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& e = {}) {
-    auto h = proj->forward(x.permute({0, 2, 3, 1}));                  // mix channels per pixel
-    h = h + t.view({-1, 1, 1, 1}) * time_embed;                       // timestep conditioning
-    if (e.defined()) h = h + e.view({e.size(0), 1, 1, e.size(1)});    // prompt conditioning
-    return torch::tanh(h).permute({0, 3, 1, 2}).contiguous();
-  }
-  torch::nn::Linear proj{nullptr};
-  torch::Tensor time_embed;
-};
-TORCH_MODULE(TinyDenoiser);
+// The latent normalisation when the repository has no VAE config (cached latents only).
+constexpr double kDefaultScaling = 0.18215;
+constexpr double kDefaultShift = 0.0;
 
-class TinyDenoiserComponent : public yeto::sdk::Component {
+json model_index() {
+  return {{"_class_name", kPipeline},
+          {"scheduler", {"diffusers", "FlowMatchEulerDiscreteScheduler"}},
+          {"text_encoder", {"transformers", "CLIPTextModelWithProjection"}},
+          {"tokenizer", {"transformers", "CLIPTokenizer"}},
+          {"transformer", {"diffusers", kTransformer}},
+          {"vae", {"diffusers", "AutoencoderKL"}}};
+}
+
+json scheduler_config() {
+  return {{"num_train_timesteps", 1000}, {"shift", 1.0}, {"use_dynamic_shifting", false}};
+}
+
+json vae_config() {
+  return {{"act_fn", "silu"},
+          {"block_out_channels", {16, 32}},
+          {"down_block_types", {"DownEncoderBlock2D", "DownEncoderBlock2D"}},
+          {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D"}},
+          {"in_channels", 3},
+          {"out_channels", 3},
+          {"latent_channels", 4},
+          {"layers_per_block", 1},
+          {"norm_num_groups", 8},
+          {"sample_size", 32},
+          {"scaling_factor", kDefaultScaling},
+          {"shift_factor", nullptr},
+          {"mid_block_add_attention", true},
+          {"use_quant_conv", true},
+          {"use_post_quant_conv", true}};
+}
+
+// init-model presets: every component's config; the host builds each with seeded random
+// weights (--seed) and writes the tokenizer files.
+json presets() {
+  yeto_template::TransformerConfig t;  // the defaults: 2 blocks, 2 heads x 16, patch 2
+  t.sample_size = 16;
+  json tokenizer = family::clip_tokenizer_config();
+  tokenizer["model_max_length"] = 32;
+  json clip = family::clip_text_config({32, 2, 2, 64, "CLIPTextModelWithProjection", "quick_gelu"});
+  clip["max_position_embeddings"] = 32;
+  return {{"tiny",
+           {{"description",
+             "A CPU-sized TemplatePipeline: TemplateTransformer2DModel with 2 blocks, 2 heads x 16, patch 2 over 4 "
+             "latent channels; AutoencoderKL [16, 32] (32 px images -> 16 x 16 latents); CLIP text encoder with "
+             "projection (hidden 32, 2 layers, 32 tokens); FlowMatchEulerDiscreteScheduler (shift 1)."},
+            {"model_index", model_index()},
+            {"components",
+             {{"transformer", {{"config", t.to_json()}}},
+              {"vae", {{"config", vae_config()}}},
+              {"text_encoder", {{"config", clip}}},
+              {"tokenizer", {{"config", tokenizer}}},
+              {"scheduler", {{"config", scheduler_config()}}}}}}}};
+}
+
+// ---- the component class ----------------------------------------------------------------------
+
+class TransformerComponent : public yeto::sdk::Component {
  public:
-  TinyDenoiserComponent(const std::string& config_json, const std::string& /*dir*/)
-      : model_(json_int(config_json, "in_channels", 4)) {
-    torch::manual_seed(static_cast<std::uint64_t>(json_int(config_json, "seed", 0)));
-    torch::NoGradGuard no_grad;
-    for (auto& p : model_->parameters()) p.normal_(0.0, 0.2);
-  }
+  TransformerComponent(const std::string& config_json, const std::string& dir)
+      : model_(family::component_model<yeto_template::TemplateTransformer2DModel, yeto_template::TransformerConfig>(
+            config_json, dir, kTransformer)) {}
+
+  // The inputs of TemplateTransformer2DModel.forward by name; "sample" out.
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
-    return {{"sample", model_->forward(yeto::sdk::get(in, "hidden_states"), yeto::sdk::get(in, "timestep"))}};
+    using yeto::sdk::get;
+    return {{"sample", run(get(in, "hidden_states"), get(in, "encoder_hidden_states"), get(in, "pooled_projections"),
+                           get(in, "timestep"))}};
   }
-  NamedTensors parameters() override {
-    NamedTensors out;
-    for (const auto& p : model_->named_parameters()) out.emplace_back(p.key(), p.value());
-    return out;
-  }
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    torch::NoGradGuard no_grad;
-    auto params = model_->named_parameters();
-    for (const auto& [name, t] : weights) {
-      auto* p = params.find(name);
-      if (!p) {
-        if (strict) yeto::sdk::fail(YETO_ERR_NOT_FOUND, "YetoTinyDenoiser has no parameter '" + name + "'");
-        continue;
-      }
-      p->copy_(t);
+
+  at::Tensor run(const at::Tensor& x, const at::Tensor& context, const at::Tensor& pooled, const at::Tensor& t) {
+    try {
+      return model_->forward(x, context, pooled, t);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
-  TinyDenoiser& model() { return model_; }
-  int channels() const { return static_cast<int>(model_->proj->options.in_features()); }
+
+  NamedTensors parameters() override { return family::module_tensors(*model_); }
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    family::load_module_weights(*model_, weights, strict, kTransformer,
+                                "is this a TemplateTransformer2DModel checkpoint of this configuration?");
+  }
+  yeto_template::TemplateTransformer2DModel& model() { return model_; }
 
  private:
-  TinyDenoiser model_;
+  yeto_template::TemplateTransformer2DModel model_;
+};
+
+// ---- the plugin ---------------------------------------------------------------------------------
+
+struct TextConditioning {
+  at::Tensor ids, embeds, pooled;
 };
 
 class TemplatePlugin : public yeto::sdk::Plugin {
  public:
-  std::string load_pipeline(const std::string& model_dir, const std::string& /*model_index_json*/) override {
-    return "{\"components\": {\"transformer\": {\"class\": \"YetoTinyDenoiser\", \"dir\": \"" + model_dir +
-           "/transformer\"}}}";
-  }
-
-  void prepare(const std::string& options_json) override {
-    denoiser_ = std::make_unique<TinyDenoiserComponent>(options_json, "");
-    yeto::sdk::Host::info("template: prepared a tiny denoiser");
-  }
-
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
-    registry.add<TinyDenoiserComponent>("YetoTinyDenoiser");
+    registry.add<TransformerComponent>(kTransformer);
   }
 
-  // Canonical names: "<component>.<Diffusers parameter name>", in module order.
-  NamedTensors trainable_parameters() override {
-    NamedTensors out;
-    for (auto& [name, t] : denoiser().parameters()) {
-      t.set_requires_grad(true);
-      out.emplace_back("transformer." + name, t);
+  std::string presets() override { return ::presets().dump(); }
+
+  // The plan: which class builds each component from which folder. The VAE's latent
+  // normalisation and the tokenizer's length are read here; both may be absent ([null, null]).
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const std::string where = model_dir + "/model_index.json";
+    const auto index = family::parse_json(model_index_json, where);
+    if (index.value("_class_name", std::string()) != kPipeline)
+      fail(YETO_ERR_INVALID_ARGUMENT, where + ": _class_name is " + index.value("_class_name", json()).dump() +
+                                          "; the template plugin serves " + kPipeline + " repositories");
+    json plan;
+    try {
+      plan = {{"components", family::plan_components(model_dir, index, components(), kPlugin,
+                                                     "a TemplatePipeline repository has transformer, vae, "
+                                                     "text_encoder, tokenizer and scheduler")},
+              {"family", kPlugin}};
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
+    const auto& c = plan["components"];
+    if (c.contains("vae") && !c["vae"].is_null()) {
+      const auto vae = family::read_json_file(model_dir + "/vae/config.json");
+      scaling_ = number_or(vae, "scaling_factor", kDefaultScaling);
+      shift_ = number_or(vae, "shift_factor", kDefaultShift);
+      const auto& blocks = vae.value("block_out_channels", json::array());
+      vae_scale_factor_ = blocks.is_array() && !blocks.empty() ? std::int64_t{1} << (blocks.size() - 1) : 8;
+    }
+    if (c.contains("tokenizer") && !c["tokenizer"].is_null()) {
+      const auto path = model_dir + "/tokenizer/tokenizer_config.json";
+      if (std::ifstream(path).good()) {
+        const auto tok = family::read_json_file(path);
+        if (tok.contains("model_max_length") && tok["model_max_length"].is_number_integer())
+          max_length_ = tok["model_max_length"].get<std::int64_t>();
+      }
+    }
+    return plan.dump();
+  }
+
+  // {"lora": {...}, "tuning": "lora" | "full", "precision", "device"}: place the transformer,
+  // freeze its base weights and attach the adapter (seeded from the host's "lora_init" stream).
+  void prepare(const std::string& options_json) override {
+    const auto o = family::parse_json(options_json, "prepare options");
+    auto& model = transformer();
+    const auto placement = family::prepare_placement(o);
+    model->to(placement.device, placement.dtype);
+    tuning_ = family::parse_tuning(o);
+    family::prepare_tuning(*model, tuning_, o, {resolve_lora_targets});
+  }
+
+  NamedTensors trainable_parameters() override {
+    return family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
+  }
+
+  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
+    const auto& px = family::image_pixels(media, kPlugin, "TemplatePipeline");
+    return {{"latents", family::encode_with_host_vae(px, options_json, shift_, scaling_)}};
+  }
+
+  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
+    const auto prompts = family::conditioning_prompts(family::parse_json(prompts_json, "encode_conditioning prompts"));
+    const auto c = encode_text(prompts);
+    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
+  }
+
+  // hidden_states = x_t, timesteps on the scheduler's 0..1000 scale, the conditioning above.
+  at::Tensor denoise(const NamedTensors& in, const std::string& /*step_json*/) override {
+    using yeto::sdk::get;
+    return component().run(get(in, "hidden_states"), get(in, "prompt_embeds"), get(in, "pooled_prompt_embeds"),
+                           get(in, "timesteps"))
+        .to(at::kFloat);
+  }
+
+  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
+                                          const std::string& /*step_json*/) override {
+    return family::same_layout_align(prediction, target, kPlugin);
+  }
+
+  // {"prompts", "negative_prompts"?, "seed", "steps", "guidance", "height", "width", "trace"?}
+  // -> "images" [B, 3, H, W] in [0, 1] (and, with "trace", every intermediate).
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    const auto& cfg = transformer()->config();
+    std::vector<std::string> prompts, negatives;
+    std::uint64_t seed = 0;
+    std::int64_t steps = 20, height = 0, width = 0;
+    double guidance = 1.0;
+    bool trace = false;
+    try {
+      const family::RequestReader r(family::parse_json(request_json, "generate request"));
+      prompts = r.strings("prompts");
+      negatives = r.has("negative_prompts") ? r.strings("negative_prompts")
+                                            : std::vector<std::string>(prompts.size(), "");
+      if (negatives.size() == 1) negatives.assign(prompts.size(), negatives[0]);
+      if (negatives.size() != prompts.size())
+        throw std::invalid_argument("generate request: 'negative_prompts' must have one entry or one per prompt");
+      seed = r.seed(0);
+      steps = r.integer("steps", steps, 1);
+      const auto native = cfg.sample_size * vae_scale_factor_;
+      height = r.integer("height", native, 1);
+      width = r.integer("width", native, 1);
+      guidance = r.number("guidance", guidance);
+      trace = r.boolean("trace", false);
+    } catch (const std::invalid_argument& e) {
+      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    const auto multiple = vae_scale_factor_ * cfg.patch_size;
+    if (height % multiple != 0 || width % multiple != 0)
+      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
+                                          " (VAE scale factor x patch size), got " + std::to_string(height) + "x" +
+                                          std::to_string(width));
+    at::NoGradGuard no_grad;
+    family::Trace record(trace);
+    const auto batch = static_cast<std::int64_t>(prompts.size());
+
+    // Text: with guidance the model batch is [negative; prompt].
+    const bool guided = guidance > 1.0;
+    const auto cond = encode_text(prompts);
+    record("input_ids", cond.ids);
+    record("prompt_embeds", cond.embeds);
+    record("pooled_prompt_embeds", cond.pooled);
+    at::Tensor context = cond.embeds, pooled = cond.pooled;
+    if (guided) {
+      const auto neg = encode_text(negatives);
+      record("negative_prompt_embeds", neg.embeds);
+      context = at::cat({neg.embeds, cond.embeds}, 0);
+      pooled = at::cat({neg.pooled, cond.pooled}, 0);
+    }
+
+    const auto latents = family::initial_latents(
+        inputs, {batch, cfg.in_channels, height / vae_scale_factor_, width / vae_scale_factor_}, seed, record);
+    const auto schedule = family::set_timesteps({{"num_inference_steps", steps}}, record);
+    family::SamplingHooks hooks;
+    hooks.guidance = guidance;
+    hooks.model = [&](const at::Tensor& x, const at::Tensor& t, std::int64_t) {
+      return component().run(x, context, pooled, t.to(at::kFloat));
+    };
+    const auto final_latents = family::denoise_loop(latents, schedule, hooks, record);
+    NamedTensors out = {{"images", family::decode_images(final_latents, scaling_, shift_, record)}};
+    record.append_to(out);
     return out;
   }
 
-  // Stand-in for a VAE: 2x2 average pooling of the RGB pixels in [-1, 1]; latent channel c
-  // is colour c for c < 3 and the mean brightness beyond. Deterministic, so "sample" and
-  // "seed" do not matter here (a real VAE samples its latent distribution with that seed).
-  NamedTensors encode_media(const NamedTensors& media, const std::string& /*options*/) override {
-    const auto& pixels = yeto::sdk::get(media, "pixel_values");
-    if (pixels.dim() != 4 || pixels.size(1) != 3)
-      yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "template encodes images [B, 3, H, W] only");
-    const auto rgb = torch::avg_pool2d(pixels.to(torch::kFloat), 2);
-    const auto grey = rgb.mean(1, true);
-    std::vector<torch::Tensor> channels;
-    for (int c = 0; c < denoiser().channels(); ++c) channels.push_back(c < 3 ? rgb.narrow(1, c, 1) : grey);
-    return {{"latents", torch::cat(channels, 1)}};
-  }
-
-  // Stand-in for a text encoder: a fixed embedding per prompt from its bytes (a centred
-  // histogram of byte values modulo the channel count), "prompt_embeds" [B, C].
-  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto prompts = json_strings(prompts_json);
-    const int c = denoiser().channels();
-    std::vector<float> values;
-    for (const auto& prompt : prompts) {
-      std::vector<float> h(static_cast<std::size_t>(c), 0.0f);
-      for (unsigned char ch : prompt) h[ch % c] += 1.0f;
-      const float n = std::max<float>(1.0f, static_cast<float>(prompt.size()));
-      for (float v : h) values.push_back(v / n - 1.0f / static_cast<float>(c));
-    }
-    return {{"prompt_embeds", torch::tensor(values).view({static_cast<std::int64_t>(prompts.size()), c})}};
-  }
-
-  NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& /*step*/) override {
-    // The family's contribution: timesteps in [0, 1000] become the model's [0, 1].
-    return {{"timestep", yeto::sdk::get(batch, "timesteps").to(torch::kFloat) / 1000.0}};
-  }
-
-  torch::Tensor denoise(const NamedTensors& inputs, const std::string& /*step*/) override {
-    torch::Tensor embeds;
-    for (const auto& [name, t] : inputs)
-      if (name == "prompt_embeds") embeds = t;
-    return denoiser().model()->forward(yeto::sdk::get(inputs, "hidden_states"), yeto::sdk::get(inputs, "timestep"),
-                                       embeds);
-  }
-
-  std::pair<torch::Tensor, torch::Tensor> align(const torch::Tensor& prediction, const torch::Tensor& target,
-                                                const std::string& /*step*/) override {
-    if (prediction.sizes() != target.sizes())
-      yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "prediction and target shapes differ");
-    return {prediction.flatten(1), target.flatten(1)};
-  }
-
-  torch::Tensor loss_step(const std::string& /*rows*/, const NamedTensors& batch, std::string& metrics) override {
-    const auto& latents = yeto::sdk::get(batch, "latents");
-    const auto& noise = yeto::sdk::get(batch, "noise");
-    const auto t = yeto::sdk::get(batch, "timesteps").to(torch::kFloat) / 1000.0;
-    const auto s = t.view({-1, 1, 1, 1});
-    const auto noisy = (1 - s) * latents + s * noise;              // flow matching
-    const auto pred = denoiser().model()->forward(noisy, t);
-    const auto loss = torch::mse_loss(pred, noise - latents);
-    metrics = "{\"loss\": " + std::to_string(loss.item<double>()) + "}";
-    return loss;
-  }
-
-  void save_artifact(const std::string& dir, const std::string& metadata_json) override {
-    torch::serialize::OutputArchive archive;
-    for (auto& [name, t] : denoiser().parameters()) archive.write(name, t.detach());
-    archive.save_to(dir + "/template_weights.pt");
-    std::ofstream(dir + "/template_meta.json") << metadata_json;
-  }
-
-  std::string load_artifact(const std::string& dir) override {
-    torch::serialize::InputArchive archive;
-    archive.load_from(dir + "/template_weights.pt");
-    NamedTensors weights;
-    for (auto& [name, t] : denoiser().parameters()) {
-      torch::Tensor v;
-      archive.read(name, v);
-      weights.emplace_back(name, v);
-    }
-    denoiser().load_weights(weights, true);
-    std::ifstream in(dir + "/template_meta.json");
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
  private:
-  TinyDenoiserComponent& denoiser() {
-    if (!denoiser_) yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "call prepare() before using the denoiser");
-    return *denoiser_;
+  TransformerComponent& component() {
+    return family::plugin_component<TransformerComponent>("transformer", kTransformer, kPlugin);
   }
-  std::unique_ptr<TinyDenoiserComponent> denoiser_;
+  yeto_template::TemplateTransformer2DModel& transformer() { return component().model(); }
+
+  // Prompts -> CLIP token ids (padded to the tokenizer's length) -> the last hidden state and the
+  // projected pooled embedding.
+  TextConditioning encode_text(const std::vector<std::string>& prompts) {
+    TextConditioning c;
+    const json tok = {{"method", "tokenize"}, {"text", prompts}, {"padding", "max_length"},
+                      {"max_length", max_length_}, {"truncation", true}};
+    c.ids = family::output(family::call("tokenizer", {}, tok), "input_ids", "tokenizer").to(at::kLong);
+    const auto enc = family::call("text_encoder", {{"input_ids", c.ids}}, {{"method", "encode"}});
+    c.embeds = family::output(enc, "last_hidden_state", "text_encoder").to(at::kFloat);
+    c.pooled = family::output(enc, "text_embeds", "text_encoder").to(at::kFloat);
+    return c;
+  }
+
+  static double number_or(const json& j, const char* key, double fallback) {
+    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+  }
+
+  double scaling_ = kDefaultScaling;
+  double shift_ = kDefaultShift;
+  std::int64_t vae_scale_factor_ = 8;
+  std::int64_t max_length_ = 77;
+  std::string tuning_ = "lora";
 };
 
 }  // namespace

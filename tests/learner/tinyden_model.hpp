@@ -1,4 +1,4 @@
-// The template plugin (in-tree build, stage/plugins) as a learner TrainModel, for the loop
+// The tinyden test plugin (in-tree build, stage/plugins) as a learner TrainModel, for the loop
 // tests and the test driver. Each call makes a fresh instance with the same initial weights.
 #pragma once
 
@@ -14,21 +14,21 @@
 
 namespace yeto::learner::test {
 
-struct TemplateModel {
+struct TinyDenModel {
   std::unique_ptr<plugin::Instance> instance;
   std::unique_ptr<TrainModel> model;
 };
 
-inline TemplateModel open_template_model(std::uint64_t seed = 0) {
+inline TinyDenModel open_tinyden_model(std::uint64_t seed = 0) {
   static const yeto_host_api* api = [seed] {
     plugin::HostApiOptions h;
-    h.plugin_name = "template";
+    h.plugin_name = "tinyden";
     h.seed = seed;
     return plugin::make_host_api(h);
   }();
   const auto options = plugin::LoaderOptions::from_config(config::Config(), {std::filesystem::path(YETO_STAGE_DIR)});
-  const auto& loaded = plugin::load("template", options, api);
-  TemplateModel m;
+  const auto& loaded = plugin::load("tinyden", options, api);
+  TinyDenModel m;
   m.instance = std::make_unique<plugin::Instance>(loaded, "{}");
   m.instance->prepare(R"({"in_channels": 4, "seed": 3})");
   auto scheduler = schedulers::make_scheduler("FlowMatchEulerDiscreteScheduler",

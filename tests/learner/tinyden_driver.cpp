@@ -1,6 +1,6 @@
-// Test driver: trains the template plugin with the generic learner as a separate process, so
+// Test driver: trains the tinyden test plugin with the generic learner as a separate process, so
 // tests can interrupt it for real. Usage:
-//   learner_template_driver CONFIG RUN_DIR [--kill-at-step N | --term-at-step N]
+//   learner_tinyden_driver CONFIG RUN_DIR [--kill-at-step N | --term-at-step N]
 // --kill-at-step N: SIGKILL itself right after optimizer step N (before step N's checkpoint
 // or metrics record); --term-at-step N: SIGTERM itself there (graceful stop).
 #include <csignal>
@@ -11,7 +11,7 @@
 #include "core/error.hpp"
 #include "learner/outer_sync.hpp"
 #include "learner/trainer.hpp"
-#include "template_model.hpp"
+#include "tinyden_model.hpp"
 
 namespace {
 
@@ -34,7 +34,7 @@ class SignalAtStep final : public yeto::learner::OuterSync {
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 5) {
-    std::cerr << "usage: learner_template_driver CONFIG RUN_DIR [--kill-at-step N | --term-at-step N]\n";
+    std::cerr << "usage: learner_tinyden_driver CONFIG RUN_DIR [--kill-at-step N | --term-at-step N]\n";
     return 2;
   }
   try {
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
       const std::string flag = argv[3];
       hook = std::make_unique<SignalAtStep>(std::atoll(argv[4]), flag == "--kill-at-step" ? SIGKILL : SIGTERM);
     }
-    auto m = yeto::learner::test::open_template_model();
+    auto m = yeto::learner::test::open_tinyden_model();
     const auto r = yeto::learner::train(*m.model, cfg, options, hook.get());
     std::cout << "steps " << r.steps << " stopped_early " << r.stopped_early << "\n";
     return 0;
