@@ -17,8 +17,11 @@
 #include "flux_family.hpp"
 #include "flux_latents.hpp"
 #include "flux_transformer.hpp"
+#include "yeto/family/diffusers_family.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/helper_call.hpp"
+#include "yeto/family/repository.hpp"
+#include "yeto/family/sampling.hpp"
 
 namespace {
 
@@ -29,10 +32,8 @@ using yeto::sdk::NamedTensors;
 namespace flux = yeto::flux;
 
 using yeto::family::call;
-using yeto::family::host_config_int;
 using yeto::family::output;
 using yeto::family::parse_json;
-using yeto::family::read_json_file;
 
 // ---- the transformer component -----------------------------------------------------------
 
@@ -109,8 +110,10 @@ struct Conditioning {
   at::Tensor clip_ids, t5_ids, pooled, embeds;
 };
 
-class FluxPlugin : public yeto::sdk::Plugin {
+class FluxPlugin : public yeto::family::DiffusersFamily {
  public:
+  FluxPlugin() : DiffusersFamily({"flux", "FLUX.1", "transformer", 0.3611, 0.1159, flux::resolve_lora_targets}) {}
+
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
     json plan;
@@ -122,16 +125,8 @@ class FluxPlugin : public yeto::sdk::Plugin {
     model_dir_ = model_dir;
     // A repository without a VAE (null in model_index.json) trains on cached latents; the
     // scaling factors then keep their defaults, used only if something encodes or decodes.
-    if (!plan["components"]["vae"].is_null()) vae_config_ = read_json_file(model_dir + "/vae/config.json");
-    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
-    const auto tok = model_dir + "/tokenizer/tokenizer_config.json";
-    clip_max_length_ = 77;
-    if (std::ifstream(tok).good()) {
-      const auto t = read_json_file(tok);
-      if (t.contains("model_max_length") && t["model_max_length"].is_number_integer() &&
-          t["model_max_length"].get<std::int64_t>() > 0 && t["model_max_length"].get<std::int64_t>() < 100000)
-        clip_max_length_ = t["model_max_length"].get<std::int64_t>();
-    }
+    configs_.read(model_dir, plan);
+    clip_max_length_ = yeto::family::tokenizer_max_length(model_dir, "tokenizer", 77);
     return plan.dump();
   }
 
@@ -140,35 +135,6 @@ class FluxPlugin : public yeto::sdk::Plugin {
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>("FluxTransformer2DModel");
     registry.add<PipelineHelpersComponent>("FluxPipeline");
-  }
-
-  void prepare(const std::string& options_json) override {
-    const auto o = parse_json(options_json, "prepare options");
-    auto& model = transformer();
-    const auto placement = yeto::family::prepare_placement(o);
-    model->to(placement.device, placement.dtype);
-    const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
-    if (max_len < 0 || max_len > 512)
-      fail(YETO_ERR_INVALID_ARGUMENT, "model.max_sequence_length must be 0 (FLUX.1's 512) or at most 512, got " +
-                                          std::to_string(max_len));
-    max_sequence_length_ = max_len == 0 ? 512 : max_len;
-    tuning_ = yeto::family::parse_tuning(o);
-    yeto::family::prepare_tuning(*model, tuning_, o, {flux::resolve_lora_targets});
-  }
-
-  NamedTensors trainable_parameters() override {
-    return yeto::family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
-  }
-
-  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
-    const auto& px = yeto::family::image_pixels(media, "flux", "FLUX.1");
-    return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
-  }
-
-  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto prompts = yeto::family::conditioning_prompts(parse_json(prompts_json, "encode_conditioning prompts"));
-    const auto c = encode_prompts(prompts, max_sequence_length_);
-    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
   }
 
   NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& step_json) override {
@@ -200,18 +166,8 @@ class FluxPlugin : public yeto::sdk::Plugin {
     return unpack(pred, x.size(2), x.size(3)).to(at::kFloat);
   }
 
-  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
-                                          const std::string& /*step_json*/) override {
-    return yeto::family::same_layout_align(prediction, target, "flux");
-  }
-
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
-    flux::GenerateRequest r;
-    try {
-      r = flux::parse_generate_request(parse_json(request_json, "generate request"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
+    const auto r = yeto::family::parse_request(request_json, flux::parse_generate_request);
     at::NoGradGuard no_grad;
     yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
@@ -230,17 +186,8 @@ class FluxPlugin : public yeto::sdk::Plugin {
     if (h < 2 || w < 2)
       fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be at least " + std::to_string(vsf * 2));
     const auto channels = cfg.in_channels / 4;
-    at::Tensor noise;
-    if (yeto::sdk::has(inputs, "latents")) {
-      noise = yeto::sdk::get(inputs, "latents").to(at::kFloat);
-      if (noise.sizes() != at::IntArrayRef({batch, channels, h, w}))
-        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " +
-                                            c10::str(at::IntArrayRef({batch, channels, h, w})) + ", got " +
-                                            c10::str(noise.sizes()));
-    } else {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-      noise = at::randn({batch, channels, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
-    }
+    yeto::family::Trace untraced(false);  // the trace records the packed latents below
+    const auto noise = yeto::family::initial_latents(inputs, {batch, channels, h, w}, r.seed, untraced);
     const auto text_ids = flux::text_ids(cond.embeds.size(1));
     const auto image_ids = flux::latent_image_ids(h / 2, w / 2);
     auto latents = flux::pack_latents(noise);
@@ -250,54 +197,48 @@ class FluxPlugin : public yeto::sdk::Plugin {
 
     // 3. Schedule: sigmas linspace(1, 1/N, N), dynamic shift mu from the image sequence length.
     const auto sigmas_in = flux::linspace(1.0, 1.0 / static_cast<double>(r.steps), r.steps);
-    const double mu = flux::calculate_shift(latents.size(1), sched_int("base_image_seq_len", 256),
-                                            sched_int("max_image_seq_len", 4096), sched_number("base_shift", 0.5),
-                                            sched_number("max_shift", 1.15));
-    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"sigmas", sigmas_in}, {"mu", mu}});
-    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kFloat);
-    const auto sigmas = output(schedule, "sigmas", "scheduler").to(at::kFloat);
+    const double mu = flux::calculate_shift(latents.size(1), configs_.scheduler_int("base_image_seq_len", 256),
+                                            configs_.scheduler_int("max_image_seq_len", 4096),
+                                            configs_.scheduler_number("base_shift", 0.5),
+                                            configs_.scheduler_number("max_shift", 1.15));
+    const auto schedule = yeto::family::set_timesteps({{"sigmas", sigmas_in}, {"mu", mu}}, record);
     record("mu", at::scalar_tensor(mu, at::kDouble));
-    record("sigmas", sigmas);
-    record("timesteps", timesteps);
     at::Tensor guidance;
     if (cfg.guidance_embeds) {
       guidance = at::full({batch}, r.guidance, at::kFloat);
       record("guidance", guidance);
     }
 
-    // 4. Denoising loop.
-    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
-      const auto p = "step." + std::to_string(i) + ".";
-      const auto t = timesteps[i];
-      const auto timestep = t.expand({batch}).to(at::kFloat);
-      record(p + "latents", latents);
-      record(p + "timestep", timestep);
-      record(p + "transformer_timestep", timestep / 1000);
-      record(p + "sigma", sigmas.narrow(0, i, 1));
-      record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
-      const auto noise_pred =
-          run_transformer(latents, cond.embeds, cond.pooled, timestep / 1000, image_ids, text_ids, guidance)
-              .to(at::kFloat);
-      record(p + "noise_pred", noise_pred);
-      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
-                            {{"method", "step"}}),
-                       "prev_sample", "scheduler");
-    }
-    record("final_latents", latents);
+    // 4. Denoising loop (FLUX.1 [dev] is guidance-distilled: the guidance is an input, not a
+    // second batch).
+    yeto::family::SamplingHooks hooks;
+    hooks.model = [&](const at::Tensor& x, const at::Tensor& timestep, std::int64_t i) {
+      const auto t = timestep.to(at::kFloat) / 1000;
+      record("step." + std::to_string(i) + ".transformer_timestep", t);
+      return run_transformer(x, cond.embeds, cond.pooled, t, image_ids, text_ids, guidance);
+    };
+    latents = yeto::family::denoise_loop(latents, schedule, hooks, record);
 
     // 5. Decode.
     const auto unpacked = flux::unpack_latents(latents, r.height, r.width, vsf);
     record("final_latents_unpacked", unpacked);
-    const auto vae_input = unpacked / scaling_factor() + shift_factor();
-    record("vae_input", vae_input);
-    const auto image = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae");
-    record("image", image);
-    const auto images = (image.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
-    record("image_postprocessed", images);
+    const auto images = yeto::family::decode_images(unpacked, scaling_factor(), shift_factor(), record);
 
     NamedTensors out = {{"images", images}};
     record.append_to(out);
     return out;
+  }
+
+ protected:
+  torch::nn::Module& denoiser_module() override { return *transformer(); }
+
+  NamedTensors conditioning(const std::vector<std::string>& prompts) override {
+    const auto c = encode_prompts(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
+  }
+
+  void prepare_run(const json& /*options*/) override {
+    max_sequence_length_ = yeto::family::run_max_sequence_length(512, 512, "FLUX.1's 512");
   }
 
  private:
@@ -347,32 +288,13 @@ class FluxPlugin : public yeto::sdk::Plugin {
     return flux::unpack_latents(packed, h * vsf, w * vsf, vsf);
   }
 
-  std::int64_t vae_scale_factor() const {
-    const auto& b = vae_config_.contains("block_out_channels") ? vae_config_["block_out_channels"] : json();
-    if (!b.is_array() || b.empty()) return 8;
-    return std::int64_t{1} << (b.size() - 1);
-  }
-  double vae_number(const char* key, double fallback) const {
-    const auto it = vae_config_.find(key);
-    return it != vae_config_.end() && it->is_number() ? it->get<double>() : fallback;
-  }
-  double scaling_factor() const { return vae_number("scaling_factor", 0.3611); }
-  double shift_factor() const { return vae_number("shift_factor", 0.1159); }
-  double sched_number(const char* key, double fallback) const {
-    const auto it = scheduler_config_.find(key);
-    return it != scheduler_config_.end() && it->is_number() ? it->get<double>() : fallback;
-  }
-  std::int64_t sched_int(const char* key, std::int64_t fallback) const {
-    const auto it = scheduler_config_.find(key);
-    return it != scheduler_config_.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
-  }
+  std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
+  double scaling_factor() const { return configs_.scaling_factor(); }
+  double shift_factor() const { return configs_.shift_factor(); }
 
   std::string model_dir_;
-  json vae_config_ = json::object();
-  json scheduler_config_ = json::object();
   std::int64_t clip_max_length_ = 77;
   std::int64_t max_sequence_length_ = 512;
-  std::string tuning_ = "lora";
 };
 
 }  // namespace

@@ -86,19 +86,6 @@ nlohmann::json FluxTransformerConfig::to_json() const {
           {"axes_dims_rope", axes_dims_rope}};
 }
 
-FeedForwardImpl::FeedForwardImpl(std::int64_t dim, std::int64_t hidden_dim, std::int64_t dim_out) {
-  // Registered as net.0.proj and net.2, the Diffusers names.
-  auto net = register_module("net", torch::nn::ModuleList());
-  auto gelu = std::make_shared<torch::nn::Module>();
-  proj = gelu->register_module("proj", nn::Linear(dim, hidden_dim, true));
-  net->push_back(gelu);
-  net->push_back(std::make_shared<torch::nn::Module>());  // dropout slot (p = 0)
-  out = nn::Linear(hidden_dim, dim_out, true);
-  net->push_back(out.ptr());
-}
-
-at::Tensor FeedForwardImpl::forward(const at::Tensor& x) { return out(nn::gelu_tanh(proj(x))); }
-
 FluxTransformerBlockImpl::FluxTransformerBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
   norm1 = register_module("norm1", nn::AdaLayerNormZero(dim));
   norm1_context = register_module("norm1_context", nn::AdaLayerNormZero(dim));
@@ -108,9 +95,9 @@ FluxTransformerBlockImpl::FluxTransformerBlockImpl(std::int64_t dim, std::int64_
   o.context_first = true;
   attn = register_module("attn", nn::Attention(o));
   norm2 = register_module("norm2", nn::LayerNorm(dim, 1e-6, false, false));
-  ff = register_module("ff", FeedForward(dim, 4 * dim, dim));
+  ff = register_module("ff", nn::FeedForward(dim, 4 * dim, dim));
   norm2_context = register_module("norm2_context", nn::LayerNorm(dim, 1e-6, false, false));
-  ff_context = register_module("ff_context", FeedForward(dim, 4 * dim, dim));
+  ff_context = register_module("ff_context", nn::FeedForward(dim, 4 * dim, dim));
 }
 
 std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(const at::Tensor& hidden_states,

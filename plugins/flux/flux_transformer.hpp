@@ -16,6 +16,7 @@
 
 #include "yeto/nn/attention.hpp"
 #include "yeto/nn/embeddings.hpp"
+#include "yeto/nn/feed_forward.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/norms.hpp"
 
@@ -43,16 +44,6 @@ struct FluxTransformerConfig {
   nlohmann::json to_json() const;
 };
 
-// Diffusers FeedForward(dim, dim_out, activation_fn="gelu-approximate"): net.0.proj -> tanh
-// GELU -> net.2 (net.1 is a parameterless dropout slot, kept so indices match).
-class FeedForwardImpl : public torch::nn::Module {
- public:
-  FeedForwardImpl(std::int64_t dim, std::int64_t hidden_dim, std::int64_t dim_out);
-  at::Tensor forward(const at::Tensor& x);
-  nn::Linear proj{nullptr}, out{nullptr};
-};
-TORCH_MODULE(FeedForward);
-
 // Double-stream (MM-DiT) block: image and text tokens keep their own weights and attend jointly.
 class FluxTransformerBlockImpl : public torch::nn::Module {
  public:
@@ -63,7 +54,7 @@ class FluxTransformerBlockImpl : public torch::nn::Module {
   nn::AdaLayerNormZero norm1{nullptr}, norm1_context{nullptr};
   nn::Attention attn{nullptr};
   nn::LayerNorm norm2{nullptr}, norm2_context{nullptr};
-  FeedForward ff{nullptr}, ff_context{nullptr};
+  nn::FeedForward ff{nullptr}, ff_context{nullptr};
 };
 TORCH_MODULE(FluxTransformerBlock);
 

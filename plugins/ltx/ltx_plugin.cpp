@@ -18,6 +18,8 @@
 #include "ltx_transformer.hpp"
 #include "ltx_vae.hpp"
 #include "yeto/family/family.hpp"
+#include "yeto/family/repository.hpp"
+#include "yeto/family/sampling.hpp"
 #include "yeto/family/helper_call.hpp"
 
 namespace {
@@ -220,19 +222,10 @@ class LtxPlugin : public yeto::sdk::Plugin {
 
   void prepare(const std::string& options_json) override {
     const auto o = parse_json(options_json, "prepare options");
-    auto& model = transformer();
-    const auto placement = yeto::family::prepare_placement(o);
-    model->to(placement.device, placement.dtype);
-    const auto max_len = host_config("model.max_sequence_length");
-    const std::int64_t len = max_len.is_number_integer() ? max_len.get<std::int64_t>() : 0;
-    if (len < 0 || len > 512)
-      fail(YETO_ERR_INVALID_ARGUMENT,
-           "model.max_sequence_length must be 0 (LTX-Video's 128) or at most 512, got " + std::to_string(len));
-    max_sequence_length_ = len == 0 ? 128 : len;
+    tuning_ = yeto::family::prepare_denoisers({transformer().get()}, o, {ltx::resolve_lora_targets});
+    max_sequence_length_ = yeto::family::run_max_sequence_length(128, 512, "LTX-Video's 128");
     const auto fps = host_config("data.fps");
     train_frame_rate_ = fps.is_number() && fps.get<double>() > 0 ? fps.get<double>() : 25.0;
-    tuning_ = yeto::family::parse_tuning(o);
-    yeto::family::prepare_tuning(*model, tuning_, o, {ltx::resolve_lora_targets});
   }
 
   NamedTensors trainable_parameters() override {
@@ -306,12 +299,7 @@ class LtxPlugin : public yeto::sdk::Plugin {
   // classifier-free guidance as one batch [negative, positive], seeded CPU noise, dynamic shift
   // from the video sequence length, the scheduler's shift_terminal stretch, denormalised decode.
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
-    ltx::GenerateRequest r;
-    try {
-      r = ltx::parse_generate_request(parse_json(request_json, "generate request"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
+    auto r = yeto::family::parse_request(request_json, ltx::parse_generate_request);
     at::NoGradGuard no_grad;
     yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
@@ -372,38 +360,18 @@ class LtxPlugin : public yeto::sdk::Plugin {
     const double mu = ltx::calculate_shift(static_cast<double>(latents.size(1)), sched_number("base_image_seq_len", 256),
                                            sched_number("max_image_seq_len", 4096), sched_number("base_shift", 0.5),
                                            sched_number("max_shift", 1.15));
-    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"sigmas", sigmas_in}, {"mu", mu}});
-    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kFloat);
-    const auto sigmas = output(schedule, "sigmas", "scheduler").to(at::kFloat);
+    const auto schedule = yeto::family::set_timesteps({{"sigmas", sigmas_in}, {"mu", mu}}, record);
     record("mu", at::scalar_tensor(mu, at::kDouble));
-    record("sigmas", sigmas);
-    record("timesteps", timesteps);
     const auto scale = ltx::rope_interpolation_scale(tt, st, r.frame_rate);
     record("rope_interpolation_scale", at::tensor(std::vector<double>(scale.begin(), scale.end()), at::kDouble));
 
-    // 4. Denoising loop.
-    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
-      const auto p = "step." + std::to_string(i) + ".";
-      const auto t = timesteps[i];
-      record(p + "latents", latents);
-      const auto model_in = cfg_on ? at::cat({latents, latents}) : latents;
-      const auto timestep = t.expand({model_in.size(0)}).to(at::kFloat);
-      record(p + "timestep", timestep);
-      record(p + "sigma", sigmas.narrow(0, i, 1));
-      record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
-      auto noise_pred = run_transformer(model_in, embeds, timestep, mask, pf, ph, pw, scale).to(at::kFloat);
-      if (cfg_on) {
-        const auto halves = noise_pred.chunk(2);
-        record(p + "noise_pred_uncond", halves[0]);
-        record(p + "noise_pred_text", halves[1]);
-        noise_pred = halves[0] + r.guidance * (halves[1] - halves[0]);
-      }
-      record(p + "noise_pred", noise_pred);
-      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
-                            {{"method", "step"}}),
-                       "prev_sample", "scheduler");
-    }
-    record("final_latents", latents);
+    // 4. Denoising loop with classifier-free guidance.
+    yeto::family::SamplingHooks hooks;
+    hooks.guidance = r.guidance;
+    hooks.model = [&](const at::Tensor& x, const at::Tensor& timestep, std::int64_t) {
+      return run_transformer(x, embeds, timestep.to(at::kFloat), mask, pf, ph, pw, scale);
+    };
+    latents = yeto::family::denoise_loop(latents, schedule, hooks, record);
 
     // 5. Decode.
     auto& v = vae();

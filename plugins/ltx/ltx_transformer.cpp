@@ -162,18 +162,6 @@ at::Tensor LtxAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cont
   return to_out->ptr<nn::LinearImpl>(0)->forward(out);
 }
 
-LtxFeedForwardImpl::LtxFeedForwardImpl(std::int64_t dim) {
-  auto net = register_module("net", torch::nn::ModuleList());
-  auto gelu = std::make_shared<torch::nn::Module>();
-  proj = gelu->register_module("proj", nn::Linear(dim, 4 * dim, true));
-  net->push_back(gelu);
-  net->push_back(std::make_shared<torch::nn::Module>());  // net.1: dropout(0)
-  out = nn::Linear(4 * dim, dim, true);
-  net->push_back(out.ptr());
-}
-
-at::Tensor LtxFeedForwardImpl::forward(const at::Tensor& x) { return out(nn::gelu_tanh(proj(x))); }
-
 LtxTransformerBlockImpl::LtxTransformerBlockImpl(const LtxTransformerConfig& c) {
   const auto dim = c.inner_dim();
   norm1 = register_module("norm1", nn::RMSNorm(dim, c.norm_eps, false));
@@ -182,7 +170,7 @@ LtxTransformerBlockImpl::LtxTransformerBlockImpl(const LtxTransformerConfig& c) 
   norm2 = register_module("norm2", nn::RMSNorm(dim, c.norm_eps, false));
   attn2 = register_module("attn2", LtxAttention(dim, c.cross_attention_dim, c.num_attention_heads,
                                                 c.attention_head_dim, c.attention_bias, c.attention_out_bias));
-  ff = register_module("ff", LtxFeedForward(dim));
+  ff = register_module("ff", nn::FeedForward(dim));
   scale_shift_table = register_parameter("scale_shift_table", at::randn({6, dim}) / std::sqrt(static_cast<double>(dim)));
 }
 

@@ -16,6 +16,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "yeto/nn/embeddings.hpp"
+#include "yeto/nn/feed_forward.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/norms.hpp"
 
@@ -71,15 +72,6 @@ class LtxAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LtxAttention);
 
-// Diffusers FeedForward(dim, activation_fn="gelu-approximate"): net.0.proj -> tanh GELU -> net.2.
-class LtxFeedForwardImpl : public torch::nn::Module {
- public:
-  explicit LtxFeedForwardImpl(std::int64_t dim);
-  at::Tensor forward(const at::Tensor& x);
-  nn::Linear proj{nullptr}, out{nullptr};
-};
-TORCH_MODULE(LtxFeedForward);
-
 class LtxTransformerBlockImpl : public torch::nn::Module {
  public:
   explicit LtxTransformerBlockImpl(const LtxTransformerConfig& c);
@@ -88,7 +80,7 @@ class LtxTransformerBlockImpl : public torch::nn::Module {
                      const nn::RopeTables& rope, const at::Tensor& mask);
   nn::RMSNorm norm1{nullptr}, norm2{nullptr};
   LtxAttention attn1{nullptr}, attn2{nullptr};
-  LtxFeedForward ff{nullptr};
+  nn::FeedForward ff{nullptr};
   at::Tensor scale_shift_table;  // [6, dim]
 };
 TORCH_MODULE(LtxTransformerBlock);

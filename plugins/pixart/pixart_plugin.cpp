@@ -23,7 +23,10 @@
 
 #include "pixart_family.hpp"
 #include "pixart_transformer.hpp"
+#include "yeto/family/diffusers_family.hpp"
 #include "yeto/family/family.hpp"
+#include "yeto/family/repository.hpp"
+#include "yeto/family/sampling.hpp"
 
 namespace {
 
@@ -34,7 +37,6 @@ using yeto::sdk::NamedTensors;
 namespace pixart = yeto::pixart;
 
 using yeto::family::call;
-using yeto::family::host_config_int;
 using yeto::family::output;
 using yeto::family::parse_json;
 using yeto::family::python_nonfinite_to_null;
@@ -110,8 +112,10 @@ struct TextConditioning {
   at::Tensor ids, mask, embeds;
 };
 
-class PixArtPlugin : public yeto::sdk::Plugin {
+class PixArtPlugin : public yeto::family::DiffusersFamily {
  public:
+  PixArtPlugin() : DiffusersFamily({"pixart", "PixArt", "transformer", 0.18215, 0.0, pixart::resolve_lora_targets}) {}
+
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const std::string where = model_dir + "/model_index.json";
     const auto index = parse_json(model_index_json, where);
@@ -128,8 +132,7 @@ class PixArtPlugin : public yeto::sdk::Plugin {
     }
     // A repository without a VAE (null in model_index.json) trains on cached latents; the
     // scaling factors then keep their defaults, used only if something encodes or decodes.
-    if (!plan["components"]["vae"].is_null()) vae_config_ = read_json_file(model_dir + "/vae/config.json");
-    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+    configs_.read(model_dir, plan);
     max_sequence_length_ = default_max_length_;
     return plan.dump();
   }
@@ -138,37 +141,6 @@ class PixArtPlugin : public yeto::sdk::Plugin {
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>("PixArtTransformer2DModel");
-  }
-
-  void prepare(const std::string& options_json) override {
-    const auto o = parse_json(options_json, "prepare options");
-    auto& model = transformer();
-    const auto placement = yeto::family::prepare_placement(o);
-    model->to(placement.device, placement.dtype);
-    const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
-    if (max_len < 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "model.max_sequence_length must be 0 (the pipeline's default, " +
-                                          std::to_string(default_max_length_) + ") or positive");
-    max_sequence_length_ = max_len == 0 ? default_max_length_ : max_len;
-    tuning_ = yeto::family::parse_tuning(o);
-    yeto::family::prepare_tuning(*model, tuning_, o, {pixart::resolve_lora_targets});
-  }
-
-  NamedTensors trainable_parameters() override {
-    return yeto::family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
-  }
-
-  // Pixels in [-1, 1] -> VAE latent (mean, or a sample from the seeded generator) x scaling_factor.
-  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
-    const auto& px = yeto::family::image_pixels(media, "pixart", "PixArt");
-    return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
-  }
-
-  // Prompts -> T5 states with the padding mask the transformer's cross-attention needs.
-  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto prompts = yeto::family::conditioning_prompts(parse_json(prompts_json, "encode_conditioning prompts"));
-    const auto c = encode_text(prompts, max_sequence_length_);
-    return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
   }
 
   // The micro-conditions: image resolution (height, width in pixels) and aspect ratio height /
@@ -222,12 +194,7 @@ class PixArtPlugin : public yeto::sdk::Plugin {
   }
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
-    pixart::GenerateRequest r;
-    try {
-      r = pixart::parse_generate_request(parse_json(request_json, "generate request"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
+    const auto r = yeto::family::parse_request(request_json, pixart::parse_generate_request);
     at::NoGradGuard no_grad;
     yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
@@ -260,72 +227,51 @@ class PixArtPlugin : public yeto::sdk::Plugin {
     }
 
     // 2. Schedule and initial latents (noise from a CPU generator, as torch.Generator("cpu")).
-    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}});
-    const auto timesteps = output(schedule, "timesteps", "scheduler");
-    const auto* sig = find(schedule, "sigmas");
-    const at::Tensor sigmas = sig ? sig->to(at::kFloat) : at::Tensor();
-    record("timesteps", timesteps);
-    if (sigmas.defined()) record("sigmas", sigmas);
+    const auto schedule = yeto::family::set_timesteps({{"num_inference_steps", r.steps}}, record);
     const auto channels = cfg.in_channels;
-    const auto h = height / vsf, w = width / vsf;
-    at::Tensor latents;
-    if (yeto::sdk::has(inputs, "latents")) {
-      latents = yeto::sdk::get(inputs, "latents").to(at::kFloat);
-      if (latents.sizes() != at::IntArrayRef({batch, channels, h, w}))
-        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " +
-                                            c10::str(at::IntArrayRef({batch, channels, h, w})) + ", got " +
-                                            c10::str(latents.sizes()));
-    } else {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-      latents = at::randn({batch, channels, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
-    }
+    auto latents =
+        yeto::family::initial_latents(inputs, {batch, channels, height / vsf, width / vsf}, r.seed, record);
     // init_noise_sigma is 1 for the multistep schedulers this family uses.
-    record("initial_latents", latents);
     const auto model_batch = cfg_guidance ? 2 * batch : batch;
     at::Tensor resolution, aspect_ratio;
     if (cfg.use_additional_conditions) std::tie(resolution, aspect_ratio) = added_conditions(model_batch, height, width);
 
-    // 3. Denoising loop.
-    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
-      const auto p = "step." + std::to_string(i) + ".";
-      const auto t = timesteps[i];
-      record(p + "latents", latents);
-      const auto model_in = cfg_guidance ? at::cat({latents, latents}, 0) : latents;
-      const auto timestep = t.expand({model_batch});
-      record(p + "timestep", timestep);
-      auto out = run_transformer(model_in, context, timestep, mask, resolution, aspect_ratio).to(at::kFloat);
-      if (cfg_guidance) {
-        const auto parts = out.chunk(2, 0);
-        record(p + "noise_pred_uncond", parts[0]);
-        record(p + "noise_pred_text", parts[1]);
-        // Guidance on every output channel (the variance half too), before the split, as upstream.
-        out = parts[0] + r.guidance * (parts[1] - parts[0]);
-        record(p + "noise_pred_guided", out);
-      }
-      const auto noise_pred = cfg.out_channels / 2 == channels ? out.chunk(2, 1)[0] : out;
-      record(p + "noise_pred", noise_pred);
-      if (r.trace && sigmas.defined()) {
-        record(p + "sigma", sigmas.narrow(0, i, 1));
-        record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
-        record(p + "x0_pred", x0_prediction(noise_pred, latents, sigmas[i]));
-      }
-      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
-                            {{"method", "step"}}),
-                       "prev_sample", "scheduler");
-    }
-    record("final_latents", latents);
+    // 3. Denoising loop: guidance on every output channel (the variance half too) before the
+    // learned-sigma split, as upstream.
+    yeto::family::SamplingHooks hooks;
+    hooks.guidance = r.guidance;
+    hooks.model = [&](const at::Tensor& x, const at::Tensor& timestep, std::int64_t) {
+      return run_transformer(x, context, timestep, mask, resolution, aspect_ratio);
+    };
+    hooks.select = [&](const at::Tensor& out) {
+      return cfg.out_channels / 2 == channels ? out.chunk(2, 1)[0] : out;
+    };
+    if (r.trace && schedule.sigmas.defined())
+      hooks.observe = [&](std::int64_t i, const at::Tensor& x, const at::Tensor& noise_pred) {
+        record("step." + std::to_string(i) + ".x0_pred", x0_prediction(noise_pred, x, schedule.sigmas[i]));
+      };
+    latents = yeto::family::denoise_loop(latents, schedule, hooks, record);
 
     // 4. Decode.
-    const auto vae_input = latents / scaling_factor() + shift_factor();
-    record("vae_input", vae_input);
-    const auto image = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae");
-    record("image", image);
-    const auto images = (image.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
-    record("image_postprocessed", images);
+    const auto images = yeto::family::decode_images(latents, scaling_factor(), shift_factor(), record);
 
     NamedTensors out = {{"images", images}};
     record.append_to(out);
     return out;
+  }
+
+ protected:
+  torch::nn::Module& denoiser_module() override { return *transformer(); }
+
+  // Prompts -> T5 states with the padding mask the transformer's cross-attention needs.
+  NamedTensors conditioning(const std::vector<std::string>& prompts) override {
+    const auto c = encode_text(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
+  }
+
+  void prepare_run(const json& /*options*/) override {
+    max_sequence_length_ = yeto::family::run_max_sequence_length(
+        default_max_length_, 0, "the pipeline's default, " + std::to_string(default_max_length_));
   }
 
  private:
@@ -354,7 +300,7 @@ class PixArtPlugin : public yeto::sdk::Plugin {
   at::Tensor x0_prediction(const at::Tensor& model_output, const at::Tensor& sample, const at::Tensor& sigma) {
     const auto alpha_t = 1.0 / (sigma * sigma + 1).sqrt();
     const auto sigma_t = sigma * alpha_t;
-    const auto prediction = scheduler_config_.value("prediction_type", std::string("epsilon"));
+    const auto prediction = configs_.scheduler().value("prediction_type", std::string("epsilon"));
     if (prediction == "v_prediction") return alpha_t * sample - sigma_t * model_output;
     if (prediction == "sample") return model_output;
     return (sample - sigma_t * model_output) / alpha_t;
@@ -385,23 +331,12 @@ class PixArtPlugin : public yeto::sdk::Plugin {
                                           ", got " + c10::str(x.sizes()));
   }
 
-  std::int64_t vae_scale_factor() const {
-    const auto& b = vae_config_.contains("block_out_channels") ? vae_config_["block_out_channels"] : json();
-    if (!b.is_array() || b.empty()) return 8;
-    return std::int64_t{1} << (b.size() - 1);
-  }
-  double vae_number(const char* key, double fallback) const {
-    const auto it = vae_config_.find(key);
-    return it != vae_config_.end() && it->is_number() ? it->get<double>() : fallback;
-  }
-  double scaling_factor() const { return vae_number("scaling_factor", 0.18215); }
-  double shift_factor() const { return vae_number("shift_factor", 0.0); }
+  std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
+  double scaling_factor() const { return configs_.scaling_factor(); }
+  double shift_factor() const { return configs_.shift_factor(); }
 
-  json vae_config_ = json::object();
-  json scheduler_config_ = json::object();
   std::int64_t default_max_length_ = 120;
   std::int64_t max_sequence_length_ = 120;
-  std::string tuning_ = "lora";
 };
 
 }  // namespace

@@ -109,19 +109,6 @@ PixArtTransformerConfig PixArtTransformerConfig::from_json(const json& j) {
   return c;
 }
 
-PixArtFeedForwardImpl::PixArtFeedForwardImpl(std::int64_t dim, std::int64_t hidden_dim, nn::Activation a) : act(a) {
-  // net.0.proj (the GELU's projection), net.1 a dropout slot, net.2 the output: Diffusers' names.
-  auto net = register_module("net", torch::nn::ModuleList());
-  auto gelu = std::make_shared<torch::nn::Module>();
-  proj = gelu->register_module("proj", nn::Linear(dim, hidden_dim, true));
-  net->push_back(gelu);
-  net->push_back(std::make_shared<torch::nn::Module>());
-  out = nn::Linear(hidden_dim, dim, true);
-  net->push_back(out.ptr());
-}
-
-at::Tensor PixArtFeedForwardImpl::forward(const at::Tensor& x) { return out(nn::apply_activation(act, proj(x))); }
-
 PixArtBlockImpl::PixArtBlockImpl(const PixArtTransformerConfig& c) {
   const auto dim = c.inner_dim();
   norm1 = register_module("norm1", nn::LayerNorm(dim, c.norm_eps, c.norm_elementwise_affine, true));
@@ -135,7 +122,7 @@ PixArtBlockImpl::PixArtBlockImpl(const PixArtTransformerConfig& c) {
   norm2 = register_module("norm2", nn::LayerNorm(dim, c.norm_eps, c.norm_elementwise_affine, true));
   o.cross_attention_dim = c.cross_attention_dim;
   attn2 = register_module("attn2", nn::Attention(o));
-  ff = register_module("ff", PixArtFeedForward(dim, 4 * dim, c.activation));
+  ff = register_module("ff", nn::FeedForward(dim, 4 * dim, dim, c.activation));
   scale_shift_table = register_parameter("scale_shift_table", at::randn({6, dim}) / std::sqrt(static_cast<double>(dim)));
 }
 

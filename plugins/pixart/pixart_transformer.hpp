@@ -25,6 +25,7 @@
 #include "yeto/nn/activations.hpp"
 #include "yeto/nn/attention.hpp"
 #include "yeto/nn/embeddings.hpp"
+#include "yeto/nn/feed_forward.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/norms.hpp"
 
@@ -61,16 +62,6 @@ struct PixArtTransformerConfig {
   static PixArtTransformerConfig from_json(const nlohmann::json& j);
 };
 
-// Diffusers FeedForward(dim, activation_fn="gelu-approximate" | "gelu"): net.0.proj -> GELU -> net.2.
-class PixArtFeedForwardImpl : public torch::nn::Module {
- public:
-  PixArtFeedForwardImpl(std::int64_t dim, std::int64_t hidden_dim, nn::Activation act);
-  at::Tensor forward(const at::Tensor& x);
-  nn::Linear proj{nullptr}, out{nullptr};
-  nn::Activation act;
-};
-TORCH_MODULE(PixArtFeedForward);
-
 // BasicTransformerBlock with norm_type "ada_norm_single".
 class PixArtBlockImpl : public torch::nn::Module {
  public:
@@ -81,7 +72,7 @@ class PixArtBlockImpl : public torch::nn::Module {
                      const at::Tensor& timestep);
   nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   nn::Attention attn1{nullptr}, attn2{nullptr};
-  PixArtFeedForward ff{nullptr};
+  nn::FeedForward ff{nullptr};
   at::Tensor scale_shift_table;  // [6, D]
 };
 TORCH_MODULE(PixArtBlock);

@@ -17,7 +17,10 @@
 
 #include "sd35_family.hpp"
 #include "sd35_transformer.hpp"
+#include "yeto/family/diffusers_family.hpp"
 #include "yeto/family/family.hpp"
+#include "yeto/family/repository.hpp"
+#include "yeto/family/sampling.hpp"
 
 namespace {
 
@@ -29,10 +32,8 @@ namespace sd35 = yeto::sd35;
 
 constexpr const char* kClass = "SD3Transformer2DModel";
 using yeto::family::call;
-using yeto::family::host_config_int;
 using yeto::family::output;
 using yeto::family::parse_json;
-using yeto::family::read_json_file;
 
 // ---- the transformer component -----------------------------------------------------------
 
@@ -78,8 +79,11 @@ struct Conditioning {
   at::Tensor embeds, pooled;
 };
 
-class Sd35Plugin : public yeto::sdk::Plugin {
+class Sd35Plugin : public yeto::family::DiffusersFamily {
  public:
+  // SD3's latent normalisation: (z - shift_factor) * scaling_factor.
+  Sd35Plugin() : DiffusersFamily({"sd35", "SD3.5", "transformer", 1.5305, 0.0609, sd35::resolve_lora_targets}) {}
+
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
     json plan;
@@ -90,18 +94,10 @@ class Sd35Plugin : public yeto::sdk::Plugin {
     }
     // A repository without a VAE (null in model_index.json) trains on cached latents; the
     // scaling factors then keep their defaults, used only if something encodes or decodes.
-    if (!plan["components"]["vae"].is_null()) vae_config_ = read_json_file(model_dir + "/vae/config.json");
-    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+    configs_.read(model_dir, plan);
     has_t5_ = plan["components"].contains("text_encoder_3");
     // The pipeline's tokenizer_max_length: the first CLIP tokenizer's model_max_length.
-    clip_max_length_ = 77;
-    const auto tok = model_dir + "/tokenizer/tokenizer_config.json";
-    if (std::ifstream(tok).good()) {
-      const auto t = read_json_file(tok);
-      if (t.contains("model_max_length") && t["model_max_length"].is_number_integer() &&
-          t["model_max_length"].get<std::int64_t>() > 0 && t["model_max_length"].get<std::int64_t>() < 100000)
-        clip_max_length_ = t["model_max_length"].get<std::int64_t>();
-    }
+    clip_max_length_ = yeto::family::tokenizer_max_length(model_dir, "tokenizer", 77);
     return plan.dump();
   }
 
@@ -109,36 +105,6 @@ class Sd35Plugin : public yeto::sdk::Plugin {
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>(kClass);
-  }
-
-  void prepare(const std::string& options_json) override {
-    const auto o = parse_json(options_json, "prepare options");
-    auto& model = transformer();
-    const auto placement = yeto::family::prepare_placement(o);
-    model->to(placement.device, placement.dtype);
-    const std::int64_t max_len = host_config_int("model.max_sequence_length", 0);
-    if (max_len < 0 || max_len > 512)
-      fail(YETO_ERR_INVALID_ARGUMENT,
-           "model.max_sequence_length must be 0 (the SD3 pipeline's 256) or at most 512, got " + std::to_string(max_len));
-    max_sequence_length_ = max_len == 0 ? 256 : max_len;
-    tuning_ = yeto::family::parse_tuning(o);
-    yeto::family::prepare_tuning(*model, tuning_, o, {sd35::resolve_lora_targets});
-  }
-
-  NamedTensors trainable_parameters() override {
-    return yeto::family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
-  }
-
-  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
-    const auto& px = yeto::family::image_pixels(media, "sd35", "SD3.5");
-    // SD3's latent normalisation: (z - shift_factor) * scaling_factor.
-    return {{"latents", yeto::family::encode_with_host_vae(px, options_json, shift_factor(), scaling_factor())}};
-  }
-
-  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto prompts = yeto::family::conditioning_prompts(parse_json(prompts_json, "encode_conditioning prompts"));
-    const auto c = encode_prompts(prompts, max_sequence_length_);
-    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
   }
 
   // SD3 needs no position ids, guidance or added conditions beyond the text tensors.
@@ -156,18 +122,8 @@ class Sd35Plugin : public yeto::sdk::Plugin {
         .to(at::kFloat);
   }
 
-  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
-                                          const std::string& /*step_json*/) override {
-    return yeto::family::same_layout_align(prediction, target, "sd35");
-  }
-
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
-    sd35::GenerateRequest r;
-    try {
-      r = sd35::parse_generate_request(parse_json(request_json, "generate request"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
+    const auto r = yeto::family::parse_request(request_json, sd35::parse_generate_request);
     at::NoGradGuard no_grad;
     yeto::family::Trace record(r.trace);
     const auto& cfg = transformer()->config();
@@ -201,71 +157,49 @@ class Sd35Plugin : public yeto::sdk::Plugin {
 
     // 2. Latents: noise from a CPU generator seeded like torch.Generator("cpu").manual_seed.
     const auto h = height / vsf, w = width / vsf;
-    at::Tensor latents;
-    if (yeto::sdk::has(inputs, "latents")) {
-      latents = yeto::sdk::get(inputs, "latents").to(at::kFloat);
-      if (latents.sizes() != at::IntArrayRef({batch, cfg.in_channels, h, w}))
-        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " +
-                                            c10::str(at::IntArrayRef({batch, cfg.in_channels, h, w})) + ", got " +
-                                            c10::str(latents.sizes()));
-    } else {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-      latents = at::randn({batch, cfg.in_channels, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
-    }
-    record("initial_latents", latents);
+    const auto latents = yeto::family::initial_latents(inputs, {batch, cfg.in_channels, h, w}, r.seed, record);
 
     // 3. Schedule: set_timesteps(N) on the repository's scheduler (shift 3.0 for SD3.5); mu only
     // for a dynamically shifting scheduler config, from the image token count.
-    json st = {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}};
-    if (sched_bool("use_dynamic_shifting")) {
+    json st = {{"num_inference_steps", r.steps}};
+    if (configs_.scheduler_flag("use_dynamic_shifting")) {
       const auto seq = (h / cfg.patch_size) * (w / cfg.patch_size);
-      const double m = (sched_number("max_shift", 1.16) - sched_number("base_shift", 0.5)) /
-                       static_cast<double>(sched_int("max_image_seq_len", 4096) - sched_int("base_image_seq_len", 256));
-      const double b = sched_number("base_shift", 0.5) - m * static_cast<double>(sched_int("base_image_seq_len", 256));
+      const double base_shift = configs_.scheduler_number("base_shift", 0.5);
+      const auto base_len = configs_.scheduler_int("base_image_seq_len", 256);
+      const double m = (configs_.scheduler_number("max_shift", 1.16) - base_shift) /
+                       static_cast<double>(configs_.scheduler_int("max_image_seq_len", 4096) - base_len);
+      const double b = base_shift - m * static_cast<double>(base_len);
       st["mu"] = static_cast<double>(seq) * m + b;
     }
-    const auto schedule = call("scheduler", {}, st);
-    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kFloat);
-    const auto sigmas = output(schedule, "sigmas", "scheduler").to(at::kFloat);
-    record("sigmas", sigmas);
-    record("timesteps", timesteps);
+    const auto schedule = yeto::family::set_timesteps(st, record);
 
-    // 4. Denoising loop with classifier-free guidance.
-    for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
-      const auto p = "step." + std::to_string(i) + ".";
-      const auto t = timesteps[i];
-      const auto model_in = cfg_on ? at::cat({latents, latents}) : latents;
-      const auto timestep = t.expand({model_in.size(0)}).contiguous();
-      record(p + "latents", latents);
-      record(p + "timestep", timestep);
-      record(p + "sigma", sigmas.narrow(0, i, 1));
-      record(p + "sigma_next", sigmas.narrow(0, i + 1, 1));
-      const auto out = run_transformer(model_in, embeds, pooled, timestep).to(at::kFloat);
-      at::Tensor noise_pred = out;
-      if (cfg_on) {
-        const auto halves = out.chunk(2);
-        record(p + "noise_pred_uncond", halves[0]);
-        record(p + "noise_pred_text", halves[1]);
-        noise_pred = halves[0] + r.guidance * (halves[1] - halves[0]);
-      }
-      record(p + "noise_pred", noise_pred);
-      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
-                            {{"method", "step"}}),
-                       "prev_sample", "scheduler");
-    }
-    record("final_latents", latents);
+    // 4. Denoising loop with classifier-free guidance (StableDiffusion3Pipeline: the timesteps
+    // go to the transformer as they are).
+    yeto::family::SamplingHooks hooks;
+    hooks.guidance = r.guidance;
+    hooks.model = [&](const at::Tensor& x, const at::Tensor& timestep, std::int64_t) {
+      return run_transformer(x, embeds, pooled, timestep);
+    };
+    const auto final_latents = yeto::family::denoise_loop(latents, schedule, hooks, record);
 
     // 5. Decode.
-    const auto vae_input = latents / scaling_factor() + shift_factor();
-    record("vae_input", vae_input);
-    const auto image = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae");
-    record("image", image);
-    const auto images = (image.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
-    record("image_postprocessed", images);
+    const auto images = yeto::family::decode_images(final_latents, scaling_factor(), shift_factor(), record);
 
     NamedTensors out = {{"images", images}};
     record.append_to(out);
     return out;
+  }
+
+ protected:
+  torch::nn::Module& denoiser_module() override { return *transformer(); }
+
+  NamedTensors conditioning(const std::vector<std::string>& prompts) override {
+    const auto c = encode_prompts(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
+  }
+
+  void prepare_run(const json& /*options*/) override {
+    max_sequence_length_ = yeto::family::run_max_sequence_length(256, 512, "the SD3 pipeline's 256");
   }
 
  private:
@@ -361,36 +295,13 @@ class Sd35Plugin : public yeto::sdk::Plugin {
                                           ", got " + c10::str(x.sizes()));
   }
 
-  std::int64_t vae_scale_factor() const {
-    const auto& b = vae_config_.contains("block_out_channels") ? vae_config_["block_out_channels"] : json();
-    if (!b.is_array() || b.empty()) return 8;
-    return std::int64_t{1} << (b.size() - 1);
-  }
-  double vae_number(const char* key, double fallback) const {
-    const auto it = vae_config_.find(key);
-    return it != vae_config_.end() && it->is_number() ? it->get<double>() : fallback;
-  }
-  double scaling_factor() const { return vae_number("scaling_factor", 1.5305); }
-  double shift_factor() const { return vae_number("shift_factor", 0.0609); }
-  double sched_number(const char* key, double fallback) const {
-    const auto it = scheduler_config_.find(key);
-    return it != scheduler_config_.end() && it->is_number() ? it->get<double>() : fallback;
-  }
-  std::int64_t sched_int(const char* key, std::int64_t fallback) const {
-    const auto it = scheduler_config_.find(key);
-    return it != scheduler_config_.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
-  }
-  bool sched_bool(const char* key) const {
-    const auto it = scheduler_config_.find(key);
-    return it != scheduler_config_.end() && it->is_boolean() && it->get<bool>();
-  }
+  std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
+  double scaling_factor() const { return configs_.scaling_factor(); }
+  double shift_factor() const { return configs_.shift_factor(); }
 
-  json vae_config_ = json::object();
-  json scheduler_config_ = json::object();
   bool has_t5_ = true;
   std::int64_t clip_max_length_ = 77;
   std::int64_t max_sequence_length_ = 256;
-  std::string tuning_ = "lora";
 };
 
 }  // namespace

@@ -22,6 +22,8 @@
 #include "wan_transformer.hpp"
 #include "wan_vae.hpp"
 #include "yeto/family/family.hpp"
+#include "yeto/family/repository.hpp"
+#include "yeto/family/sampling.hpp"
 
 namespace {
 
@@ -168,12 +170,7 @@ class WanPlugin : public yeto::sdk::Plugin {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    const auto max_len = host_config("model.max_sequence_length");
-    const std::int64_t l = max_len.is_number_integer() ? max_len.get<std::int64_t>() : 0;
-    if (l < 0 || l > 512)
-      fail(YETO_ERR_INVALID_ARGUMENT,
-           "model.max_sequence_length must be 0 (Wan's 512) or at most 512, got " + std::to_string(l));
-    max_sequence_length_ = l == 0 ? 512 : l;
+    max_sequence_length_ = yeto::family::run_max_sequence_length(512, 512, "Wan's 512");
     tuning_ = yeto::family::parse_tuning(o);
     const auto recompute = host_config("train.activation_checkpointing");
     for (const auto& name : denoisers_) {
@@ -254,12 +251,7 @@ class WanPlugin : public yeto::sdk::Plugin {
   }
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
-    wan::GenerateRequest r;
-    try {
-      r = wan::parse_generate_request(parse_json(request_json, "generate request"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
+    auto r = yeto::family::parse_request(request_json, wan::parse_generate_request);
     at::NoGradGuard no_grad;
     NamedTensors trace;
     auto record = [&](const std::string& name, const at::Tensor& t) {
@@ -304,16 +296,8 @@ class WanPlugin : public yeto::sdk::Plugin {
     const std::vector<std::int64_t> shape = {batch, tcfg.in_channels, (frames - 1) / tf + 1,
                                              r.height / vae_config_.spatial_factor(),
                                              r.width / vae_config_.spatial_factor()};
-    at::Tensor latents;
-    if (yeto::sdk::has(inputs, "latents")) {
-      latents = yeto::sdk::get(inputs, "latents").to(at::kFloat);
-      if (latents.sizes() != at::IntArrayRef(shape))
-        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " + c10::str(at::IntArrayRef(shape)) +
-                                            ", got " + c10::str(latents.sizes()));
-    } else {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-      latents = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
-    }
+    yeto::family::Trace untraced(false);  // recorded as "noise", WanPipeline's name
+    auto latents = yeto::family::initial_latents(inputs, shape, r.seed, untraced);
     record("noise", latents);
 
     // 3. Schedule (the host's UniPC; its flow-sigma rule is the run's model.scheduler_timesteps).

@@ -162,18 +162,6 @@ at::Tensor WanAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cont
   return to_out[0]->as<nn::LinearImpl>()->forward(out);
 }
 
-WanFeedForwardImpl::WanFeedForwardImpl(std::int64_t dim, std::int64_t hidden) {
-  auto net = register_module("net", torch::nn::ModuleList());
-  auto gelu = std::make_shared<torch::nn::Module>();
-  proj = gelu->register_module("proj", nn::Linear(dim, hidden, true));
-  net->push_back(gelu);
-  net->push_back(torch::nn::Dropout(0.0));
-  out = nn::Linear(hidden, dim, true);
-  net->push_back(out);
-}
-
-at::Tensor WanFeedForwardImpl::forward(const at::Tensor& x) { return out(nn::gelu_tanh(proj(x))); }
-
 WanTransformerBlockImpl::WanTransformerBlockImpl(std::int64_t dim, std::int64_t ffn_dim, std::int64_t heads,
                                                  bool cross_norm, double eps)
     : cross_attn_norm(cross_norm) {
@@ -181,7 +169,7 @@ WanTransformerBlockImpl::WanTransformerBlockImpl(std::int64_t dim, std::int64_t 
   attn1 = register_module("attn1", WanAttention(dim, heads, eps));
   attn2 = register_module("attn2", WanAttention(dim, heads, eps));
   if (cross_attn_norm) norm2 = register_module("norm2", nn::LayerNorm(dim, eps, true, true));
-  ffn = register_module("ffn", WanFeedForward(dim, ffn_dim));
+  ffn = register_module("ffn", nn::FeedForward(dim, ffn_dim));
   norm3 = register_module("norm3", nn::LayerNorm(dim, eps, false, false));
   scale_shift_table = register_parameter("scale_shift_table", at::randn({1, 6, dim}) / std::sqrt(double(dim)));
 }

@@ -18,6 +18,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "yeto/nn/embeddings.hpp"
+#include "yeto/nn/feed_forward.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/norms.hpp"
 
@@ -61,15 +62,6 @@ class WanAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WanAttention);
 
-// Diffusers FeedForward(dim, inner_dim, "gelu-approximate"): net.0.proj -> tanh GELU -> net.2.
-class WanFeedForwardImpl : public torch::nn::Module {
- public:
-  WanFeedForwardImpl(std::int64_t dim, std::int64_t hidden);
-  at::Tensor forward(const at::Tensor& x);
-  nn::Linear proj{nullptr}, out{nullptr};
-};
-TORCH_MODULE(WanFeedForward);
-
 class WanTransformerBlockImpl : public torch::nn::Module {
  public:
   WanTransformerBlockImpl(std::int64_t dim, std::int64_t ffn_dim, std::int64_t heads, bool cross_attn_norm,
@@ -79,7 +71,7 @@ class WanTransformerBlockImpl : public torch::nn::Module {
                      const at::Tensor& rope_cos, const at::Tensor& rope_sin);
   WanAttention attn1{nullptr}, attn2{nullptr};
   nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
-  WanFeedForward ffn{nullptr};
+  nn::FeedForward ffn{nullptr};
   at::Tensor scale_shift_table;  // [1, 6, dim]
   bool cross_attn_norm;
 };

@@ -9,10 +9,10 @@
 //   - the component class TemplateTransformer2DModel (template_transformer.hpp), built from the
 //     repository's transformer/config.json; the host streams the checkpoint's tensors into it
 //     through load_weights, so a trained or downloaded checkpoint is what trains and samples;
-//   - the training hooks (plugin.h states their tensor contract): prepare attaches LoRA (or
-//     trains every weight with tuning = "full"); encode_media and encode_conditioning reach the
-//     host's VAE, tokenizer and CLIP text encoder; denoise runs the transformer; align compares
-//     prediction and target in the latents' layout;
+//   - the training hooks (plugin.h states their tensor contract), most of them from the kit's
+//     DiffusersFamily base: prepare attaches LoRA (or trains every weight with tuning = "full");
+//     encode_media and conditioning() reach the host's VAE, tokenizer and CLIP text encoder;
+//     denoise runs the transformer; align compares prediction and target in one layout;
 //   - generate: the kit's sampling loop (flow-match Euler from the host scheduler, classifier-free
 //     guidance), seeded noise, the VAE decode.
 // Everything else -- datasets, caching, the optimiser, checkpoints, DiLoCo, export to PEFT files,
@@ -20,11 +20,11 @@
 #include <ATen/ATen.h>
 
 #include <yeto/family/config.hpp>
+#include <yeto/family/diffusers_family.hpp>
 #include <yeto/family/family.hpp>
 #include <yeto/family/sampling.hpp>
 #include <yeto/plugin.hpp>
 
-#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -166,8 +166,15 @@ struct TextConditioning {
   at::Tensor ids, embeds, pooled;
 };
 
-class TemplatePlugin : public yeto::sdk::Plugin {
+// DiffusersFamily (yeto/family/diffusers_family.hpp) implements prepare (placement, then LoRA or
+// full tuning), trainable_parameters, encode_media (the host's VAE with this family's latent
+// scale), encode_conditioning (through conditioning() below) and align from this description.
+class TemplatePlugin : public family::DiffusersFamily {
  public:
+  TemplatePlugin()
+      : DiffusersFamily({kPlugin, "TemplatePipeline", "transformer", kDefaultScaling, kDefaultShift,
+                         resolve_lora_targets}) {}
+
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>(kTransformer);
   }
@@ -191,49 +198,9 @@ class TemplatePlugin : public yeto::sdk::Plugin {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    const auto& c = plan["components"];
-    if (c.contains("vae") && !c["vae"].is_null()) {
-      const auto vae = family::read_json_file(model_dir + "/vae/config.json");
-      scaling_ = number_or(vae, "scaling_factor", kDefaultScaling);
-      shift_ = number_or(vae, "shift_factor", kDefaultShift);
-      const auto& blocks = vae.value("block_out_channels", json::array());
-      vae_scale_factor_ = blocks.is_array() && !blocks.empty() ? std::int64_t{1} << (blocks.size() - 1) : 8;
-    }
-    if (c.contains("tokenizer") && !c["tokenizer"].is_null()) {
-      const auto path = model_dir + "/tokenizer/tokenizer_config.json";
-      if (std::ifstream(path).good()) {
-        const auto tok = family::read_json_file(path);
-        if (tok.contains("model_max_length") && tok["model_max_length"].is_number_integer())
-          max_length_ = tok["model_max_length"].get<std::int64_t>();
-      }
-    }
+    configs_.read(model_dir, plan);  // vae/config.json (when not null), scheduler_config.json
+    max_length_ = family::tokenizer_max_length(model_dir, "tokenizer", 77);
     return plan.dump();
-  }
-
-  // {"lora": {...}, "tuning": "lora" | "full", "precision", "device"}: place the transformer,
-  // freeze its base weights and attach the adapter (seeded from the host's "lora_init" stream).
-  void prepare(const std::string& options_json) override {
-    const auto o = family::parse_json(options_json, "prepare options");
-    auto& model = transformer();
-    const auto placement = family::prepare_placement(o);
-    model->to(placement.device, placement.dtype);
-    tuning_ = family::parse_tuning(o);
-    family::prepare_tuning(*model, tuning_, o, {resolve_lora_targets});
-  }
-
-  NamedTensors trainable_parameters() override {
-    return family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
-  }
-
-  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
-    const auto& px = family::image_pixels(media, kPlugin, "TemplatePipeline");
-    return {{"latents", family::encode_with_host_vae(px, options_json, shift_, scaling_)}};
-  }
-
-  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto prompts = family::conditioning_prompts(family::parse_json(prompts_json, "encode_conditioning prompts"));
-    const auto c = encode_text(prompts);
-    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
   }
 
   // hidden_states = x_t, timesteps on the scheduler's 0..1000 scale, the conditioning above.
@@ -242,11 +209,6 @@ class TemplatePlugin : public yeto::sdk::Plugin {
     return component().run(get(in, "hidden_states"), get(in, "prompt_embeds"), get(in, "pooled_prompt_embeds"),
                            get(in, "timesteps"))
         .to(at::kFloat);
-  }
-
-  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
-                                          const std::string& /*step_json*/) override {
-    return family::same_layout_align(prediction, target, kPlugin);
   }
 
   // {"prompts", "negative_prompts"?, "seed", "steps", "guidance", "height", "width", "trace"?}
@@ -268,7 +230,7 @@ class TemplatePlugin : public yeto::sdk::Plugin {
         throw std::invalid_argument("generate request: 'negative_prompts' must have one entry or one per prompt");
       seed = r.seed(0);
       steps = r.integer("steps", steps, 1);
-      const auto native = cfg.sample_size * vae_scale_factor_;
+      const auto native = cfg.sample_size * configs_.vae_scale_factor();
       height = r.integer("height", native, 1);
       width = r.integer("width", native, 1);
       guidance = r.number("guidance", guidance);
@@ -276,7 +238,7 @@ class TemplatePlugin : public yeto::sdk::Plugin {
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    const auto multiple = vae_scale_factor_ * cfg.patch_size;
+    const auto multiple = configs_.vae_scale_factor() * cfg.patch_size;
     if (height % multiple != 0 || width % multiple != 0)
       fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
                                           " (VAE scale factor x patch size), got " + std::to_string(height) + "x" +
@@ -300,7 +262,7 @@ class TemplatePlugin : public yeto::sdk::Plugin {
     }
 
     const auto latents = family::initial_latents(
-        inputs, {batch, cfg.in_channels, height / vae_scale_factor_, width / vae_scale_factor_}, seed, record);
+        inputs, {batch, cfg.in_channels, height / configs_.vae_scale_factor(), width / configs_.vae_scale_factor()}, seed, record);
     const auto schedule = family::set_timesteps({{"num_inference_steps", steps}}, record);
     family::SamplingHooks hooks;
     hooks.guidance = guidance;
@@ -308,9 +270,18 @@ class TemplatePlugin : public yeto::sdk::Plugin {
       return component().run(x, context, pooled, t.to(at::kFloat));
     };
     const auto final_latents = family::denoise_loop(latents, schedule, hooks, record);
-    NamedTensors out = {{"images", family::decode_images(final_latents, scaling_, shift_, record)}};
+    const auto images = family::decode_images(final_latents, configs_.scaling_factor(), configs_.shift_factor(), record);
+    NamedTensors out = {{"images", images}};
     record.append_to(out);
     return out;
+  }
+
+ protected:
+  torch::nn::Module& denoiser_module() override { return *transformer(); }
+
+  NamedTensors conditioning(const std::vector<std::string>& prompts) override {
+    const auto c = encode_text(prompts);
+    return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
   }
 
  private:
@@ -332,15 +303,7 @@ class TemplatePlugin : public yeto::sdk::Plugin {
     return c;
   }
 
-  static double number_or(const json& j, const char* key, double fallback) {
-    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
-  }
-
-  double scaling_ = kDefaultScaling;
-  double shift_ = kDefaultShift;
-  std::int64_t vae_scale_factor_ = 8;
   std::int64_t max_length_ = 77;
-  std::string tuning_ = "lora";
 };
 
 }  // namespace

@@ -49,6 +49,7 @@ at::Tensor denoise_loop(at::Tensor latents, const Schedule& schedule, const Samp
       record(p + "sigma", schedule.sigmas.narrow(0, i, 1));
       record(p + "sigma_next", schedule.sigmas.narrow(0, i + 1, 1));
     }
+    if (hooks.observe) hooks.observe(i, latents, noise_pred);
     latents = output(call(hooks.scheduler, {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
                           {{"method", "step"}}),
                      "prev_sample", hooks.scheduler)

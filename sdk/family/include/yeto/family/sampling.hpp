@@ -35,6 +35,9 @@ struct SamplingHooks {
   std::function<at::Tensor(const at::Tensor& model_input, const at::Tensor& timestep, std::int64_t step)> model;
   // What the scheduler steps on, from the (guided) model output; the output itself when unset.
   std::function<at::Tensor(const at::Tensor& output)> select;
+  // Called after each prediction with the step, the latents it was made from and what the
+  // scheduler steps on (e.g. to trace the family's x0 prediction); optional.
+  std::function<void(std::int64_t step, const at::Tensor& latents, const at::Tensor& noise_pred)> observe;
   // > 1: classifier-free guidance, uncond + guidance * (cond - uncond) on the whole output.
   double guidance = 1.0;
   std::string scheduler = "scheduler";
