@@ -98,7 +98,10 @@ function(_yeto_default_key out_secret)
                            COMMAND ${CMAKE_COMMAND} -E copy "${public}" "${YETO_PLUGIN_PUBLIC_KEY_DIR}/${pub_name}")
       list(APPEND outputs "${YETO_PLUGIN_PUBLIC_KEY_DIR}/${pub_name}")
     endif()
-    add_custom_command(OUTPUT ${outputs} ${commands}
+    # A fixed working directory: the command text must not depend on which directory's
+    # yeto_add_plugin call defined it, or moving that call would rerun it and, with --force,
+    # replace the key the already-built plugins are signed with.
+    add_custom_command(OUTPUT ${outputs} ${commands} WORKING_DIRECTORY "${CMAKE_BINARY_DIR}"
                        COMMENT "Generating the build's plugin signing key ${public}" VERBATIM)
     add_custom_target(yeto_plugin_key DEPENDS ${outputs})
     if(YETO_SIGN_BUILD_TARGET)
