@@ -398,3 +398,37 @@ TEST(PluginTorch, AFamilyKitPluginBuiltOutOfTreeExportsOnlyItsEntryAndTrainsLora
     EXPECT_TRUE(contains(e.what(), "'tuning' must be lora or full, got 'half'")) << e.what();
   }
 }
+
+TEST(PluginTorch, TheCExampleBuiltOutOfTreeMakesItsTensorThroughTheHost) {
+  const InstalledSdk sdk = install_sdk(std::string(YETO_OOT_DIR) + "-c");
+  if (HasFatalFailure()) return;
+  const fs::path plugins = build_against(sdk, sdk.prefix / "share/yeto/sdk/examples/c-plugin", "build",
+                                         {"-DCMAKE_C_FLAGS=-Wall -Wextra -Werror"});
+  if (HasFatalFailure()) return;
+  const auto ours = own_exported_symbols(plugins / "cexample.so");
+  ASSERT_EQ(ours.size(), 1u);
+  EXPECT_TRUE(contains(ours[0], " T yeto_plugin_entry")) << ours[0];
+
+  const auto& p = plugin::load("cexample", options_for(plugins, {sdk.public_key}), test_host_api("cexample"));
+  EXPECT_EQ(std::string(p.descriptor.torch_version), "");
+  config::Config cfg = config::Config::resolve(std::nullopt, {{"lora.alpha", "32", "test"}});
+  plugin::Instance inst(p, plugin::config_values(cfg).dump());
+  const auto params = inst.trainable_parameters();
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].first, "example.weight");
+  const auto& w = params[0].second;
+  EXPECT_EQ(w.sizes(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(w.scalar_type(), torch::kFloat);
+  EXPECT_LE(w.abs().max().item<double>(), 2.0) << w;  // alpha 32 / 16
+  EXPECT_GT(w.abs().sum().item<double>(), 0.0) << w;
+  // The host's "example_init" stream: the same run seed gives the same tensor.
+  plugin::Instance again(p, plugin::config_values(cfg).dump());
+  EXPECT_TRUE(torch::equal(again.trainable_parameters()[0].second, w));
+  // Hooks it does not declare are refused by the host.
+  try {
+    inst.denoise({}, "{}");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::not_available) << e.what();
+  }
+}

@@ -261,8 +261,9 @@ class TemplatePlugin : public family::DiffusersFamily {
       pooled = at::cat({neg.pooled, cond.pooled}, 0);
     }
 
-    const auto latents = family::initial_latents(
-        inputs, {batch, cfg.in_channels, height / configs_.vae_scale_factor(), width / configs_.vae_scale_factor()}, seed, record);
+    // Seeded noise in the latents' shape, the host scheduler's timesteps, the loop, the decode.
+    const auto vsf = configs_.vae_scale_factor();
+    const auto latents = family::initial_latents(inputs, {batch, cfg.in_channels, height / vsf, width / vsf}, seed, record);
     const auto schedule = family::set_timesteps({{"num_inference_steps", steps}}, record);
     family::SamplingHooks hooks;
     hooks.guidance = guidance;
@@ -270,7 +271,8 @@ class TemplatePlugin : public family::DiffusersFamily {
       return component().run(x, context, pooled, t.to(at::kFloat));
     };
     const auto final_latents = family::denoise_loop(latents, schedule, hooks, record);
-    const auto images = family::decode_images(final_latents, configs_.scaling_factor(), configs_.shift_factor(), record);
+    const auto images =
+        family::decode_images(final_latents, configs_.scaling_factor(), configs_.shift_factor(), record);
     NamedTensors out = {{"images", images}};
     record.append_to(out);
     return out;
