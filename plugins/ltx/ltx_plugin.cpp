@@ -17,6 +17,7 @@
 #include "ltx_latents.hpp"
 #include "ltx_transformer.hpp"
 #include "ltx_vae.hpp"
+#include "yeto/family/diffusers_family.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/repository.hpp"
 #include "yeto/family/sampling.hpp"
@@ -193,8 +194,13 @@ struct Conditioning {
   at::Tensor ids, mask, embeds;
 };
 
-class LtxPlugin : public yeto::sdk::Plugin {
+// The kit's base gives prepare (then prepare_run below), trainable_parameters,
+// encode_conditioning (through conditioning()) and align; LTX-Video encodes media with its own
+// video VAE (encode_media below).
+class LtxPlugin : public yeto::family::DiffusersFamily {
  public:
+  LtxPlugin() : DiffusersFamily({"ltx", "LTX-Video", "transformer", 1.0, 0.0, ltx::resolve_lora_targets}) {}
+
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
     json plan;
@@ -218,18 +224,6 @@ class LtxPlugin : public yeto::sdk::Plugin {
     registry.add<TransformerComponent>("LTXVideoTransformer3DModel");
     registry.add<VaeComponent>("AutoencoderKLLTXVideo");
     registry.add<PipelineHelpersComponent>("LTXPipeline");
-  }
-
-  void prepare(const std::string& options_json) override {
-    const auto o = parse_json(options_json, "prepare options");
-    tuning_ = yeto::family::prepare_denoisers({transformer().get()}, o, {ltx::resolve_lora_targets});
-    max_sequence_length_ = yeto::family::run_max_sequence_length(128, 512, "LTX-Video's 128");
-    const auto fps = host_config("data.fps");
-    train_frame_rate_ = fps.is_number() && fps.get<double>() > 0 ? fps.get<double>() : 25.0;
-  }
-
-  NamedTensors trainable_parameters() override {
-    return yeto::family::trainable_parameters({{"transformer", transformer().get()}}, tuning_);
   }
 
   // Pixels [B, 3, H, W] (one frame) or [B, 3, F, H, W] in [-1, 1] -> normalised latents
@@ -261,12 +255,6 @@ class LtxPlugin : public yeto::sdk::Plugin {
                                                v->latents_std.to(at::kFloat), vae_config_.scaling_factor)}};
   }
 
-  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto prompts = yeto::family::conditioning_prompts(parse_json(prompts_json, "encode_conditioning prompts"));
-    const auto c = encode_prompts(prompts, max_sequence_length_);
-    return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
-  }
-
   NamedTensors denoiser_kwargs(const NamedTensors& batch, const std::string& /*step_json*/) override {
     check_latents(yeto::sdk::get(batch, "noisy"), "noisy");
     return {};
@@ -288,11 +276,6 @@ class LtxPlugin : public yeto::sdk::Plugin {
     const auto pred = run_transformer(ltx::pack_latents(x, cfg.patch_size, cfg.patch_size_t), get(in, "prompt_embeds"),
                                       get(in, "timesteps").to(at::kFloat), mask, f, h, w, scale);
     return ltx::unpack_latents(pred, f, h, w, cfg.patch_size, cfg.patch_size_t).to(at::kFloat);
-  }
-
-  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
-                                          const std::string& /*step_json*/) override {
-    return yeto::family::same_layout_align(prediction, target, "ltx");
   }
 
   // LTXPipeline.__call__ (Diffusers v0.33.1): T5 without its mask, masks to the transformer,
@@ -399,6 +382,20 @@ class LtxPlugin : public yeto::sdk::Plugin {
     return out;
   }
 
+ protected:
+  torch::nn::Module& denoiser_module() override { return *transformer(); }
+
+  NamedTensors conditioning(const std::vector<std::string>& prompts) override {
+    const auto c = encode_prompts(prompts, max_sequence_length_);
+    return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
+  }
+
+  void prepare_run(const json& /*options*/) override {
+    max_sequence_length_ = yeto::family::run_max_sequence_length(128, 512, "LTX-Video's 128");
+    const auto fps = host_config("data.fps");
+    train_frame_rate_ = fps.is_number() && fps.get<double>() > 0 ? fps.get<double>() : 25.0;
+  }
+
  private:
   ltx::LtxVideoTransformer3DModel& transformer() {
     return yeto::family::plugin_component<TransformerComponent>("transformer", "LTXVideoTransformer3DModel", "ltx", "an")
@@ -456,7 +453,6 @@ class LtxPlugin : public yeto::sdk::Plugin {
   ltx::LtxVaeConfig vae_config_;
   std::int64_t max_sequence_length_ = 128;
   double train_frame_rate_ = 25.0;
-  std::string tuning_ = "lora";
 };
 
 }  // namespace
