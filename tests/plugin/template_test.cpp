@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "../learner/dataset.hpp"
 #include "core/atomic_file.hpp"
+#include "io/safetensors.hpp"
 #include "sdk_build.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -36,17 +36,11 @@ std::vector<double> losses(const fs::path& run_dir) {
   return out;
 }
 
-// The JSON header of a safetensors file: its tensor names.
+// The tensor names of a safetensors file, in file order.
 std::vector<std::string> tensor_names(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  std::string header(n, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(n));
-  const json parsed = json::parse(header);
+  const auto st = io::SafetensorsFile::open(file);
   std::vector<std::string> names;
-  for (auto it = parsed.begin(); it != parsed.end(); ++it)
-    if (it.key() != "__metadata__") names.push_back(it.key());
+  for (const auto& t : st.tensors()) names.push_back(t.name);
   return names;
 }
 
