@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
   torch::manual_seed(0);
-  const auto all = yeto::flux::presets();
+  const auto all = yeto::flux::description().presets();
   std::printf("FluxTransformer2DModel on CPU, float32, %d thread(s), batch %d, %d iteration(s), LoRA r=16 on 'auto'\n",
               threads, batch, iters);
   std::printf("%-6s %10s %8s %8s %14s %14s %10s\n", "preset", "params", "image", "tokens", "fwd s/sample",
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     lc.r = 16;
     lc.alpha = 16;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-    yeto::nn::add_lora(*model, yeto::flux::resolve_lora_targets("auto").patterns, lc, "default", gen);
+    yeto::nn::add_lora(*model, yeto::flux::description().lora_targets("auto").patterns, lc, "default", gen);
     std::int64_t params = 0;
     for (const auto& p : model->parameters()) params += p.numel();
 

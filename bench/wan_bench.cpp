@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
   torch::manual_seed(0);
-  const auto all = yeto::wan::presets();
+  const auto all = yeto::wan::description().presets();
   std::printf("Wan on CPU, float32, %d thread(s), batch 1, %d iteration(s), LoRA r=16 on 'auto'\n", threads, iters);
   std::printf("%-6s %9s %14s %7s %12s %14s %7s %12s %12s\n", "preset", "params", "clip", "tokens", "fwd s/clip",
               "fwd+bwd s/clip", "ratio", "vae enc+dec", "vae dec");
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     lc.r = 16;
     lc.alpha = 16;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-    yeto::nn::add_lora(*model, yeto::wan::resolve_lora_targets("auto").patterns, lc, "default", gen);
+    yeto::nn::add_lora(*model, yeto::wan::description().lora_targets("auto").patterns, lc, "default", gen);
     std::int64_t params = 0;
     for (const auto& p : model->parameters()) params += p.numel();
     yeto::wan::AutoencoderKLWan vae(yeto::wan::WanVaeConfig::from_json(comps.at("vae").at("config")));

@@ -23,26 +23,20 @@
 #include "yeto/family/repository.hpp"
 #include "yeto/family/sampling.hpp"
 
+namespace yeto::flux {
 namespace {
 
 using nlohmann::json;
-using yeto::sdk::fail;
-using yeto::sdk::Host;
-using yeto::sdk::NamedTensors;
-namespace flux = yeto::flux;
-
-using yeto::family::call;
-using yeto::family::output;
-using yeto::family::parse_json;
+using sdk::NamedTensors;
 
 // ---- the transformer component -----------------------------------------------------------
 
-class TransformerComponent : public yeto::sdk::Component {
+// Built directly in the run's precision and device (a bf16 checkpoint never exists as float32).
+class TransformerComponent
+    : public yeto::family::ModelComponent<flux::FluxTransformer2DModel, flux::FluxTransformerConfig> {
  public:
-  // Built directly in the run's precision and device (a bf16 checkpoint never exists as float32).
   TransformerComponent(const std::string& config_json, const std::string& dir)
-      : model_(yeto::family::component_model<flux::FluxTransformer2DModel, flux::FluxTransformerConfig>(
-            config_json, dir, "FluxTransformer2DModel")) {}
+      : ModelComponent(config_json, dir, {"FluxTransformer2DModel", "is this a FLUX.1 transformer checkpoint?"}) {}
 
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
     using yeto::sdk::get;
@@ -56,21 +50,6 @@ class TransformerComponent : public yeto::sdk::Component {
                                get(in, "img_ids").to(dev), get(in, "txt_ids").to(dev), guidance);
     return {{"sample", out}};
   }
-
-  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
-
-  // Streams are welcome: the host may call this once per tensor. Strict loading refuses names
-  // the model does not have; shapes must always match. Completeness is the caller's check
-  // (parameters() lists every name).
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    yeto::family::load_module_weights(*model_, weights, strict, "FluxTransformer2DModel",
-                                      "is this a FLUX.1 transformer checkpoint?");
-  }
-
-  flux::FluxTransformer2DModel& model() { return model_; }
-
- private:
-  flux::FluxTransformer2DModel model_;
 };
 
 // FluxPipeline's static latent helpers as a component, so parity cases recorded against
@@ -112,25 +91,11 @@ struct Conditioning {
 
 class FluxPlugin : public yeto::family::DiffusersFamily {
  public:
-  FluxPlugin() : DiffusersFamily({"flux", "FLUX.1", "transformer", 0.3611, 0.1159, flux::resolve_lora_targets}) {}
+  FluxPlugin() : DiffusersFamily(flux::description()) {}
 
-  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
-    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
-    json plan;
-    try {
-      plan = flux::plan_from_model_index(model_dir, index);
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    model_dir_ = model_dir;
-    // A repository without a VAE (null in model_index.json) trains on cached latents; the
-    // scaling factors then keep their defaults, used only if something encodes or decodes.
-    configs_.read(model_dir, plan);
+  void pipeline_loaded(const std::string& model_dir, const json& /*model_index*/, const json& /*plan*/) override {
     clip_max_length_ = yeto::family::tokenizer_max_length(model_dir, "tokenizer", 77);
-    return plan.dump();
   }
-
-  std::string presets() override { return flux::presets().dump(); }
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>("FluxTransformer2DModel");
@@ -141,7 +106,7 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
     const auto& noisy = yeto::sdk::get(batch, "noisy");
     check_latents(noisy, "noisy");
     const auto& embeds = yeto::sdk::get(batch, "prompt_embeds");
-    const auto step = parse_json(step_json, "denoiser_kwargs step");
+    const auto step = family::parse_json(step_json, "denoiser_kwargs step");
     NamedTensors out = {{"img_ids", flux::latent_image_ids(noisy.size(2) / 2, noisy.size(3) / 2)},
                         {"txt_ids", flux::text_ids(embeds.size(1))}};
     if (transformer()->config().guidance_embeds)
@@ -184,7 +149,7 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
     const auto vsf = vae_scale_factor();
     const auto h = 2 * (r.height / (vsf * 2)), w = 2 * (r.width / (vsf * 2));
     if (h < 2 || w < 2)
-      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be at least " + std::to_string(vsf * 2));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be at least " + std::to_string(vsf * 2));
     const auto channels = cfg.in_channels / 4;
     yeto::family::Trace untraced(false);  // the trace records the packed latents below
     const auto noise = yeto::family::initial_latents(inputs, {batch, channels, h, w}, r.seed, untraced);
@@ -222,29 +187,18 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
     // 5. Decode.
     const auto unpacked = flux::unpack_latents(latents, r.height, r.width, vsf);
     record("final_latents_unpacked", unpacked);
-    const auto images = yeto::family::decode_images(unpacked, scaling_factor(), shift_factor(), record);
-
-    NamedTensors out = {{"images", images}};
-    record.append_to(out);
-    return out;
+    return record.outputs({{"images", decode_images(unpacked, record)}});
   }
 
  protected:
-  torch::nn::Module& denoiser_module() override { return *transformer(); }
-
   NamedTensors conditioning(const std::vector<std::string>& prompts) override {
     const auto c = encode_prompts(prompts, max_sequence_length_);
     return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
   }
 
-  void prepare_run(const json& /*options*/) override {
-    max_sequence_length_ = yeto::family::run_max_sequence_length(512, 512, "FLUX.1's 512");
-  }
-
  private:
   flux::FluxTransformer2DModel& transformer() {
-    return yeto::family::plugin_component<TransformerComponent>("transformer", "FluxTransformer2DModel", "flux", "a")
-        .model();
+    return family::plugin_model<TransformerComponent>("transformer", "FluxTransformer2DModel", "flux", "a");
   }
 
   at::Tensor run_transformer(const at::Tensor& packed, const at::Tensor& embeds, const at::Tensor& pooled,
@@ -258,29 +212,18 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
   }
 
   Conditioning encode_prompts(const std::vector<std::string>& prompts, std::int64_t max_sequence_length) {
-    Conditioning c;
-    const json tok = {{"method", "tokenize"}, {"text", prompts}, {"padding", "max_length"}, {"truncation", true}};
-    json clip_tok = tok;
-    clip_tok["max_length"] = clip_max_length_;
-    c.clip_ids = output(call("tokenizer", {}, clip_tok), "input_ids", "tokenizer").to(at::kLong);
     // FluxPipeline calls both encoders with the ids only (no attention mask).
-    c.pooled = output(call("text_encoder", {{"input_ids", c.clip_ids}}, {{"method", "encode"}}), "pooler_output",
-                      "text_encoder")
-                   .to(at::kFloat);
-    json t5_tok = tok;
-    t5_tok["max_length"] = max_sequence_length;
-    c.t5_ids = output(call("tokenizer_2", {}, t5_tok), "input_ids", "tokenizer_2").to(at::kLong);
-    c.embeds = output(call("text_encoder_2", {{"input_ids", c.t5_ids}}, {{"method", "encode"}}), "last_hidden_state",
-                      "text_encoder_2")
-                   .to(at::kFloat);
-    return c;
+    const auto clip = family::encode_text(prompts, {"tokenizer", "text_encoder", clip_max_length_});
+    const auto t5 = family::encode_text(prompts, {"tokenizer_2", "text_encoder_2", max_sequence_length});
+    return {clip.input_ids, t5.input_ids, clip.output("pooler_output"), t5.output("last_hidden_state")};
   }
 
   void check_latents(const at::Tensor& x, const std::string& name) {
     const auto channels = transformer()->config().in_channels / 4;
     if (x.dim() != 4 || x.size(1) != channels || x.size(2) % 2 != 0 || x.size(3) % 2 != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "flux: '" + name + "' must be unpacked latents [B, " + std::to_string(channels) +
-                                          ", h, w] with even h and w, got " + c10::str(x.sizes()));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "flux: '" + name + "' must be unpacked latents [B, " +
+                                               std::to_string(channels) + ", h, w] with even h and w, got " +
+                                               c10::str(x.sizes()));
   }
 
   at::Tensor unpack(const at::Tensor& packed, std::int64_t h, std::int64_t w) {
@@ -289,14 +232,11 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
   }
 
   std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
-  double scaling_factor() const { return configs_.scaling_factor(); }
-  double shift_factor() const { return configs_.shift_factor(); }
 
-  std::string model_dir_;
   std::int64_t clip_max_length_ = 77;
-  std::int64_t max_sequence_length_ = 512;
 };
 
 }  // namespace
+}  // namespace yeto::flux
 
-YETO_PLUGIN(FluxPlugin)
+YETO_PLUGIN(yeto::flux::FluxPlugin)

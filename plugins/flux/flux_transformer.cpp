@@ -6,64 +6,28 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "yeto/family/config.hpp"
 #include "yeto/nn/activations.hpp"
 
 namespace yeto::flux {
-namespace {
-
-std::int64_t get_int(const nlohmann::json& j, const char* key, std::int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer())
-    throw std::invalid_argument(std::string("FluxTransformer2DModel config: '") + key + "' must be an integer");
-  return j[key].get<std::int64_t>();
-}
-
-// Both block kinds use the same attention: biased projections, RMS q/k norm (eps 1e-6).
-nn::AttentionOptions flux_attention(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
-  nn::AttentionOptions o;
-  o.query_dim = dim;
-  o.heads = heads;
-  o.dim_head = head_dim;
-  o.out_dim = dim;
-  o.bias = true;
-  o.qk_norm = "rms_norm";
-  o.eps = 1e-6;
-  return o;
-}
-
-}  // namespace
 
 FluxTransformerConfig FluxTransformerConfig::from_json(const nlohmann::json& j) {
+  const family::ConfigReader in(j, "FluxTransformer2DModel config");
   FluxTransformerConfig c;
-  c.patch_size = get_int(j, "patch_size", c.patch_size);
-  c.in_channels = get_int(j, "in_channels", c.in_channels);
-  c.out_channels = get_int(j, "out_channels", 0);
-  c.num_layers = get_int(j, "num_layers", c.num_layers);
-  c.num_single_layers = get_int(j, "num_single_layers", c.num_single_layers);
-  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim);
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads);
-  c.joint_attention_dim = get_int(j, "joint_attention_dim", c.joint_attention_dim);
-  c.pooled_projection_dim = get_int(j, "pooled_projection_dim", c.pooled_projection_dim);
-  if (j.contains("guidance_embeds") && !j["guidance_embeds"].is_null()) {
-    if (!j["guidance_embeds"].is_boolean())
-      throw std::invalid_argument("FluxTransformer2DModel config: 'guidance_embeds' must be a boolean");
-    c.guidance_embeds = j["guidance_embeds"].get<bool>();
-  }
-  if (j.contains("axes_dims_rope") && !j["axes_dims_rope"].is_null()) {
-    if (!j["axes_dims_rope"].is_array())
-      throw std::invalid_argument("FluxTransformer2DModel config: 'axes_dims_rope' must be an array of integers");
-    c.axes_dims_rope.clear();
-    for (const auto& v : j["axes_dims_rope"]) {
-      if (!v.is_number_integer())
-        throw std::invalid_argument("FluxTransformer2DModel config: 'axes_dims_rope' must be an array of integers");
-      c.axes_dims_rope.push_back(v.get<std::int64_t>());
-    }
-  }
-  for (const auto* k : {"patch_size", "in_channels", "num_attention_heads", "attention_head_dim",
-                        "joint_attention_dim", "pooled_projection_dim"}) {
-    if (get_int(j, k, 1) <= 0)
-      throw std::invalid_argument(std::string("FluxTransformer2DModel config: '") + k + "' must be positive");
-  }
+  c.patch_size = in.integer("patch_size", c.patch_size);
+  c.in_channels = in.integer("in_channels", c.in_channels);
+  c.out_channels = in.integer("out_channels", 0);
+  c.num_layers = in.integer("num_layers", c.num_layers);
+  c.num_single_layers = in.integer("num_single_layers", c.num_single_layers);
+  c.attention_head_dim = in.integer("attention_head_dim", c.attention_head_dim);
+  c.num_attention_heads = in.integer("num_attention_heads", c.num_attention_heads);
+  c.joint_attention_dim = in.integer("joint_attention_dim", c.joint_attention_dim);
+  c.pooled_projection_dim = in.integer("pooled_projection_dim", c.pooled_projection_dim);
+  c.guidance_embeds = in.boolean("guidance_embeds", c.guidance_embeds);
+  c.axes_dims_rope = in.integers("axes_dims_rope", c.axes_dims_rope);
+  for (const auto* k : {"patch_size", "in_channels", "num_attention_heads", "attention_head_dim", "joint_attention_dim",
+                        "pooled_projection_dim"})
+    if (in.integer(k, 1) <= 0) in.fail(k, "must be positive");
   const auto rope_sum = std::accumulate(c.axes_dims_rope.begin(), c.axes_dims_rope.end(), std::int64_t{0});
   if (rope_sum != c.attention_head_dim)
     throw std::invalid_argument("FluxTransformer2DModel config: axes_dims_rope sums to " + std::to_string(rope_sum) +
@@ -71,25 +35,10 @@ FluxTransformerConfig FluxTransformerConfig::from_json(const nlohmann::json& j) 
   return c;
 }
 
-nlohmann::json FluxTransformerConfig::to_json() const {
-  return {{"_class_name", "FluxTransformer2DModel"},
-          {"patch_size", patch_size},
-          {"in_channels", in_channels},
-          {"out_channels", out_channels > 0 ? nlohmann::json(out_channels) : nlohmann::json(nullptr)},
-          {"num_layers", num_layers},
-          {"num_single_layers", num_single_layers},
-          {"attention_head_dim", attention_head_dim},
-          {"num_attention_heads", num_attention_heads},
-          {"joint_attention_dim", joint_attention_dim},
-          {"pooled_projection_dim", pooled_projection_dim},
-          {"guidance_embeds", guidance_embeds},
-          {"axes_dims_rope", axes_dims_rope}};
-}
-
 FluxTransformerBlockImpl::FluxTransformerBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
   norm1 = register_module("norm1", nn::AdaLayerNormZero(dim));
   norm1_context = register_module("norm1_context", nn::AdaLayerNormZero(dim));
-  nn::AttentionOptions o = flux_attention(dim, heads, head_dim);
+  nn::AttentionOptions o = nn::AttentionOptions::dit(dim, heads, head_dim);
   o.added_kv_proj_dim = dim;  // joint attention over [text, image]
   o.context_pre_only = false;
   o.context_first = true;
@@ -123,7 +72,7 @@ FluxSingleTransformerBlockImpl::FluxSingleTransformerBlockImpl(std::int64_t dim,
   norm = register_module("norm", nn::AdaLayerNormZeroSingle(dim));
   proj_mlp = register_module("proj_mlp", nn::Linear(dim, mlp_hidden, true));
   proj_out = register_module("proj_out", nn::Linear(dim + mlp_hidden, dim, true));
-  nn::AttentionOptions o = flux_attention(dim, heads, head_dim);
+  nn::AttentionOptions o = nn::AttentionOptions::dit(dim, heads, head_dim);
   o.pre_only = true;  // no to_out: proj_out mixes attention and MLP
   attn = register_module("attn", nn::Attention(o));
 }

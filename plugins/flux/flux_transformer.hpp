@@ -41,7 +41,6 @@ struct FluxTransformerConfig {
   // Reads a Diffusers config.json object. Throws std::invalid_argument naming the key for a
   // wrong type or an inconsistent shape (axes_dims_rope must sum to attention_head_dim).
   static FluxTransformerConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;
 };
 
 // Double-stream (MM-DiT) block: image and text tokens keep their own weights and attend jointly.

@@ -23,17 +23,11 @@
 #include "yeto/family/sampling.hpp"
 #include "yeto/family/helper_call.hpp"
 
+namespace yeto::ltx {
 namespace {
 
 using nlohmann::json;
-using yeto::sdk::fail;
-using yeto::sdk::Host;
-using yeto::sdk::NamedTensors;
-namespace ltx = yeto::ltx;
-
-using yeto::family::call;
-using yeto::family::host_config;
-using yeto::family::output;
+using sdk::NamedTensors;
 
 // Empty option text means no options.
 json parse_json(const std::string& text, const std::string& what) {
@@ -42,30 +36,16 @@ json parse_json(const std::string& text, const std::string& what) {
 
 json read_json_file(const std::string& path) { return parse_json(yeto::family::read_text_file(path), path); }
 
-// Streams are welcome: the host may call this once per tensor. Strict loading refuses names the
-// model does not have; shapes must always match.
-void module_load(torch::nn::Module& model, const NamedTensors& weights, bool strict, const std::string& cls) {
-  yeto::family::load_module_weights(model, weights, strict, cls, "is this an " + cls + " checkpoint?");
-}
-
-template <class Cfg>
-Cfg config_from(const std::string& config_json, const std::string& dir, const std::string& cls) {
-  const std::string where = dir.empty() ? cls + " config" : dir + "/config.json";
-  try {
-    return Cfg::from_json(parse_json(config_json, where));
-  } catch (const std::invalid_argument& e) {
-    fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
-  }
-}
-
 std::array<double, 3> rope_scale_from(const json& o) {
   const auto it = o.find("rope_interpolation_scale");
   if (it == o.end() || !it->is_array() || it->size() != 3)
-    fail(YETO_ERR_INVALID_ARGUMENT, "LTXVideoTransformer3DModel forward: option 'rope_interpolation_scale' must be "
-                                    "three numbers (temporal, spatial, spatial)");
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+              "LTXVideoTransformer3DModel forward: option 'rope_interpolation_scale' must be "
+              "three numbers (temporal, spatial, spatial)");
   std::array<double, 3> s{};
   for (std::size_t i = 0; i < 3; ++i) {
-    if (!(*it)[i].is_number()) fail(YETO_ERR_INVALID_ARGUMENT, "rope_interpolation_scale: entries must be numbers");
+    if (!(*it)[i].is_number())
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "rope_interpolation_scale: entries must be numbers");
     s[i] = (*it)[i].get<double>();
   }
   return s;
@@ -74,18 +54,18 @@ std::array<double, 3> rope_scale_from(const json& o) {
 std::int64_t required_int(const json& o, const char* key, const std::string& where) {
   const auto it = o.find(key);
   if (it == o.end() || !it->is_number_integer())
-    fail(YETO_ERR_INVALID_ARGUMENT, where + ": option '" + key + "' (an integer) is required");
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + ": option '" + key + "' (an integer) is required");
   return it->get<std::int64_t>();
 }
 
 // ---- component classes -------------------------------------------------------------------
 
-class TransformerComponent : public yeto::sdk::Component {
+class TransformerComponent
+    : public yeto::family::ModelComponent<ltx::LtxVideoTransformer3DModel, ltx::LtxTransformerConfig> {
  public:
   TransformerComponent(const std::string& config_json, const std::string& dir)
-      : model_(config_from<ltx::LtxTransformerConfig>(config_json, dir, "LTXVideoTransformer3DModel")) {
-    yeto::family::place_for_run(*model_);
-  }
+      : ModelComponent(config_json, dir,
+                       {"LTXVideoTransformer3DModel", "is this an LTXVideoTransformer3DModel checkpoint?"}) {}
 
   // Inputs as the Diffusers forward names them: hidden_states (packed), encoder_hidden_states,
   // timestep, optional encoder_attention_mask; options num_frames, height, width (the token
@@ -104,26 +84,15 @@ class TransformerComponent : public yeto::sdk::Component {
                                  required_int(o, "height", where), required_int(o, "width", where), rope_scale_from(o));
       return {{"sample", out}};
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
-
-  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    module_load(*model_, weights, strict, "LTXVideoTransformer3DModel");
-  }
-  ltx::LtxVideoTransformer3DModel& model() { return model_; }
-
- private:
-  ltx::LtxVideoTransformer3DModel model_;
 };
 
-class VaeComponent : public yeto::sdk::Component {
+class VaeComponent : public yeto::family::ModelComponent<ltx::AutoencoderKLLTXVideo, ltx::LtxVaeConfig> {
  public:
   VaeComponent(const std::string& config_json, const std::string& dir)
-      : model_(config_from<ltx::LtxVaeConfig>(config_json, dir, "AutoencoderKLLTXVideo")) {
-    yeto::family::place_for_run(*model_);
-  }
+      : ModelComponent(config_json, dir, {"AutoencoderKLLTXVideo", "is this an AutoencoderKLLTXVideo checkpoint?"}) {}
 
   // method "encode": sample [B, 3, F, H, W] in [-1, 1] -> mean, logvar, std (the latent
   // distribution, raw: no normalisation). method "decode": latents [B, C, F, H, W] raw, temb [B]
@@ -145,19 +114,10 @@ class VaeComponent : public yeto::sdk::Component {
         return {{"sample", model_->decode(get(in, "latents").to(dev, dtype), temb)}};
       }
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLLTXVideo: unknown method '" + method + "' (encode, decode)");
+    sdk::fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLLTXVideo: unknown method '" + method + "' (encode, decode)");
   }
-
-  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    module_load(*model_, weights, strict, "AutoencoderKLLTXVideo");
-  }
-  ltx::AutoencoderKLLTXVideo& model() { return model_; }
-
- private:
-  ltx::AutoencoderKLLTXVideo model_;
 };
 
 // LTXPipeline's static latent helpers as a component (kind pipeline_helpers), so parity cases
@@ -199,26 +159,15 @@ struct Conditioning {
 // video VAE (encode_media below).
 class LtxPlugin : public yeto::family::DiffusersFamily {
  public:
-  LtxPlugin() : DiffusersFamily({"ltx", "LTX-Video", "transformer", 1.0, 0.0, ltx::resolve_lora_targets}) {}
+  LtxPlugin() : DiffusersFamily(ltx::description()) {}
 
-  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
-    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
-    json plan;
-    try {
-      plan = ltx::plan_from_model_index(model_dir, index);
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    scheduler_config_ = read_json_file(model_dir + "/scheduler/scheduler_config.json");
+  void pipeline_loaded(const std::string& model_dir, const json& /*model_index*/, const json& /*plan*/) override {
     try {
       vae_config_ = ltx::LtxVaeConfig::from_json(read_json_file(model_dir + "/vae/config.json"));
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, model_dir + "/vae/config.json: " + e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, model_dir + "/vae/config.json: " + e.what());
     }
-    return plan.dump();
   }
-
-  std::string presets() override { return ltx::presets().dump(); }
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>("LTXVideoTransformer3DModel");
@@ -234,17 +183,21 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
     if (px.dim() == 4) px = px.unsqueeze(2);
     const auto st = vae_config_.spatial_ratio(), tt = vae_config_.temporal_ratio();
     if (px.dim() != 5 || px.size(1) != 3)
-      fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: 'pixel_values' must be [B, 3, F, H, W] (or an image batch "
-                                      "[B, 3, H, W]) in [-1, 1], got " + c10::str(px.sizes()));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                "ltx encode_media: 'pixel_values' must be [B, 3, F, H, W] (or an image batch "
+                "[B, 3, H, W]) in [-1, 1], got " +
+                    c10::str(px.sizes()));
     if ((px.size(2) - 1) % tt != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: " + std::to_string(px.size(2)) +
-                                          " frames; LTX-Video's VAE takes 1 + " + std::to_string(tt) +
-                                          "k frames (set data.num_frames to 1, " + std::to_string(1 + tt) + ", " +
-                                          std::to_string(1 + 2 * tt) + ", ...)");
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: " + std::to_string(px.size(2)) +
+                                               " frames; LTX-Video's VAE takes 1 + " + std::to_string(tt) +
+                                               "k frames (set data.num_frames to 1, " + std::to_string(1 + tt) + ", " +
+                                               std::to_string(1 + 2 * tt) + ", ...)");
     if (px.size(3) % st != 0 || px.size(4) % st != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: " + std::to_string(px.size(3)) + "x" +
-                                          std::to_string(px.size(4)) + " pixels; height and width must be multiples "
-                                          "of " + std::to_string(st) + " (data.height, data.width)");
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "ltx encode_media: " + std::to_string(px.size(3)) + "x" +
+                                               std::to_string(px.size(4)) +
+                                               " pixels; height and width must be multiples "
+                                               "of " +
+                                               std::to_string(st) + " (data.height, data.width)");
     const auto o = parse_json(options_json, "encode_media options");
     at::NoGradGuard no_grad;  // the VAE is frozen: latents are data
     auto& v = vae();
@@ -313,23 +266,23 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
     const auto lf = ltx::latent_frames(r.num_frames, tt);
     const auto lh = r.height / st, lw = r.width / st;
     if (lh < 1 || lw < 1)
-      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be at least " + std::to_string(st));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be at least " + std::to_string(st));
     const auto frames = ltx::decoded_frames(r.num_frames, tt);
     if (frames != r.num_frames)
-      Host::info("ltx: " + std::to_string(r.num_frames) + " frames requested; LTX-Video's VAE decodes 1 + " +
-                 std::to_string(tt) + "k frames, so the clip has " + std::to_string(frames));
+      sdk::Host::info("ltx: " + std::to_string(r.num_frames) + " frames requested; LTX-Video's VAE decodes 1 + " +
+                      std::to_string(tt) + "k frames, so the clip has " + std::to_string(frames));
     if (lh * st != r.height || lw * st != r.width)
-      Host::info("ltx: " + std::to_string(r.width) + "x" + std::to_string(r.height) + " requested; the clip is " +
-                 std::to_string(lw * st) + "x" + std::to_string(lh * st) + " (multiples of " + std::to_string(st) +
-                 ")");
+      sdk::Host::info("ltx: " + std::to_string(r.width) + "x" + std::to_string(r.height) + " requested; the clip is " +
+                      std::to_string(lw * st) + "x" + std::to_string(lh * st) + " (multiples of " + std::to_string(st) +
+                      ")");
     auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
     at::Tensor noise;
     const std::vector<std::int64_t> shape = {batch, cfg.in_channels, lf, lh, lw};
     if (yeto::sdk::has(inputs, "latents")) {
       noise = yeto::sdk::get(inputs, "latents").to(at::kFloat);
       if (noise.sizes() != at::IntArrayRef(shape))
-        fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " + c10::str(at::IntArrayRef(shape)) +
-                                            ", got " + c10::str(noise.sizes()));
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: input 'latents' must be " + c10::str(at::IntArrayRef(shape)) +
+                                                 ", got " + c10::str(noise.sizes()));
     } else {
       noise = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
     }
@@ -340,9 +293,11 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
 
     // 3. Schedule: sigmas linspace(1, 1/N, N), mu from the video sequence length.
     const auto sigmas_in = ltx::linspace(1.0, 1.0 / static_cast<double>(r.steps), r.steps);
-    const double mu = ltx::calculate_shift(static_cast<double>(latents.size(1)), sched_number("base_image_seq_len", 256),
-                                           sched_number("max_image_seq_len", 4096), sched_number("base_shift", 0.5),
-                                           sched_number("max_shift", 1.15));
+    const auto& sc = configs_;
+    const double mu =
+        ltx::calculate_shift(static_cast<double>(latents.size(1)), sc.scheduler_number("base_image_seq_len", 256),
+                             sc.scheduler_number("max_image_seq_len", 4096), sc.scheduler_number("base_shift", 0.5),
+                             sc.scheduler_number("max_shift", 1.15));
     const auto schedule = yeto::family::set_timesteps({{"sigmas", sigmas_in}, {"mu", mu}}, record);
     record("mu", at::scalar_tensor(mu, at::kDouble));
     const auto scale = ltx::rope_interpolation_scale(tt, st, r.frame_rate);
@@ -377,33 +332,27 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
     const auto clip = (video / 2 + 0.5).clamp(0, 1);
     record("video_postprocessed", clip.permute({0, 2, 1, 3, 4}));
 
-    NamedTensors out = {{"video", clip}};
-    record.append_to(out);
-    return out;
+    return record.outputs({{"video", clip}});
   }
 
  protected:
-  torch::nn::Module& denoiser_module() override { return *transformer(); }
-
   NamedTensors conditioning(const std::vector<std::string>& prompts) override {
     const auto c = encode_prompts(prompts, max_sequence_length_);
     return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
   }
 
   void prepare_run(const json& /*options*/) override {
-    max_sequence_length_ = yeto::family::run_max_sequence_length(128, 512, "LTX-Video's 128");
-    const auto fps = host_config("data.fps");
+    const auto fps = family::host_config("data.fps");
     train_frame_rate_ = fps.is_number() && fps.get<double>() > 0 ? fps.get<double>() : 25.0;
   }
 
  private:
   ltx::LtxVideoTransformer3DModel& transformer() {
-    return yeto::family::plugin_component<TransformerComponent>("transformer", "LTXVideoTransformer3DModel", "ltx", "an")
-        .model();
+    return family::plugin_model<TransformerComponent>("transformer", "LTXVideoTransformer3DModel", "ltx", "an");
   }
 
   ltx::AutoencoderKLLTXVideo& vae() {
-    return yeto::family::plugin_component<VaeComponent>("vae", "AutoencoderKLLTXVideo", "ltx", "an").model();
+    return family::plugin_model<VaeComponent>("vae", "AutoencoderKLLTXVideo", "ltx", "an");
   }
 
   at::Tensor run_transformer(const at::Tensor& packed, const at::Tensor& embeds, const at::Tensor& timestep,
@@ -416,22 +365,23 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
       return model->forward(packed.to(dev, dtype), embeds.to(dev, dtype), timestep.to(dev),
                             mask.defined() ? mask.to(dev) : mask, f, h, w, scale);
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
 
   // LTXPipeline._get_t5_prompt_embeds: max_length padding with truncation, the encoder called
   // with the ids only, the mask kept for the transformer.
   Conditioning encode_prompts(const std::vector<std::string>& prompts, std::int64_t max_sequence_length) {
+    // LTXPipeline encodes from the ids alone; the mask goes to the transformer's cross-attention.
+    family::TextEncoderCall call;
+    call.max_length = max_sequence_length;
+    call.tokenize = {{"add_special_tokens", true}};
+    const auto t = family::encode_text(prompts, call);
     Conditioning c;
-    const json tok = {{"method", "tokenize"},  {"text", prompts},         {"padding", "max_length"},
-                      {"truncation", true},   {"add_special_tokens", true}, {"max_length", max_sequence_length}};
-    const auto t = call("tokenizer", {}, tok);
-    c.ids = output(t, "input_ids", "tokenizer").to(at::kLong);
-    c.mask = output(t, "attention_mask", "tokenizer").to(at::kLong);
-    c.embeds = output(call("text_encoder", {{"input_ids", c.ids}}, {{"method", "encode"}}), "last_hidden_state",
-                      "text_encoder")
-                   .to(at::kFloat);
+    c.ids = t.input_ids;
+    if (!t.attention_mask.defined()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "tokenizer returned no 'attention_mask' tensor");
+    c.mask = t.attention_mask;
+    c.embeds = t.output("last_hidden_state");
     return c;
   }
 
@@ -439,22 +389,18 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
     const auto& cfg = transformer()->config();
     if (x.dim() != 5 || x.size(1) != cfg.in_channels || x.size(2) % cfg.patch_size_t != 0 ||
         x.size(3) % cfg.patch_size != 0 || x.size(4) % cfg.patch_size != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "ltx: '" + name + "' must be video latents [B, " +
-                                          std::to_string(cfg.in_channels) + ", F, H, W] divisible by the patch "
-                                          "sizes, got " + c10::str(x.sizes()));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "ltx: '" + name + "' must be video latents [B, " +
+                                               std::to_string(cfg.in_channels) +
+                                               ", F, H, W] divisible by the patch "
+                                               "sizes, got " +
+                                               c10::str(x.sizes()));
   }
 
-  double sched_number(const char* key, double fallback) const {
-    const auto it = scheduler_config_.find(key);
-    return it != scheduler_config_.end() && it->is_number() ? it->get<double>() : fallback;
-  }
-
-  json scheduler_config_ = json::object();
   ltx::LtxVaeConfig vae_config_;
-  std::int64_t max_sequence_length_ = 128;
   double train_frame_rate_ = 25.0;
 };
 
 }  // namespace
+}  // namespace yeto::ltx
 
-YETO_PLUGIN(LtxPlugin)
+YETO_PLUGIN(yeto::ltx::LtxPlugin)

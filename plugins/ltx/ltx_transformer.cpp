@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "yeto/family/config.hpp"
 #include "yeto/nn/activations.hpp"
 #include "yeto/nn/attention.hpp"
 
@@ -16,30 +17,6 @@ using nlohmann::json;
 
 [[noreturn]] void bad(const std::string& what) {
   throw std::invalid_argument("LTXVideoTransformer3DModel config: " + what);
-}
-
-std::int64_t get_int(const json& j, const char* key, std::int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) bad(std::string("'") + key + "' must be an integer");
-  return j[key].get<std::int64_t>();
-}
-
-bool get_bool(const json& j, const char* key, bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) bad(std::string("'") + key + "' must be a boolean");
-  return j[key].get<bool>();
-}
-
-double get_number(const json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) bad(std::string("'") + key + "' must be a number");
-  return j[key].get<double>();
-}
-
-std::string get_string(const json& j, const char* key, const std::string& fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_string()) bad(std::string("'") + key + "' must be a string");
-  return j[key].get<std::string>();
 }
 
 // LTX's apply_rotary_emb on [B, S, C]: channel pairs (x0, x1) rotate to (-x1, x0), in float32.
@@ -53,26 +30,26 @@ at::Tensor rotate(const at::Tensor& x, const nn::RopeTables& rope) {
 }  // namespace
 
 LtxTransformerConfig LtxTransformerConfig::from_json(const json& j) {
-  if (!j.is_object()) bad("expected a JSON object");
+  const family::ConfigReader in(j, "LTXVideoTransformer3DModel config");
   LtxTransformerConfig c;
-  c.in_channels = get_int(j, "in_channels", c.in_channels);
-  c.out_channels = get_int(j, "out_channels", c.in_channels);
-  c.patch_size = get_int(j, "patch_size", c.patch_size);
-  c.patch_size_t = get_int(j, "patch_size_t", c.patch_size_t);
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads);
-  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim);
-  c.cross_attention_dim = get_int(j, "cross_attention_dim", c.cross_attention_dim);
-  c.num_layers = get_int(j, "num_layers", c.num_layers);
-  c.activation_fn = get_string(j, "activation_fn", c.activation_fn);
-  c.qk_norm = get_string(j, "qk_norm", c.qk_norm);
-  c.norm_elementwise_affine = get_bool(j, "norm_elementwise_affine", c.norm_elementwise_affine);
-  c.norm_eps = get_number(j, "norm_eps", c.norm_eps);
-  c.caption_channels = get_int(j, "caption_channels", c.caption_channels);
-  c.attention_bias = get_bool(j, "attention_bias", c.attention_bias);
-  c.attention_out_bias = get_bool(j, "attention_out_bias", c.attention_out_bias);
+  c.in_channels = in.integer("in_channels", c.in_channels);
+  c.out_channels = in.integer("out_channels", c.in_channels);
+  c.patch_size = in.integer("patch_size", c.patch_size);
+  c.patch_size_t = in.integer("patch_size_t", c.patch_size_t);
+  c.num_attention_heads = in.integer("num_attention_heads", c.num_attention_heads);
+  c.attention_head_dim = in.integer("attention_head_dim", c.attention_head_dim);
+  c.cross_attention_dim = in.integer("cross_attention_dim", c.cross_attention_dim);
+  c.num_layers = in.integer("num_layers", c.num_layers);
+  c.activation_fn = in.string("activation_fn", c.activation_fn);
+  c.qk_norm = in.string("qk_norm", c.qk_norm);
+  c.norm_elementwise_affine = in.boolean("norm_elementwise_affine", c.norm_elementwise_affine);
+  c.norm_eps = in.number("norm_eps", c.norm_eps);
+  c.caption_channels = in.integer("caption_channels", c.caption_channels);
+  c.attention_bias = in.boolean("attention_bias", c.attention_bias);
+  c.attention_out_bias = in.boolean("attention_out_bias", c.attention_out_bias);
   for (const auto* k : {"in_channels", "out_channels", "patch_size", "patch_size_t", "num_attention_heads",
                         "attention_head_dim", "cross_attention_dim", "caption_channels"})
-    if (get_int(j, k, 1) <= 0) bad(std::string("'") + k + "' must be positive");
+    if (in.integer(k, 1) <= 0) bad(std::string("'") + k + "' must be positive");
   if (c.num_layers < 0) bad("'num_layers' must not be negative");
   if (c.qk_norm != "rms_norm_across_heads")
     bad("'qk_norm' is '" + c.qk_norm + "'; LTX-Video uses rms_norm_across_heads (the only value upstream accepts)");
@@ -85,25 +62,6 @@ LtxTransformerConfig LtxTransformerConfig::from_json(const json& j) {
         ") must equal num_attention_heads * attention_head_dim (" + std::to_string(c.inner_dim()) +
         "): the caption projection maps captions to the inner dimension");
   return c;
-}
-
-json LtxTransformerConfig::to_json() const {
-  return {{"_class_name", "LTXVideoTransformer3DModel"},
-          {"activation_fn", activation_fn},
-          {"attention_bias", attention_bias},
-          {"attention_head_dim", attention_head_dim},
-          {"attention_out_bias", attention_out_bias},
-          {"caption_channels", caption_channels},
-          {"cross_attention_dim", cross_attention_dim},
-          {"in_channels", in_channels},
-          {"norm_elementwise_affine", norm_elementwise_affine},
-          {"norm_eps", norm_eps},
-          {"num_attention_heads", num_attention_heads},
-          {"num_layers", num_layers},
-          {"out_channels", out_channels},
-          {"patch_size", patch_size},
-          {"patch_size_t", patch_size_t},
-          {"qk_norm", qk_norm}};
 }
 
 nn::RopeTables ltx_rope(std::int64_t dim, std::int64_t num_frames, std::int64_t height, std::int64_t width,

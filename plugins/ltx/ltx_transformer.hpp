@@ -45,7 +45,6 @@ struct LtxTransformerConfig {
   // type, a non-positive size or a setting this implementation does not have (qk_norm other than
   // rms_norm_across_heads, an activation other than gelu-approximate).
   static LtxTransformerConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;
 };
 
 // The 3-D rotary table of LTXVideoRotaryPosEmbed: cos/sin [F*H*W, inner_dim] for a latent grid of

@@ -7,48 +7,14 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "yeto/family/config.hpp"
+
 namespace yeto::ltx {
 namespace {
 
 using nlohmann::json;
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("AutoencoderKLLTXVideo config: " + what); }
-
-template <typename T>
-std::vector<T> get_list(const json& j, const char* key, const std::vector<T>& fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_array()) bad(std::string("'") + key + "' must be a list");
-  std::vector<T> out;
-  for (const auto& v : j[key]) {
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!v.is_boolean()) bad(std::string("'") + key + "' must be a list of booleans");
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (!v.is_string()) bad(std::string("'") + key + "' must be a list of strings");
-    } else {
-      if (!v.is_number_integer()) bad(std::string("'") + key + "' must be a list of integers");
-    }
-    out.push_back(v.get<T>());
-  }
-  return out;
-}
-
-std::int64_t get_int(const json& j, const char* key, std::int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) bad(std::string("'") + key + "' must be an integer");
-  return j[key].get<std::int64_t>();
-}
-
-bool get_bool(const json& j, const char* key, bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) bad(std::string("'") + key + "' must be a boolean");
-  return j[key].get<bool>();
-}
-
-double get_number(const json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) bad(std::string("'") + key + "' must be a number");
-  return j[key].get<double>();
-}
 
 template <typename T>
 std::vector<T> reversed(std::vector<T> v) {
@@ -85,34 +51,34 @@ std::int64_t LtxVaeConfig::temporal_ratio() const {
 }
 
 LtxVaeConfig LtxVaeConfig::from_json(const json& j) {
-  if (!j.is_object()) bad("expected a JSON object");
+  const family::ConfigReader in(j, "AutoencoderKLLTXVideo config");
   LtxVaeConfig c;
-  c.in_channels = get_int(j, "in_channels", c.in_channels);
-  c.out_channels = get_int(j, "out_channels", c.out_channels);
-  c.latent_channels = get_int(j, "latent_channels", c.latent_channels);
-  c.block_out_channels = get_list(j, "block_out_channels", c.block_out_channels);
-  c.down_block_types = get_list(j, "down_block_types", c.down_block_types);
-  c.decoder_block_out_channels = get_list(j, "decoder_block_out_channels", c.decoder_block_out_channels);
-  c.layers_per_block = get_list(j, "layers_per_block", c.layers_per_block);
-  c.decoder_layers_per_block = get_list(j, "decoder_layers_per_block", c.decoder_layers_per_block);
-  c.spatio_temporal_scaling = get_list(j, "spatio_temporal_scaling", c.spatio_temporal_scaling);
-  c.decoder_spatio_temporal_scaling = get_list(j, "decoder_spatio_temporal_scaling", c.decoder_spatio_temporal_scaling);
-  c.decoder_inject_noise = get_list(j, "decoder_inject_noise", c.decoder_inject_noise);
-  c.downsample_type = get_list(j, "downsample_type", c.downsample_type);
-  c.upsample_residual = get_list(j, "upsample_residual", c.upsample_residual);
-  c.upsample_factor = get_list(j, "upsample_factor", c.upsample_factor);
-  c.timestep_conditioning = get_bool(j, "timestep_conditioning", c.timestep_conditioning);
-  c.patch_size = get_int(j, "patch_size", c.patch_size);
-  c.patch_size_t = get_int(j, "patch_size_t", c.patch_size_t);
-  c.resnet_norm_eps = get_number(j, "resnet_norm_eps", c.resnet_norm_eps);
-  c.scaling_factor = get_number(j, "scaling_factor", c.scaling_factor);
-  c.encoder_causal = get_bool(j, "encoder_causal", c.encoder_causal);
-  c.decoder_causal = get_bool(j, "decoder_causal", c.decoder_causal);
-  c.spatial_compression_ratio = get_int(j, "spatial_compression_ratio", 0);
-  c.temporal_compression_ratio = get_int(j, "temporal_compression_ratio", 0);
+  c.in_channels = in.integer("in_channels", c.in_channels);
+  c.out_channels = in.integer("out_channels", c.out_channels);
+  c.latent_channels = in.integer("latent_channels", c.latent_channels);
+  c.block_out_channels = in.integers("block_out_channels", c.block_out_channels);
+  c.down_block_types = in.strings("down_block_types", c.down_block_types);
+  c.decoder_block_out_channels = in.integers("decoder_block_out_channels", c.decoder_block_out_channels);
+  c.layers_per_block = in.integers("layers_per_block", c.layers_per_block);
+  c.decoder_layers_per_block = in.integers("decoder_layers_per_block", c.decoder_layers_per_block);
+  c.spatio_temporal_scaling = in.booleans("spatio_temporal_scaling", c.spatio_temporal_scaling);
+  c.decoder_spatio_temporal_scaling = in.booleans("decoder_spatio_temporal_scaling", c.decoder_spatio_temporal_scaling);
+  c.decoder_inject_noise = in.booleans("decoder_inject_noise", c.decoder_inject_noise);
+  c.downsample_type = in.strings("downsample_type", c.downsample_type);
+  c.upsample_residual = in.booleans("upsample_residual", c.upsample_residual);
+  c.upsample_factor = in.integers("upsample_factor", c.upsample_factor);
+  c.timestep_conditioning = in.boolean("timestep_conditioning", c.timestep_conditioning);
+  c.patch_size = in.integer("patch_size", c.patch_size);
+  c.patch_size_t = in.integer("patch_size_t", c.patch_size_t);
+  c.resnet_norm_eps = in.number("resnet_norm_eps", c.resnet_norm_eps);
+  c.scaling_factor = in.number("scaling_factor", c.scaling_factor);
+  c.encoder_causal = in.boolean("encoder_causal", c.encoder_causal);
+  c.decoder_causal = in.boolean("decoder_causal", c.decoder_causal);
+  c.spatial_compression_ratio = in.integer("spatial_compression_ratio", 0);
+  c.temporal_compression_ratio = in.integer("temporal_compression_ratio", 0);
 
   for (const auto* k : {"in_channels", "out_channels", "latent_channels", "patch_size", "patch_size_t"})
-    if (get_int(j, k, 1) <= 0) bad(std::string("'") + k + "' must be positive");
+    if (in.integer(k, 1) <= 0) bad(std::string("'") + k + "' must be positive");
   if (c.latent_channels < 2) bad("'latent_channels' must be at least 2");
   const auto n = c.block_out_channels.size();
   const auto nd = c.decoder_block_out_channels.size();
@@ -141,33 +107,6 @@ LtxVaeConfig LtxVaeConfig::from_json(const json& j) {
   for (const auto v : c.upsample_factor)
     if (v <= 0 || 8 % v != 0) bad("'upsample_factor' entries must divide 8");
   return c;
-}
-
-json LtxVaeConfig::to_json() const {
-  return {{"_class_name", "AutoencoderKLLTXVideo"},
-          {"block_out_channels", block_out_channels},
-          {"decoder_block_out_channels", decoder_block_out_channels},
-          {"decoder_causal", decoder_causal},
-          {"decoder_inject_noise", decoder_inject_noise},
-          {"decoder_layers_per_block", decoder_layers_per_block},
-          {"decoder_spatio_temporal_scaling", decoder_spatio_temporal_scaling},
-          {"down_block_types", down_block_types},
-          {"downsample_type", downsample_type},
-          {"encoder_causal", encoder_causal},
-          {"in_channels", in_channels},
-          {"latent_channels", latent_channels},
-          {"layers_per_block", layers_per_block},
-          {"out_channels", out_channels},
-          {"patch_size", patch_size},
-          {"patch_size_t", patch_size_t},
-          {"resnet_norm_eps", resnet_norm_eps},
-          {"scaling_factor", scaling_factor},
-          {"spatial_compression_ratio", spatial_compression_ratio > 0 ? json(spatial_compression_ratio) : json()},
-          {"spatio_temporal_scaling", spatio_temporal_scaling},
-          {"temporal_compression_ratio", temporal_compression_ratio > 0 ? json(temporal_compression_ratio) : json()},
-          {"timestep_conditioning", timestep_conditioning},
-          {"upsample_factor", upsample_factor},
-          {"upsample_residual", upsample_residual}};
 }
 
 CausalConv3dImpl::CausalConv3dImpl(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride, bool c)

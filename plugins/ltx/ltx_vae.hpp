@@ -55,7 +55,6 @@ struct LtxVaeConfig {
   // Reads a Diffusers config.json object. Throws std::invalid_argument naming the key for a wrong
   // type, inconsistent list lengths or a block type this implementation does not have.
   static LtxVaeConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;
 };
 
 // LTXVideoCausalConv3d: spatial zero padding k/2; in time the first frame is repeated k-1 times

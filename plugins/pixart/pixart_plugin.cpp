@@ -28,23 +28,16 @@
 #include "yeto/family/repository.hpp"
 #include "yeto/family/sampling.hpp"
 
+namespace yeto::pixart {
 namespace {
 
 using nlohmann::json;
-using yeto::sdk::fail;
-using yeto::sdk::Host;
-using yeto::sdk::NamedTensors;
-namespace pixart = yeto::pixart;
-
-using yeto::family::call;
-using yeto::family::output;
-using yeto::family::parse_json;
-using yeto::family::python_nonfinite_to_null;
+using sdk::NamedTensors;
 
 // Diffusers configs may hold Python's bare -Infinity / Infinity / NaN (every DPM-Solver config has
 // "lambda_min_clipped": -Infinity). Outside strings they become null: this plugin reads no such key.
 json read_json_file(const std::string& path) {
-  return parse_json(python_nonfinite_to_null(yeto::family::read_text_file(path)), path);
+  return family::parse_json(family::python_nonfinite_to_null(yeto::family::read_text_file(path)), path);
 }
 
 const at::Tensor* find(const NamedTensors& in, const std::string& name) {
@@ -55,11 +48,13 @@ const at::Tensor* find(const NamedTensors& in, const std::string& name) {
 
 // ---- the transformer component -----------------------------------------------------------
 
-class TransformerComponent : public yeto::sdk::Component {
+class TransformerComponent
+    : public yeto::family::ModelComponent<pixart::PixArtTransformer2DModel, pixart::PixArtTransformerConfig> {
  public:
   TransformerComponent(const std::string& config_json, const std::string& dir)
-      : model_(yeto::family::component_model<pixart::PixArtTransformer2DModel, pixart::PixArtTransformerConfig>(
-            python_nonfinite_to_null(config_json), dir, "PixArtTransformer2DModel")) {}
+      : ModelComponent(config_json, dir,
+                       {"PixArtTransformer2DModel", "is this a PixArt transformer checkpoint of this configuration?",
+                        /*with_buffers=*/false}) {}
 
   // Inputs by the names of PixArtTransformer2DModel.forward: hidden_states, encoder_hidden_states,
   // timestep, encoder_attention_mask (optional) and the added conditions as
@@ -75,7 +70,7 @@ class TransformerComponent : public yeto::sdk::Component {
       return {{"sample", run(model_, get(in, "hidden_states"), get(in, "encoder_hidden_states"), get(in, "timestep"),
                              mask ? *mask : at::Tensor(), res ? *res : at::Tensor(), ar ? *ar : at::Tensor())}};
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
 
@@ -90,20 +85,6 @@ class TransformerComponent : public yeto::sdk::Component {
     return model->forward(x.to(dev, dtype), context.to(dev, dtype), timestep.to(dev), opt(mask), opt(resolution),
                           opt(aspect_ratio));
   }
-
-  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
-
-  // Checkpoint names are matched against the parameters only (not the buffers).
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    yeto::family::load_module_weights(*model_, weights, strict, "PixArtTransformer2DModel",
-                                      "is this a PixArt transformer checkpoint of this configuration?",
-                                      /*with_buffers=*/false);
-  }
-
-  pixart::PixArtTransformer2DModel& model() { return model_; }
-
- private:
-  pixart::PixArtTransformer2DModel model_;
 };
 
 // ---- the plugin ----------------------------------------------------------------------------
@@ -114,30 +95,22 @@ struct TextConditioning {
 
 class PixArtPlugin : public yeto::family::DiffusersFamily {
  public:
-  PixArtPlugin() : DiffusersFamily({"pixart", "PixArt", "transformer", 0.18215, 0.0, pixart::resolve_lora_targets}) {}
+  PixArtPlugin() : DiffusersFamily(pixart::description()) {}
 
-  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
-    const std::string where = model_dir + "/model_index.json";
-    const auto index = parse_json(model_index_json, where);
+  // transformer/config.json decides whether a legacy Transformer2DModel is served.
+  json plan(const std::string& model_dir, const json& model_index) override {
     const auto transformer_cfg_path = model_dir + "/transformer/config.json";
     const json transformer_cfg =
         std::ifstream(transformer_cfg_path).good() ? read_json_file(transformer_cfg_path) : json::object();
-    json plan;
-    try {
-      plan = pixart::plan_from_model_index(model_dir, index, transformer_cfg);
-      default_max_length_ =
-          pixart::default_max_sequence_length(index.value("_class_name", std::string()), where);
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    // A repository without a VAE (null in model_index.json) trains on cached latents; the
-    // scaling factors then keep their defaults, used only if something encodes or decodes.
-    configs_.read(model_dir, plan);
-    max_sequence_length_ = default_max_length_;
-    return plan.dump();
+    auto plan = pixart::plan_from_model_index(model_dir, model_index, transformer_cfg);
+    default_max_length_ = pixart::default_max_sequence_length(model_index.value("_class_name", std::string()),
+                                                              model_dir + "/model_index.json");
+    return plan;
   }
 
-  std::string presets() override { return pixart::presets().dump(); }
+  void pipeline_loaded(const std::string&, const json&, const json&) override {
+    max_sequence_length_ = default_max_length_;
+  }
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>("PixArtTransformer2DModel");
@@ -168,8 +141,9 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
       const auto* r = find(in, "resolution");
       const auto* a = find(in, "aspect_ratio");
       if (!r || !a)
-        fail(YETO_ERR_INVALID_ARGUMENT, "pixart denoise: this transformer uses additional conditions; the inputs need "
-                                        "'resolution' [B, 2] and 'aspect_ratio' [B, 1] from denoiser_kwargs");
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                  "pixart denoise: this transformer uses additional conditions; the inputs need "
+                  "'resolution' [B, 2] and 'aspect_ratio' [B, 1] from denoiser_kwargs");
       resolution = *r;
       aspect_ratio = *a;
     }
@@ -187,9 +161,9 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
         prediction.sizes().slice(2) == target.sizes().slice(2))
       return {prediction.narrow(1, 0, target.size(1)).to(at::kFloat), target.to(at::kFloat)};
     if (prediction.sizes() != target.sizes())
-      fail(YETO_ERR_INVALID_ARGUMENT, "pixart align: prediction " + c10::str(prediction.sizes()) + " and target " +
-                                          c10::str(target.sizes()) +
-                                          " match neither directly nor as a learned-sigma [noise, variance] pair");
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "pixart align: prediction " + c10::str(prediction.sizes()) + " and target " +
+                                               c10::str(target.sizes()) +
+                                               " match neither directly nor as a learned-sigma [noise, variance] pair");
     return {prediction.to(at::kFloat), target.to(at::kFloat)};
   }
 
@@ -200,13 +174,8 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto vsf = vae_scale_factor();
-    const auto height = r.height > 0 ? r.height : cfg.sample_size * vsf;
-    const auto width = r.width > 0 ? r.width : cfg.sample_size * vsf;
-    const auto multiple = vsf * cfg.patch_size;
-    if (height % multiple != 0 || width % multiple != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
-                                          " (VAE scale factor x patch size), got " + std::to_string(height) + "x" +
-                                          std::to_string(width));
+    const auto size = yeto::family::generation_size(r.height, r.width, cfg.sample_size * vsf, vsf * cfg.patch_size);
+    const auto height = size.first, width = size.second;
     const auto max_len = r.max_sequence_length > 0 ? r.max_sequence_length : default_max_length_;
     const bool cfg_guidance = r.guidance > 1.0;
 
@@ -253,31 +222,21 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
     latents = yeto::family::denoise_loop(latents, schedule, hooks, record);
 
     // 4. Decode.
-    const auto images = yeto::family::decode_images(latents, scaling_factor(), shift_factor(), record);
-
-    NamedTensors out = {{"images", images}};
-    record.append_to(out);
-    return out;
+    return record.outputs({{"images", decode_images(latents, record)}});
   }
 
  protected:
-  torch::nn::Module& denoiser_module() override { return *transformer(); }
-
   // Prompts -> T5 states with the padding mask the transformer's cross-attention needs.
   NamedTensors conditioning(const std::vector<std::string>& prompts) override {
     const auto c = encode_text(prompts, max_sequence_length_);
     return {{"prompt_embeds", c.embeds}, {"prompt_attention_mask", c.mask}};
   }
 
-  void prepare_run(const json& /*options*/) override {
-    max_sequence_length_ = yeto::family::run_max_sequence_length(
-        default_max_length_, 0, "the pipeline's default, " + std::to_string(default_max_length_));
-  }
+  std::int64_t default_max_sequence_length() const override { return default_max_length_; }
 
  private:
   pixart::PixArtTransformer2DModel& transformer() {
-    return yeto::family::plugin_component<TransformerComponent>("transformer", "PixArtTransformer2DModel", "pixart", "a")
-        .model();
+    return family::plugin_model<TransformerComponent>("transformer", "PixArtTransformer2DModel", "pixart", "a");
   }
 
   at::Tensor run_transformer(const at::Tensor& x, const at::Tensor& context, const at::Tensor& timestep,
@@ -285,7 +244,7 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
     try {
       return TransformerComponent::run(transformer(), x, context, timestep, mask, resolution, aspect_ratio);
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
 
@@ -309,36 +268,26 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
   TextConditioning encode_text(const std::vector<std::string>& prompts, std::int64_t max_length) {
     std::vector<std::string> texts;
     for (const auto& p : prompts) texts.push_back(pixart::preprocess_caption(p));
-    TextConditioning c;
-    const json tok = {{"method", "tokenize"},   {"text", texts},        {"padding", "max_length"},
-                      {"max_length", max_length}, {"truncation", true}, {"add_special_tokens", true}};
-    const auto t = call("tokenizer", {}, tok);
-    c.ids = output(t, "input_ids", "tokenizer").to(at::kLong);
-    c.mask = output(t, "attention_mask", "tokenizer").to(at::kLong);
     // PixArt passes the mask to T5 (padded keys masked; outputs at padded positions kept).
-    c.embeds = output(call("text_encoder", {{"input_ids", c.ids}, {"attention_mask", c.mask}}, {{"method", "encode"}}),
-                      "last_hidden_state", "text_encoder")
-                   .to(at::kFloat);
-    return c;
+    family::TextEncoderCall call;
+    call.max_length = max_length;
+    call.with_mask = true;
+    call.tokenize = {{"add_special_tokens", true}};
+    const auto t = family::encode_text(texts, call);
+    return {t.input_ids, t.attention_mask, t.output("last_hidden_state")};
   }
 
   void check_latents(const at::Tensor& x, const std::string& name) {
     const auto& cfg = transformer()->config();
-    if (x.dim() != 4 || x.size(1) != cfg.in_channels || x.size(2) % cfg.patch_size != 0 ||
-        x.size(3) % cfg.patch_size != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "pixart: '" + name + "' must be latents [B, " + std::to_string(cfg.in_channels) +
-                                          ", h, w] with h and w multiples of " + std::to_string(cfg.patch_size) +
-                                          ", got " + c10::str(x.sizes()));
+    yeto::family::check_image_latents(x, name, "pixart", cfg.in_channels, cfg.patch_size);
   }
 
   std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
-  double scaling_factor() const { return configs_.scaling_factor(); }
-  double shift_factor() const { return configs_.shift_factor(); }
 
   std::int64_t default_max_length_ = 120;
-  std::int64_t max_sequence_length_ = 120;
 };
 
 }  // namespace
+}  // namespace yeto::pixart
 
-YETO_PLUGIN(PixArtPlugin)
+YETO_PLUGIN(yeto::pixart::PixArtPlugin)

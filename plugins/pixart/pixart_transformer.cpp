@@ -7,40 +7,12 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "yeto/family/config.hpp"
+
 namespace yeto::pixart {
 namespace {
 
 using nlohmann::json;
-
-[[noreturn]] void bad(const std::string& key, const std::string& what) {
-  throw std::invalid_argument("PixArtTransformer2DModel config: '" + key + "' " + what);
-}
-
-bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
-std::int64_t get_int(const json& j, const char* key, std::int64_t fallback) {
-  if (!present(j, key)) return fallback;
-  if (!j[key].is_number_integer()) bad(key, "must be an integer, got " + j[key].dump());
-  return j[key].get<std::int64_t>();
-}
-
-bool get_bool(const json& j, const char* key, bool fallback) {
-  if (!present(j, key)) return fallback;
-  if (!j[key].is_boolean()) bad(key, "must be true or false, got " + j[key].dump());
-  return j[key].get<bool>();
-}
-
-double get_number(const json& j, const char* key, double fallback) {
-  if (!present(j, key)) return fallback;
-  if (!j[key].is_number()) bad(key, "must be a number, got " + j[key].dump());
-  return j[key].get<double>();
-}
-
-std::string get_string(const json& j, const char* key, const std::string& fallback) {
-  if (!present(j, key)) return fallback;
-  if (!j[key].is_string()) bad(key, "must be a string, got " + j[key].dump());
-  return j[key].get<std::string>();
-}
 
 // Diffusers' 1-D table: angles pos x omega in float64, [sin, cos].
 at::Tensor sincos_1d(std::int64_t dim, const at::Tensor& pos) {
@@ -53,59 +25,62 @@ at::Tensor sincos_1d(std::int64_t dim, const at::Tensor& pos) {
 }  // namespace
 
 PixArtTransformerConfig PixArtTransformerConfig::from_json(const json& j) {
-  if (!j.is_object()) throw std::invalid_argument("PixArtTransformer2DModel config: expected a JSON object");
+  const family::ConfigReader in(j, "PixArtTransformer2DModel config");
   PixArtTransformerConfig c;
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads);
-  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim);
-  if (!present(j, "in_channels")) bad("in_channels", "is required");
-  c.in_channels = get_int(j, "in_channels", c.in_channels);
+  c.num_attention_heads = in.integer("num_attention_heads", c.num_attention_heads);
+  c.attention_head_dim = in.integer("attention_head_dim", c.attention_head_dim);
+  in.require("in_channels");
+  c.in_channels = in.integer("in_channels", c.in_channels);
   // out_channels: null means in_channels (no learned sigma); the class default is 8.
-  c.out_channels = j.contains("out_channels") ? get_int(j, "out_channels", c.in_channels) : 8;
-  c.num_layers = get_int(j, "num_layers", c.num_layers);
-  c.cross_attention_dim = get_int(j, "cross_attention_dim", c.cross_attention_dim);
-  c.attention_bias = get_bool(j, "attention_bias", c.attention_bias);
-  if (!present(j, "sample_size")) bad("sample_size", "is required (the latent width the model was trained at)");
-  c.sample_size = get_int(j, "sample_size", c.sample_size);
-  if (!present(j, "patch_size")) bad("patch_size", "is required");
-  c.patch_size = get_int(j, "patch_size", c.patch_size);
-  const auto act = get_string(j, "activation_fn", "gelu-approximate");
+  c.out_channels = j.contains("out_channels") ? in.integer("out_channels", c.in_channels) : 8;
+  c.num_layers = in.integer("num_layers", c.num_layers);
+  c.cross_attention_dim = in.integer("cross_attention_dim", c.cross_attention_dim);
+  c.attention_bias = in.boolean("attention_bias", c.attention_bias);
+  in.require("sample_size", " (the latent width the model was trained at)");
+  c.sample_size = in.integer("sample_size", c.sample_size);
+  in.require("patch_size");
+  c.patch_size = in.integer("patch_size", c.patch_size);
+  const auto act = in.string("activation_fn", "gelu-approximate");
   if (act == "gelu-approximate")
     c.activation = nn::Activation::gelu_tanh;
   else if (act == "gelu")
     c.activation = nn::Activation::gelu;
   else
-    bad("activation_fn", "is '" + act + "'; this implementation has the GELU feed-forwards (gelu-approximate, gelu)");
-  if (!present(j, "num_embeds_ada_norm")) bad("num_embeds_ada_norm", "cannot be null with norm_type ada_norm_single");
-  const auto norm_type = get_string(j, "norm_type", "ada_norm_single");
+    in.fail("activation_fn",
+            "is '" + act + "'; this implementation has the GELU feed-forwards (gelu-approximate, gelu)");
+  if (!in.present("num_embeds_ada_norm"))
+    in.fail("num_embeds_ada_norm", "cannot be null with norm_type ada_norm_single");
+  const auto norm_type = in.string("norm_type", "ada_norm_single");
   if (norm_type != "ada_norm_single")
-    bad("norm_type", "is '" + norm_type + "'; PixArtTransformer2DModel is implemented for ada_norm_single only");
-  const auto attention_type = get_string(j, "attention_type", "default");
-  if (attention_type != "default") bad("attention_type", "is '" + attention_type + "'; only 'default' is implemented");
-  if (get_bool(j, "only_cross_attention", false)) bad("only_cross_attention", "true is not implemented");
-  if (get_bool(j, "double_self_attention", false)) bad("double_self_attention", "true is not implemented");
-  c.norm_elementwise_affine = get_bool(j, "norm_elementwise_affine", c.norm_elementwise_affine);
-  c.norm_eps = get_number(j, "norm_eps", c.norm_eps);
-  if (!present(j, "caption_channels"))
-    bad("caption_channels", "is required (the T5 width the caption projection maps from)");
-  c.caption_channels = get_int(j, "caption_channels", c.caption_channels);
+    in.fail("norm_type", "is '" + norm_type + "'; PixArtTransformer2DModel is implemented for ada_norm_single only");
+  const auto attention_type = in.string("attention_type", "default");
+  if (attention_type != "default")
+    in.fail("attention_type", "is '" + attention_type + "'; only 'default' is implemented");
+  if (in.boolean("only_cross_attention", false)) in.fail("only_cross_attention", "true is not implemented");
+  if (in.boolean("double_self_attention", false)) in.fail("double_self_attention", "true is not implemented");
+  c.norm_elementwise_affine = in.boolean("norm_elementwise_affine", c.norm_elementwise_affine);
+  c.norm_eps = in.number("norm_eps", c.norm_eps);
+  in.require("caption_channels", " (the T5 width the caption projection maps from)");
+  c.caption_channels = in.integer("caption_channels", c.caption_channels);
   for (const char* k : {"num_attention_heads", "attention_head_dim", "in_channels", "num_layers", "cross_attention_dim",
                         "sample_size", "patch_size", "caption_channels"})
-    if (get_int(j, k, 1) <= 0) bad(k, "must be positive");
-  if (c.out_channels <= 0) bad("out_channels", "must be positive");
-  if (c.num_layers < 0) bad("num_layers", "must not be negative");
-  c.interpolation_scale = present(j, "interpolation_scale")
-                              ? get_number(j, "interpolation_scale", 1.0)
+    if (in.integer(k, 1) <= 0) in.fail(k, "must be positive");
+  if (c.out_channels <= 0) in.fail("out_channels", "must be positive");
+  if (c.num_layers < 0) in.fail("num_layers", "must not be negative");
+  c.interpolation_scale = in.present("interpolation_scale")
+                              ? in.number("interpolation_scale", 1.0)
                               : static_cast<double>(std::max<std::int64_t>(c.sample_size / 64, 1));
-  if (!(c.interpolation_scale > 0)) bad("interpolation_scale", "must be positive");
-  c.use_additional_conditions = get_bool(j, "use_additional_conditions", c.sample_size == 128);
+  if (!(c.interpolation_scale > 0)) in.fail("interpolation_scale", "must be positive");
+  c.use_additional_conditions = in.boolean("use_additional_conditions", c.sample_size == 128);
   if (c.cross_attention_dim != c.inner_dim())
-    bad("cross_attention_dim", "is " + std::to_string(c.cross_attention_dim) +
-                                   " but the caption projection gives num_attention_heads * attention_head_dim = " +
-                                   std::to_string(c.inner_dim()) + " channels");
-  if (c.inner_dim() % 4 != 0) bad("attention_head_dim", "times num_attention_heads must be divisible by 4 (2-D sin-cos table)");
+    in.fail("cross_attention_dim", "is " + std::to_string(c.cross_attention_dim) +
+                                       " but the caption projection gives num_attention_heads * attention_head_dim = " +
+                                       std::to_string(c.inner_dim()) + " channels");
+  if (c.inner_dim() % 4 != 0)
+    in.fail("attention_head_dim", "times num_attention_heads must be divisible by 4 (2-D sin-cos table)");
   if (c.use_additional_conditions && c.inner_dim() % 3 != 0)
-    bad("use_additional_conditions",
-        "needs num_attention_heads * attention_head_dim divisible by 3 (resolution and aspect-ratio embeddings)");
+    in.fail("use_additional_conditions",
+            "needs num_attention_heads * attention_head_dim divisible by 3 (resolution and aspect-ratio embeddings)");
   return c;
 }
 

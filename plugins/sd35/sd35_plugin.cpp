@@ -22,27 +22,24 @@
 #include "yeto/family/repository.hpp"
 #include "yeto/family/sampling.hpp"
 
+namespace yeto::sd35 {
 namespace {
 
 using nlohmann::json;
-using yeto::sdk::fail;
-using yeto::sdk::Host;
-using yeto::sdk::NamedTensors;
-namespace sd35 = yeto::sd35;
-
+using sdk::NamedTensors;
 constexpr const char* kClass = "SD3Transformer2DModel";
-using yeto::family::call;
-using yeto::family::output;
-using yeto::family::parse_json;
 
 // ---- the transformer component -----------------------------------------------------------
 
-class TransformerComponent : public yeto::sdk::Component {
+// Built directly in the run's precision and device (a 16-bit checkpoint never exists as float32).
+class TransformerComponent
+    : public yeto::family::ModelComponent<sd35::SD3Transformer2DModel, sd35::SD3TransformerConfig> {
  public:
-  // Built directly in the run's precision and device (a 16-bit checkpoint never exists as float32).
   TransformerComponent(const std::string& config_json, const std::string& dir)
-      : model_(yeto::family::component_model<sd35::SD3Transformer2DModel, sd35::SD3TransformerConfig>(config_json, dir,
-                                                                                                      kClass)) {}
+      : ModelComponent(config_json, dir,
+                       {kClass,
+                        "is this an SD3 / SD3.5 transformer checkpoint with this config's num_layers, "
+                        "dual_attention_layers and qk_norm?"}) {}
 
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
     using yeto::sdk::get;
@@ -53,21 +50,6 @@ class TransformerComponent : public yeto::sdk::Component {
                                to(get(in, "pooled_projections")), get(in, "timestep").to(dev, at::kFloat));
     return {{"sample", out}};
   }
-
-  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
-
-  // The host may stream one tensor per call. Strict loading refuses names the model does not
-  // have; shapes must always match.
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    yeto::family::load_module_weights(*model_, weights, strict, kClass,
-                                      "is this an SD3 / SD3.5 transformer checkpoint with this config's num_layers, "
-                                      "dual_attention_layers and qk_norm?");
-  }
-
-  sd35::SD3Transformer2DModel& model() { return model_; }
-
- private:
-  sd35::SD3Transformer2DModel model_;
 };
 
 // ---- the plugin ----------------------------------------------------------------------------
@@ -82,26 +64,17 @@ struct Conditioning {
 class Sd35Plugin : public yeto::family::DiffusersFamily {
  public:
   // SD3's latent normalisation: (z - shift_factor) * scaling_factor.
-  Sd35Plugin() : DiffusersFamily({"sd35", "SD3.5", "transformer", 1.5305, 0.0609, sd35::resolve_lora_targets}) {}
+  Sd35Plugin() : DiffusersFamily(sd35::description()) {}
 
-  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
-    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
-    json plan;
-    try {
-      plan = sd35::plan_from_model_index(model_dir, index);
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    // A repository without a VAE (null in model_index.json) trains on cached latents; the
-    // scaling factors then keep their defaults, used only if something encodes or decodes.
-    configs_.read(model_dir, plan);
+  json plan(const std::string& model_dir, const json& model_index) override {
+    return sd35::plan_from_model_index(model_dir, model_index);
+  }
+
+  void pipeline_loaded(const std::string& model_dir, const json& /*model_index*/, const json& plan) override {
     has_t5_ = plan["components"].contains("text_encoder_3");
     // The pipeline's tokenizer_max_length: the first CLIP tokenizer's model_max_length.
     clip_max_length_ = yeto::family::tokenizer_max_length(model_dir, "tokenizer", 77);
-    return plan.dump();
   }
-
-  std::string presets() override { return sd35::presets().dump(); }
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>(kClass);
@@ -129,13 +102,8 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto vsf = vae_scale_factor();
-    const auto height = r.height > 0 ? r.height : cfg.sample_size * vsf;
-    const auto width = r.width > 0 ? r.width : cfg.sample_size * vsf;
-    const auto multiple = vsf * cfg.patch_size;
-    if (height % multiple != 0 || width % multiple != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
-                                          " (VAE scale factor x patch size), got " + std::to_string(height) + "x" +
-                                          std::to_string(width));
+    const auto size = yeto::family::generation_size(r.height, r.width, cfg.sample_size * vsf, vsf * cfg.patch_size);
+    const auto height = size.first, width = size.second;
     const bool cfg_on = r.guidance > 1.0;  // StableDiffusion3Pipeline.do_classifier_free_guidance
 
     // 1. Text conditioning: the prompts, then (for guidance) the negative prompts ("" by default).
@@ -148,8 +116,8 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
       const auto neg = encode_prompts(negatives, r.max_sequence_length);
       record_conditioning(record, "negative_", neg);
       if (neg.embeds.sizes() != cond.embeds.sizes())
-        fail(YETO_ERR_INVALID_ARGUMENT, "generate: negative prompt embeddings " + c10::str(neg.embeds.sizes()) +
-                                            " differ in shape from the prompt's " + c10::str(cond.embeds.sizes()));
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: negative prompt embeddings " + c10::str(neg.embeds.sizes()) +
+                                                 " differ in shape from the prompt's " + c10::str(cond.embeds.sizes()));
       // The guidance batch: negative first.
       embeds = at::cat({neg.embeds, cond.embeds});
       pooled = at::cat({neg.pooled, cond.pooled});
@@ -183,29 +151,18 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
     const auto final_latents = yeto::family::denoise_loop(latents, schedule, hooks, record);
 
     // 5. Decode.
-    const auto images = yeto::family::decode_images(final_latents, scaling_factor(), shift_factor(), record);
-
-    NamedTensors out = {{"images", images}};
-    record.append_to(out);
-    return out;
+    return record.outputs({{"images", decode_images(final_latents, record)}});
   }
 
  protected:
-  torch::nn::Module& denoiser_module() override { return *transformer(); }
-
   NamedTensors conditioning(const std::vector<std::string>& prompts) override {
     const auto c = encode_prompts(prompts, max_sequence_length_);
     return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
   }
 
-  void prepare_run(const json& /*options*/) override {
-    max_sequence_length_ = yeto::family::run_max_sequence_length(256, 512, "the SD3 pipeline's 256");
-  }
-
  private:
   sd35::SD3Transformer2DModel& transformer() {
-    return yeto::family::plugin_component<TransformerComponent>("transformer", kClass, "sd35", "an")
-        .model();
+    return family::plugin_model<TransformerComponent>("transformer", kClass, "sd35", "an");
   }
 
   at::Tensor run_transformer(const at::Tensor& latents, const at::Tensor& embeds, const at::Tensor& pooled,
@@ -221,22 +178,23 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
   // the final norm) and the projected pooled output (text_embeds), no attention mask.
   void encode_clip(const std::string& tokenizer, const std::string& encoder, const std::vector<std::string>& texts,
                    at::Tensor& ids, at::Tensor& hidden, at::Tensor& pooled) {
-    ids = output(call(tokenizer, {},
-                      {{"method", "tokenize"},
-                       {"text", texts},
-                       {"padding", "max_length"},
-                       {"max_length", clip_max_length_},
-                       {"truncation", true}}),
-                 "input_ids", tokenizer)
+    ids = family::output(family::call(tokenizer, {},
+                                      {{"method", "tokenize"},
+                                       {"text", texts},
+                                       {"padding", "max_length"},
+                                       {"max_length", clip_max_length_},
+                                       {"truncation", true}}),
+                         "input_ids", tokenizer)
               .to(at::kLong);
-    const auto out = call(encoder, {{"input_ids", ids}}, {{"method", "encode"}, {"output_hidden_states", true}});
+    const auto out =
+        family::call(encoder, {{"input_ids", ids}}, {{"method", "encode"}, {"output_hidden_states", true}});
     // hidden_states.0 are the embeddings, hidden_states.N the last layer: [-2] is N - 1.
     std::int64_t last = -1;
     for (const auto& [n, t] : out)
       if (n.rfind("hidden_states.", 0) == 0) last = std::max<std::int64_t>(last, std::stoll(n.substr(14)));
-    if (last < 1) fail(YETO_ERR_INTERNAL, encoder + " returned fewer than two hidden states");
-    hidden = output(out, "hidden_states." + std::to_string(last - 1), encoder).to(at::kFloat);
-    pooled = output(out, "text_embeds", encoder).to(at::kFloat);
+    if (last < 1) sdk::fail(YETO_ERR_INTERNAL, encoder + " returned fewer than two hidden states");
+    hidden = family::output(out, "hidden_states." + std::to_string(last - 1), encoder).to(at::kFloat);
+    pooled = family::output(out, "text_embeds", encoder).to(at::kFloat);
   }
 
   Conditioning encode_prompts(const std::vector<std::string>& texts, std::int64_t max_sequence_length) {
@@ -244,18 +202,18 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
     encode_clip("tokenizer", "text_encoder", texts, c.clip_l_ids, c.clip_l_hidden, c.clip_l_pooled);
     encode_clip("tokenizer_2", "text_encoder_2", texts, c.clip_g_ids, c.clip_g_hidden, c.clip_g_pooled);
     if (has_t5_) {
-      c.t5_ids = output(call("tokenizer_3", {},
-                             {{"method", "tokenize"},
-                              {"text", texts},
-                              {"padding", "max_length"},
-                              {"max_length", max_sequence_length},
-                              {"truncation", true},
-                              {"add_special_tokens", true}}),
-                        "input_ids", "tokenizer_3")
+      c.t5_ids = family::output(family::call("tokenizer_3", {},
+                                             {{"method", "tokenize"},
+                                              {"text", texts},
+                                              {"padding", "max_length"},
+                                              {"max_length", max_sequence_length},
+                                              {"truncation", true},
+                                              {"add_special_tokens", true}}),
+                                "input_ids", "tokenizer_3")
                      .to(at::kLong);
       // Without an attention mask: padding positions are attended to, as the pipeline calls T5.
-      c.t5 = output(call("text_encoder_3", {{"input_ids", c.t5_ids}}, {{"method", "encode"}}), "last_hidden_state",
-                    "text_encoder_3")
+      c.t5 = family::output(family::call("text_encoder_3", {{"input_ids", c.t5_ids}}, {{"method", "encode"}}),
+                            "last_hidden_state", "text_encoder_3")
                  .to(at::kFloat);
     } else {
       // No T5 in the repository: zeros of the CLIP length, as the pipeline does.
@@ -288,22 +246,16 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
 
   void check_latents(const at::Tensor& x, const std::string& name) {
     const auto& cfg = transformer()->config();
-    if (x.dim() != 4 || x.size(1) != cfg.in_channels || x.size(2) % cfg.patch_size != 0 ||
-        x.size(3) % cfg.patch_size != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "sd35: '" + name + "' must be latents [B, " + std::to_string(cfg.in_channels) +
-                                          ", h, w] with h and w multiples of " + std::to_string(cfg.patch_size) +
-                                          ", got " + c10::str(x.sizes()));
+    yeto::family::check_image_latents(x, name, "sd35", cfg.in_channels, cfg.patch_size);
   }
 
   std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
-  double scaling_factor() const { return configs_.scaling_factor(); }
-  double shift_factor() const { return configs_.shift_factor(); }
 
   bool has_t5_ = true;
   std::int64_t clip_max_length_ = 77;
-  std::int64_t max_sequence_length_ = 256;
 };
 
 }  // namespace
+}  // namespace yeto::sd35
 
-YETO_PLUGIN(Sd35Plugin)
+YETO_PLUGIN(yeto::sd35::Sd35Plugin)

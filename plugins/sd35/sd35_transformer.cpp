@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "yeto/family/config.hpp"
+
 namespace yeto::sd35 {
 namespace {
 
@@ -15,25 +17,6 @@ using nlohmann::json;
   throw std::invalid_argument("SD3Transformer2DModel config: " + what);
 }
 
-std::int64_t get_int(const json& j, const char* key, std::int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) bad(std::string("'") + key + "' must be an integer, got " + j[key].dump());
-  return j[key].get<std::int64_t>();
-}
-
-nn::AttentionOptions sd3_attention(std::int64_t dim, std::int64_t heads, std::int64_t head_dim,
-                                   const std::string& qk_norm) {
-  nn::AttentionOptions o;
-  o.query_dim = dim;
-  o.heads = heads;
-  o.dim_head = head_dim;
-  o.out_dim = dim;
-  o.bias = true;
-  o.qk_norm = qk_norm;
-  o.eps = 1e-6;
-  return o;
-}
-
 }  // namespace
 
 bool SD3TransformerConfig::dual_attention(std::int64_t block) const {
@@ -41,39 +24,32 @@ bool SD3TransformerConfig::dual_attention(std::int64_t block) const {
 }
 
 SD3TransformerConfig SD3TransformerConfig::from_json(const json& j) {
-  if (!j.is_object()) bad("expected a JSON object");
+  const family::ConfigReader in(j, "SD3Transformer2DModel config");
   SD3TransformerConfig c;
-  c.sample_size = get_int(j, "sample_size", c.sample_size);
-  c.patch_size = get_int(j, "patch_size", c.patch_size);
-  c.in_channels = get_int(j, "in_channels", c.in_channels);
-  c.out_channels = get_int(j, "out_channels", c.in_channels);
-  c.num_layers = get_int(j, "num_layers", c.num_layers);
-  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim);
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads);
-  c.joint_attention_dim = get_int(j, "joint_attention_dim", c.joint_attention_dim);
-  c.caption_projection_dim = get_int(j, "caption_projection_dim", c.caption_projection_dim);
-  c.pooled_projection_dim = get_int(j, "pooled_projection_dim", c.pooled_projection_dim);
+  c.sample_size = in.integer("sample_size", c.sample_size);
+  c.patch_size = in.integer("patch_size", c.patch_size);
+  c.in_channels = in.integer("in_channels", c.in_channels);
+  c.out_channels = in.integer("out_channels", c.in_channels);
+  c.num_layers = in.integer("num_layers", c.num_layers);
+  c.attention_head_dim = in.integer("attention_head_dim", c.attention_head_dim);
+  c.num_attention_heads = in.integer("num_attention_heads", c.num_attention_heads);
+  c.joint_attention_dim = in.integer("joint_attention_dim", c.joint_attention_dim);
+  c.caption_projection_dim = in.integer("caption_projection_dim", c.caption_projection_dim);
+  c.pooled_projection_dim = in.integer("pooled_projection_dim", c.pooled_projection_dim);
+  // null: no position embedding cap.
   c.pos_embed_max_size = j.contains("pos_embed_max_size") && j["pos_embed_max_size"].is_null()
                              ? 0
-                             : get_int(j, "pos_embed_max_size", c.pos_embed_max_size);
-  if (j.contains("dual_attention_layers") && !j["dual_attention_layers"].is_null()) {
-    const auto& d = j["dual_attention_layers"];
-    if (!d.is_array()) bad("'dual_attention_layers' must be an array of block indices, got " + d.dump());
-    for (const auto& v : d) {
-      if (!v.is_number_integer()) bad("'dual_attention_layers' must hold integers, got " + v.dump());
-      c.dual_attention_layers.push_back(v.get<std::int64_t>());
-    }
-  }
-  if (j.contains("qk_norm") && !j["qk_norm"].is_null()) {
-    if (!j["qk_norm"].is_string()) bad("'qk_norm' must be a string or null, got " + j["qk_norm"].dump());
-    c.qk_norm = j["qk_norm"].get<std::string>();
+                             : in.integer("pos_embed_max_size", c.pos_embed_max_size);
+  c.dual_attention_layers = in.integers("dual_attention_layers", c.dual_attention_layers);
+  if (in.present("qk_norm")) {
+    c.qk_norm = in.string("qk_norm", c.qk_norm);
     if (c.qk_norm != "rms_norm" && c.qk_norm != "layer_norm")
       bad("'qk_norm' is '" + c.qk_norm + "'; supported: rms_norm, layer_norm or null");
   }
   for (const auto* k : {"sample_size", "patch_size", "in_channels", "out_channels", "num_layers", "attention_head_dim",
                         "num_attention_heads", "joint_attention_dim", "caption_projection_dim",
                         "pooled_projection_dim"}) {
-    if (get_int(j, k, 1) <= 0) bad(std::string("'") + k + "' must be positive");
+    if (in.integer(k, 1) <= 0) bad(std::string("'") + k + "' must be positive");
   }
   if (c.pos_embed_max_size < 0) bad("'pos_embed_max_size' must be positive or null");
   for (const auto i : c.dual_attention_layers)
@@ -87,23 +63,6 @@ SD3TransformerConfig SD3TransformerConfig::from_json(const json& j) {
   if (c.inner_dim() % 2 != 0 || (c.inner_dim() / 2) % 2 != 0)
     bad("the inner dimension " + std::to_string(c.inner_dim()) + " must be a multiple of 4 (2D sin-cos positions)");
   return c;
-}
-
-json SD3TransformerConfig::to_json() const {
-  return {{"_class_name", "SD3Transformer2DModel"},
-          {"sample_size", sample_size},
-          {"patch_size", patch_size},
-          {"in_channels", in_channels},
-          {"out_channels", out_channels},
-          {"num_layers", num_layers},
-          {"attention_head_dim", attention_head_dim},
-          {"num_attention_heads", num_attention_heads},
-          {"joint_attention_dim", joint_attention_dim},
-          {"caption_projection_dim", caption_projection_dim},
-          {"pooled_projection_dim", pooled_projection_dim},
-          {"pos_embed_max_size", pos_embed_max_size > 0 ? json(pos_embed_max_size) : json(nullptr)},
-          {"dual_attention_layers", dual_attention_layers},
-          {"qk_norm", qk_norm.empty() ? json(nullptr) : json(qk_norm)}};
 }
 
 namespace {
@@ -217,12 +176,12 @@ JointTransformerBlockImpl::JointTransformerBlockImpl(std::int64_t dim, std::int6
     norm1_context_pre = register_module("norm1_context", nn::AdaLayerNormContinuous(dim, dim, false, 1e-6, true));
   else
     norm1_context = register_module("norm1_context", nn::AdaLayerNormZero(dim));
-  auto o = sd3_attention(dim, heads, head_dim, qk_norm);
+  auto o = nn::AttentionOptions::dit(dim, heads, head_dim, qk_norm);
   o.added_kv_proj_dim = dim;
   o.context_pre_only = pre_only;
   o.context_first = false;  // joint order [image, text]
   attn = register_module("attn", nn::Attention(o));
-  if (dual) attn2 = register_module("attn2", nn::Attention(sd3_attention(dim, heads, head_dim, qk_norm)));
+  if (dual) attn2 = register_module("attn2", nn::Attention(nn::AttentionOptions::dit(dim, heads, head_dim, qk_norm)));
   norm2 = register_module("norm2", nn::LayerNorm(dim, 1e-6, false, false));
   ff = register_module("ff", FeedForward(dim));
   if (!pre_only) {

@@ -49,7 +49,6 @@ struct SD3TransformerConfig {
   // qk_norm, a dual-attention index outside the blocks, or caption_projection_dim differing
   // from the inner dimension (the joint blocks need both streams at one width).
   static SD3TransformerConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;
 };
 
 // get_2d_sincos_pos_embed(embed_dim, (grid_h, grid_w), base_size, interpolation_scale) as

@@ -2,7 +2,7 @@
 // WanTransformer3DModel and AutoencoderKLWan component classes and the WanPipeline semantics
 // as plugin hooks, written against the SDK only (yeto/plugin.hpp, sdk/nn, sdk/family). The host loads the
 // UMT5 encoder, the tokenizer and the UniPC scheduler from the plan; this plugin reaches them
-// through Host::component and their documented forward() methods.
+// through sdk::Host::component and their documented forward() methods.
 //
 // Two denoisers: the plan carries model_index.json's boundary_ratio, so the host learner routes
 // training samples by timestep (samples at or above boundary_ratio x num_train_timesteps to
@@ -21,50 +21,24 @@
 #include "wan_family.hpp"
 #include "wan_transformer.hpp"
 #include "wan_vae.hpp"
+#include "yeto/family/diffusers_family.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/repository.hpp"
 #include "yeto/family/sampling.hpp"
 
+namespace yeto::wan {
 namespace {
 
 using nlohmann::json;
-using yeto::sdk::fail;
-using yeto::sdk::Host;
-using yeto::sdk::NamedTensors;
-namespace wan = yeto::wan;
-
-using yeto::family::call;
-using yeto::family::host_config;
-using yeto::family::host_config_string;
-using yeto::family::output;
-using yeto::family::parse_json;
-using yeto::family::read_json_file;
-
-// The run's precision for a component built on `device` (model.precision; auto: bf16 on CUDA).
-at::ScalarType run_dtype(const at::Device& device) {
-  try {
-    return yeto::family::dtype_of(
-        yeto::family::resolve_precision(host_config_string("model.precision", "auto"), device.str(), "model.precision"));
-  } catch (const std::invalid_argument& e) {
-    fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-  }
-}
+using sdk::NamedTensors;
 
 // ---- components -------------------------------------------------------------------------
 
-class TransformerComponent : public yeto::sdk::Component {
+class TransformerComponent
+    : public yeto::family::ModelComponent<wan::WanTransformer3DModel, wan::WanTransformerConfig> {
  public:
-  TransformerComponent(const std::string& config_json, const std::string& dir) : model_(nullptr) {
-    const std::string where = dir.empty() ? std::string("WanTransformer3DModel config") : dir + "/config.json";
-    try {
-      model_ = wan::WanTransformer3DModel(wan::WanTransformerConfig::from_json(parse_json(config_json, where)));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
-    }
-    const auto device = yeto::family::device_of(host_config_string("run.device", "auto"));
-    model_->to(device, run_dtype(device));
-    model_->eval();
-  }
+  TransformerComponent(const std::string& config_json, const std::string& dir)
+      : ModelComponent(config_json, dir, {"WanTransformer3DModel", "is this a Wan checkpoint?"}) {}
 
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
     using yeto::sdk::get;
@@ -74,37 +48,20 @@ class TransformerComponent : public yeto::sdk::Component {
                                          get(in, "timestep").to(w.device()),
                                          get(in, "encoder_hidden_states").to(w.device(), w.scalar_type()))}};
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
-  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    yeto::family::load_module_weights(*model_, weights, strict, "WanTransformer3DModel", "is this a Wan checkpoint?");
-  }
-  wan::WanTransformer3DModel& model() { return model_; }
-
- private:
-  wan::WanTransformer3DModel model_;
 };
 
-class VaeComponent : public yeto::sdk::Component {
+class VaeComponent : public yeto::family::ModelComponent<wan::AutoencoderKLWan, wan::WanVaeConfig> {
  public:
-  VaeComponent(const std::string& config_json, const std::string& dir) : model_(nullptr) {
-    const std::string where = dir.empty() ? std::string("AutoencoderKLWan config") : dir + "/config.json";
-    try {
-      model_ = wan::AutoencoderKLWan(wan::WanVaeConfig::from_json(parse_json(config_json, where)));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
-    }
-    const auto device = yeto::family::device_of(host_config_string("run.device", "auto"));
-    model_->to(device, run_dtype(device));
-    model_->eval();
-  }
+  VaeComponent(const std::string& config_json, const std::string& dir)
+      : ModelComponent(config_json, dir, {"AutoencoderKLWan", "is this a Wan 2.1 VAE checkpoint?"}) {}
 
   // method "encode": sample [B, 3, T, H, W] (or [B, 3, H, W]) in [-1, 1] -> mean, logvar (raw);
   // method "decode": latents (raw, already denormalised) -> sample [B, 3, T', H, W].
   NamedTensors forward(const NamedTensors& in, const std::string& options) override {
-    const auto o = parse_json(options.empty() ? "{}" : options, "AutoencoderKLWan options");
+    const auto o = family::parse_json(options.empty() ? "{}" : options, "AutoencoderKLWan options");
     const auto method = o.value("method", std::string("decode"));
     at::AutoGradMode grad(o.value("grad", false));
     try {
@@ -114,18 +71,10 @@ class VaeComponent : public yeto::sdk::Component {
       }
       if (method == "decode") return {{"sample", model_->decode(yeto::sdk::get(in, "latents"))}};
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLWan: unknown method '" + method + "' (encode, decode)");
+    sdk::fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLWan: unknown method '" + method + "' (encode, decode)");
   }
-  NamedTensors parameters() override { return yeto::family::module_tensors(*model_); }
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    yeto::family::load_module_weights(*model_, weights, strict, "AutoencoderKLWan", "is this a Wan 2.1 VAE checkpoint?");
-  }
-  wan::AutoencoderKLWan& model() { return model_; }
-
- private:
-  wan::AutoencoderKLWan model_;
 };
 
 // ---- the plugin ---------------------------------------------------------------------------
@@ -134,62 +83,32 @@ struct TextConditioning {
   at::Tensor ids, mask, hidden, embeds;
 };
 
-class WanPlugin : public yeto::sdk::Plugin {
+class WanPlugin : public yeto::family::DiffusersFamily {
  public:
-  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
-    const auto index = parse_json(model_index_json, model_dir + "/model_index.json");
-    json plan;
-    try {
-      plan = wan::plan_from_model_index(model_dir, index);
-      vae_config_ = wan::WanVaeConfig::from_json(read_json_file(model_dir + "/vae/config.json"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+  WanPlugin() : DiffusersFamily(wan::description()) {}
+
+  json plan(const std::string& model_dir, const json& model_index) override {
+    return wan::plan_from_model_index(model_dir, model_index);
+  }
+
+  // A repository whose vae is null (cached latents) keeps the default VAE layout; nothing encodes.
+  void pipeline_loaded(const std::string& /*model_dir*/, const json& /*model_index*/, const json& plan) override {
+    if (!configs_.vae().empty()) {
+      try {
+        vae_config_ = wan::WanVaeConfig::from_json(configs_.vae());
+      } catch (const std::invalid_argument& e) {
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "vae/config.json: " + std::string(e.what()));
+      }
     }
     denoisers_ = {"transformer"};
     if (plan["components"].contains("transformer_2")) denoisers_.push_back("transformer_2");
     boundary_ratio_ = plan.contains("boundary_ratio") ? plan["boundary_ratio"].get<double>() : 0.0;
-    const auto sched = read_json_file(model_dir + "/scheduler/scheduler_config.json");
-    num_train_timesteps_ = sched.value("num_train_timesteps", std::int64_t{1000});
-    return plan.dump();
+    num_train_timesteps_ = configs_.scheduler_int("num_train_timesteps", 1000);
   }
-
-  std::string presets() override { return wan::presets().dump(); }
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>("WanTransformer3DModel");
     registry.add<VaeComponent>("AutoencoderKLWan");
-  }
-
-  void prepare(const std::string& options_json) override {
-    const auto o = parse_json(options_json, "prepare options");
-    const auto device = yeto::family::device_of(o.value("device", std::string("auto")));
-    at::ScalarType dtype;
-    try {
-      dtype = yeto::family::dtype_of(
-          yeto::family::resolve_precision(o.value("precision", std::string("auto")), device.str(), "precision"));
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    max_sequence_length_ = yeto::family::run_max_sequence_length(512, 512, "Wan's 512");
-    tuning_ = yeto::family::parse_tuning(o);
-    const auto recompute = host_config("train.activation_checkpointing");
-    for (const auto& name : denoisers_) {
-      auto& model = transformer(name);
-      model->to(device, dtype);
-      model->activation_checkpointing = recompute.is_boolean() && recompute.get<bool>();
-      // LoRA on both experts, each from its own rank-independent stream (lora_init*): every
-      // island starts equal; prepared before, the adapter keeps its trained values.
-      yeto::family::TuningSpec spec;
-      spec.resolve_targets = [](const json& t) { return wan::resolve_lora_targets(t); };
-      spec.seed_name = "lora_init:" + name;
-      yeto::family::prepare_tuning(*model, tuning_, o, spec);
-    }
-  }
-
-  NamedTensors trainable_parameters() override {
-    std::vector<yeto::family::NamedModule> modules;
-    for (const auto& name : denoisers_) modules.push_back({name, transformer(name).ptr().get()});
-    return yeto::family::trainable_parameters(modules, tuning_);
   }
 
   // Pixels [B, 3, T, H, W] (or an image batch [B, 3, H, W]) in [-1, 1] -> normalised latents
@@ -198,34 +117,25 @@ class WanPlugin : public yeto::sdk::Plugin {
     auto px = yeto::sdk::get(media, "pixel_values");
     if (px.dim() == 4) px = px.unsqueeze(2);
     if (px.dim() != 5 || px.size(1) != 3)
-      fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: 'pixel_values' must be a video batch [B, 3, T, H, W] (or "
-                                      "images [B, 3, H, W]) in [-1, 1], got " + c10::str(px.sizes()));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                "wan encode_media: 'pixel_values' must be a video batch [B, 3, T, H, W] (or "
+                "images [B, 3, H, W]) in [-1, 1], got " +
+                    c10::str(px.sizes()));
     const auto tf = vae_config_.temporal_factor();
     if ((px.size(2) - 1) % tf != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: the causal VAE encodes 1 + " + std::to_string(tf) +
-                                          "k frames, got " + std::to_string(px.size(2)) +
-                                          " (set data.num_frames to 1, 5, 9, 13, ...)");
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: the causal VAE encodes 1 + " + std::to_string(tf) +
+                                               "k frames, got " + std::to_string(px.size(2)) +
+                                               " (set data.num_frames to 1, 5, 9, 13, ...)");
     const auto multiple = vae_config_.spatial_factor() * 2;  // VAE factor x the transformer's 2x2 patches
     if (px.size(3) % multiple != 0 || px.size(4) % multiple != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: height and width must be multiples of " +
-                                          std::to_string(multiple) + ", got " + std::to_string(px.size(3)) + "x" +
-                                          std::to_string(px.size(4)) + " (set data.height / data.width)");
-    const auto o = parse_json(options_json, "encode_media options");
-    const auto out = call("vae", {{"sample", px}}, {{"method", "encode"}});
-    const auto z = yeto::family::posterior_latent(output(out, "mean", "vae").to(at::kFloat),
-                                                  output(out, "logvar", "vae").to(at::kFloat), o);
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "wan encode_media: height and width must be multiples of " +
+                                               std::to_string(multiple) + ", got " + std::to_string(px.size(3)) + "x" +
+                                               std::to_string(px.size(4)) + " (set data.height / data.width)");
+    const auto o = family::parse_json(options_json, "encode_media options");
+    const auto out = family::call("vae", {{"sample", px}}, {{"method", "encode"}});
+    const auto z = yeto::family::posterior_latent(family::output(out, "mean", "vae").to(at::kFloat),
+                                                  family::output(out, "logvar", "vae").to(at::kFloat), o);
     return {{"latents", (z - latents_mean(z)) * (1.0 / latents_std(z))}};
-  }
-
-  NamedTensors encode_conditioning(const std::string& prompts_json, const NamedTensors& /*extra*/) override {
-    const auto p = parse_json(prompts_json, "encode_conditioning prompts");
-    if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
-    std::vector<std::string> prompts;
-    for (const auto& s : p) {
-      if (!s.is_string()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: every prompt must be a string");
-      prompts.push_back(s.get<std::string>());
-    }
-    return {{"prompt_embeds", encode_text(prompts, max_sequence_length_).embeds}};
   }
 
   NamedTensors denoiser_kwargs(const NamedTensors& /*batch*/, const std::string& /*step_json*/) override {
@@ -234,20 +144,15 @@ class WanPlugin : public yeto::sdk::Plugin {
 
   at::Tensor denoise(const NamedTensors& in, const std::string& step_json) override {
     using yeto::sdk::get;
-    const auto step = parse_json(step_json, "denoise step");
+    const auto step = family::parse_json(step_json, "denoise step");
     const auto name = step.value("denoiser", std::string("transformer"));
     if (std::find(denoisers_.begin(), denoisers_.end(), name) == denoisers_.end())
-      fail(YETO_ERR_INVALID_ARGUMENT, "wan denoise: the pipeline has no denoiser '" + name + "'");
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "wan denoise: the pipeline has no denoiser '" + name + "'");
     const auto& x = get(in, "hidden_states");
     if (x.dim() != 5)
-      fail(YETO_ERR_INVALID_ARGUMENT, "wan denoise: 'hidden_states' must be latents [B, C, t, h, w], got " +
-                                          c10::str(x.sizes()));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                "wan denoise: 'hidden_states' must be latents [B, C, t, h, w], got " + c10::str(x.sizes()));
     return run_transformer(name, x, get(in, "timesteps"), get(in, "prompt_embeds")).to(at::kFloat);
-  }
-
-  std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
-                                          const std::string& /*step_json*/) override {
-    return yeto::family::same_layout_align(prediction, target, "wan");
   }
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
@@ -260,13 +165,13 @@ class WanPlugin : public yeto::sdk::Plugin {
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto sf = vae_config_.spatial_factor() * 2;  // VAE x patch: WanPipeline wants multiples of 16
     if (r.height % sf != 0 || r.width % sf != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(sf) +
-                                          ", got " + std::to_string(r.height) + "x" + std::to_string(r.width));
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(sf) +
+                                               ", got " + std::to_string(r.height) + "x" + std::to_string(r.width));
     const auto tf = vae_config_.temporal_factor();
     const std::int64_t frames = wan::valid_num_frames(r.num_frames, tf);  // 1 + 4k, as WanPipeline
-    if (frames != r.num_frames && Host::api())
-      Host::log(YETO_LOG_INFO, "wan: num_frames " + std::to_string(r.num_frames) + " is not 1 + " +
-                                   std::to_string(tf) + "k; generating " + std::to_string(frames) + " frames");
+    if (frames != r.num_frames && sdk::Host::api())
+      sdk::Host::log(YETO_LOG_INFO, "wan: num_frames " + std::to_string(r.num_frames) + " is not 1 + " +
+                                        std::to_string(tf) + "k; generating " + std::to_string(frames) + " frames");
 
     // 1. Text: the prompt and the negative prompt ("" by default), cleaned, masked UMT5,
     //    padding rows zeroed.
@@ -301,8 +206,9 @@ class WanPlugin : public yeto::sdk::Plugin {
     record("noise", latents);
 
     // 3. Schedule (the host's UniPC; its flow-sigma rule is the run's model.scheduler_timesteps).
-    const auto schedule = call("scheduler", {}, {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}});
-    const auto timesteps = output(schedule, "timesteps", "scheduler").to(at::kLong);
+    const auto schedule =
+        family::call("scheduler", {}, {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}});
+    const auto timesteps = family::output(schedule, "timesteps", "scheduler").to(at::kLong);
     record("timesteps", timesteps);
     for (const auto& [n, t] : schedule)
       if (n == "sigmas") record("sigmas", t.to(at::kFloat));
@@ -334,24 +240,26 @@ class WanPlugin : public yeto::sdk::Plugin {
         noise_pred = pred_uncond + g * (pred_cond - pred_uncond);
       }
       record(p + "noise_pred", noise_pred);
-      latents = output(call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
-                            {{"method", "step"}}),
-                       "prev_sample", "scheduler")
-                    .to(at::kFloat);
+      latents =
+          family::output(family::call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
+                                      {{"method", "step"}}),
+                         "prev_sample", "scheduler")
+              .to(at::kFloat);
     }
     record("final_latents", latents);
 
     // 5. Denormalise as WanPipeline does (latents / (1 / std) + mean), decode, post-process.
     const auto vae_input = latents / (1.0 / latents_std(latents)) + latents_mean(latents);
     record("vae_input", vae_input);
-    const auto video = output(call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae")
-                           .to(at::kFloat);
+    const auto video =
+        family::output(family::call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae")
+            .to(at::kFloat);
     const auto post = (video / 2 + 0.5).clamp(0, 1);
     record("video", video);
     record("video_postprocessed", post.permute({0, 2, 1, 3, 4}));
     if (video.size(2) != frames)
-      fail(YETO_ERR_INTERNAL, "generate: the VAE decoded " + std::to_string(video.size(2)) + " frames, expected " +
-                                  std::to_string(frames));
+      sdk::fail(YETO_ERR_INTERNAL, "generate: the VAE decoded " + std::to_string(video.size(2)) + " frames, expected " +
+                                       std::to_string(frames));
 
     // `video` is the [B, 3, F, H, W] clip in [0, 1] the sample command writes (a single frame is
     // returned as `images` [B, 3, H, W]); with `trace` the recorded raw decode named `video`
@@ -364,14 +272,24 @@ class WanPlugin : public yeto::sdk::Plugin {
     return out;
   }
 
+ protected:
+  std::vector<std::string> denoisers() const override { return denoisers_; }
+  // Each expert from its own rank-independent stream: every island starts equal.
+  std::string lora_seed(const std::string& denoiser) const override { return "lora_init:" + denoiser; }
+
+  NamedTensors conditioning(const std::vector<std::string>& prompts) override {
+    return {{"prompt_embeds", encode_text(prompts, max_sequence_length_).embeds}};
+  }
+
+  void prepare_run(const json& /*options*/) override {
+    const auto recompute = family::host_config("train.activation_checkpointing");
+    for (const auto& name : denoisers_)
+      transformer(name)->activation_checkpointing = recompute.is_boolean() && recompute.get<bool>();
+  }
+
  private:
   wan::WanTransformer3DModel& transformer(const std::string& name) {
-    const auto c = Host::component(name);
-    auto* impl = c.as<TransformerComponent>("WanTransformer3DModel");
-    if (!impl)
-      fail(YETO_ERR_INVALID_ARGUMENT, "the pipeline's " + name + " is " + c.class_name() +
-                                          ", not a WanTransformer3DModel built by the wan plugin");
-    return impl->model();
+    return family::plugin_model<TransformerComponent>(name, "WanTransformer3DModel", "wan");
   }
 
   at::Tensor run_transformer(const std::string& name, const at::Tensor& x, const at::Tensor& timestep,
@@ -382,7 +300,7 @@ class WanPlugin : public yeto::sdk::Plugin {
       return model->forward(x.to(w.device(), w.scalar_type()), timestep.to(w.device()),
                             embeds.to(w.device(), w.scalar_type()));
     } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, name + ": " + e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, name + ": " + e.what());
     }
   }
 
@@ -390,20 +308,15 @@ class WanPlugin : public yeto::sdk::Plugin {
   // prompt_clean: ftfy, HTML entities twice, whitespace), ids + mask padded to `max_length`,
   // UMT5 with the mask, rows past each prompt's length replaced by zeros.
   TextConditioning encode_text(const std::vector<std::string>& prompts, std::int64_t max_length) {
-    const auto tok = call("tokenizer", {},
-                          {{"method", "tokenize"},
-                           {"text", prompts},
-                           {"clean", "prompt_clean"},
-                           {"padding", "max_length"},
-                           {"max_length", max_length},
-                           {"truncation", true},
-                           {"add_special_tokens", true}});
+    family::TextEncoderCall call;
+    call.max_length = max_length;
+    call.with_mask = true;
+    call.tokenize = {{"clean", "prompt_clean"}, {"add_special_tokens", true}};
+    const auto t = family::encode_text(prompts, call);
     TextConditioning c;
-    c.ids = output(tok, "input_ids", "tokenizer").to(at::kLong);
-    c.mask = output(tok, "attention_mask", "tokenizer").to(at::kLong);
-    c.hidden = output(call("text_encoder", {{"input_ids", c.ids}, {"attention_mask", c.mask}}, {{"method", "encode"}}),
-                      "last_hidden_state", "text_encoder")
-                   .to(at::kFloat);
+    c.ids = t.input_ids;
+    c.mask = t.attention_mask;
+    c.hidden = t.output("last_hidden_state");
     const auto lengths = c.mask.gt(0).sum(1);
     const auto keep = at::arange(c.ids.size(1), at::kLong).unsqueeze(0).lt(lengths.unsqueeze(1));
     c.embeds = c.hidden * keep.unsqueeze(-1).to(c.hidden.scalar_type());
@@ -421,10 +334,9 @@ class WanPlugin : public yeto::sdk::Plugin {
   std::vector<std::string> denoisers_ = {"transformer"};
   double boundary_ratio_ = 0.0;
   std::int64_t num_train_timesteps_ = 1000;
-  std::int64_t max_sequence_length_ = 512;
-  std::string tuning_ = "lora";
 };
 
 }  // namespace
+}  // namespace yeto::wan
 
-YETO_PLUGIN(WanPlugin)
+YETO_PLUGIN(yeto::wan::WanPlugin)

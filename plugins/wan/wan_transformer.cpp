@@ -1,5 +1,7 @@
 #include "wan_transformer.hpp"
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <string>
 
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/dropout.h>
 
+#include "yeto/family/config.hpp"
 #include "yeto/nn/activations.hpp"
 #include "yeto/nn/attention.hpp"
 #include "yeto/nn/checkpoint.hpp"
@@ -16,13 +19,6 @@ namespace yeto::wan {
 namespace {
 
 const char* kClass = "WanTransformer3DModel config";
-
-std::int64_t get_int(const nlohmann::json& j, const char* key, std::int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer())
-    throw std::invalid_argument(std::string(kClass) + ": '" + key + "' must be an integer");
-  return j[key].get<std::int64_t>();
-}
 
 // FP32LayerNorm: the statistics and the affine parameters in float32, the result in float32.
 at::Tensor fp32_layer_norm(const nn::LayerNorm& norm, const at::Tensor& x) {
@@ -46,37 +42,22 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 }  // namespace
 
 WanTransformerConfig WanTransformerConfig::from_json(const nlohmann::json& j) {
+  const family::ConfigReader in(j, kClass);
   WanTransformerConfig c;
-  if (!j.is_object()) throw std::invalid_argument(std::string(kClass) + " must be a JSON object");
-  if (j.contains("patch_size") && !j["patch_size"].is_null()) {
-    const auto& p = j["patch_size"];
-    if (!p.is_array() || p.size() != 3)
-      throw std::invalid_argument(std::string(kClass) + ": 'patch_size' must be an array of three integers");
-    c.patch_size.clear();
-    for (const auto& v : p) {
-      if (!v.is_number_integer() || v.get<std::int64_t>() <= 0)
-        throw std::invalid_argument(std::string(kClass) + ": 'patch_size' must hold positive integers");
-      c.patch_size.push_back(v.get<std::int64_t>());
-    }
-  }
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads);
-  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim);
-  c.in_channels = get_int(j, "in_channels", c.in_channels);
-  c.out_channels = get_int(j, "out_channels", c.in_channels);
-  c.text_dim = get_int(j, "text_dim", c.text_dim);
-  c.freq_dim = get_int(j, "freq_dim", c.freq_dim);
-  c.ffn_dim = get_int(j, "ffn_dim", c.ffn_dim);
-  c.num_layers = get_int(j, "num_layers", c.num_layers);
-  c.rope_max_seq_len = get_int(j, "rope_max_seq_len", c.rope_max_seq_len);
-  if (j.contains("cross_attn_norm") && !j["cross_attn_norm"].is_null()) {
-    if (!j["cross_attn_norm"].is_boolean())
-      throw std::invalid_argument(std::string(kClass) + ": 'cross_attn_norm' must be a boolean");
-    c.cross_attn_norm = j["cross_attn_norm"].get<bool>();
-  }
-  if (j.contains("eps") && !j["eps"].is_null()) {
-    if (!j["eps"].is_number()) throw std::invalid_argument(std::string(kClass) + ": 'eps' must be a number");
-    c.eps = j["eps"].get<double>();
-  }
+  c.patch_size = in.integers("patch_size", c.patch_size);
+  if (c.patch_size.size() != 3 || *std::min_element(c.patch_size.begin(), c.patch_size.end()) <= 0)
+    in.fail("patch_size", "must be three positive integers, got " + j["patch_size"].dump());
+  c.num_attention_heads = in.integer("num_attention_heads", c.num_attention_heads);
+  c.attention_head_dim = in.integer("attention_head_dim", c.attention_head_dim);
+  c.in_channels = in.integer("in_channels", c.in_channels);
+  c.out_channels = in.integer("out_channels", c.in_channels);
+  c.text_dim = in.integer("text_dim", c.text_dim);
+  c.freq_dim = in.integer("freq_dim", c.freq_dim);
+  c.ffn_dim = in.integer("ffn_dim", c.ffn_dim);
+  c.num_layers = in.integer("num_layers", c.num_layers);
+  c.rope_max_seq_len = in.integer("rope_max_seq_len", c.rope_max_seq_len);
+  c.cross_attn_norm = in.boolean("cross_attn_norm", c.cross_attn_norm);
+  c.eps = in.number("eps", c.eps);
   if (j.contains("qk_norm") && !j["qk_norm"].is_null() &&
       (!j["qk_norm"].is_string() || j["qk_norm"].get<std::string>() != "rms_norm_across_heads"))
     throw std::invalid_argument(std::string(kClass) + ": 'qk_norm' " + j["qk_norm"].dump() +
@@ -87,32 +68,13 @@ WanTransformerConfig WanTransformerConfig::from_json(const nlohmann::json& j) {
                                   "' is set: image-conditioned Wan transformers (I2V / FLF2V) are not supported");
   for (const auto* k : {"num_attention_heads", "attention_head_dim", "in_channels", "out_channels", "text_dim",
                         "freq_dim", "ffn_dim", "rope_max_seq_len"})
-    if (get_int(j, k, 1) <= 0) throw std::invalid_argument(std::string(kClass) + ": '" + k + "' must be positive");
+    if (in.integer(k, 1) <= 0) throw std::invalid_argument(std::string(kClass) + ": '" + k + "' must be positive");
   if (c.num_layers < 0) throw std::invalid_argument(std::string(kClass) + ": 'num_layers' must not be negative");
   if (c.attention_head_dim % 2 != 0 || c.attention_head_dim < 6)
     throw std::invalid_argument(std::string(kClass) + ": 'attention_head_dim' must be even and at least 6 (three "
                                 "rotary axes), got " + std::to_string(c.attention_head_dim));
   if (c.freq_dim % 2 != 0) throw std::invalid_argument(std::string(kClass) + ": 'freq_dim' must be even");
   return c;
-}
-
-nlohmann::json WanTransformerConfig::to_json() const {
-  return {{"_class_name", "WanTransformer3DModel"},
-          {"patch_size", patch_size},
-          {"num_attention_heads", num_attention_heads},
-          {"attention_head_dim", attention_head_dim},
-          {"in_channels", in_channels},
-          {"out_channels", out_channels},
-          {"text_dim", text_dim},
-          {"freq_dim", freq_dim},
-          {"ffn_dim", ffn_dim},
-          {"num_layers", num_layers},
-          {"cross_attn_norm", cross_attn_norm},
-          {"qk_norm", "rms_norm_across_heads"},
-          {"eps", eps},
-          {"image_dim", nullptr},
-          {"added_kv_proj_dim", nullptr},
-          {"rope_max_seq_len", rope_max_seq_len}};
 }
 
 std::pair<at::Tensor, at::Tensor> wan_rope_tables(std::int64_t head_dim, std::int64_t frames, std::int64_t height,

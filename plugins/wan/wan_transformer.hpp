@@ -43,7 +43,6 @@ struct WanTransformerConfig {
   // wrong type, a bad value, or an option this implementation does not serve (image_dim /
   // added_kv_proj_dim: the image-to-video variants; qk_norm other than rms_norm_across_heads).
   static WanTransformerConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;
 };
 
 // Wan attention: biased q/k/v/out projections, RMSNorm over all heads on q and k, rotary on

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/init.h>
 
+#include "yeto/family/config.hpp"
 #include "yeto/nn/attention.hpp"
 
 namespace yeto::wan {
@@ -14,25 +15,6 @@ namespace {
 
 const char* kClass = "AutoencoderKLWan config";
 constexpr std::int64_t kCacheT = 2;
-
-std::int64_t get_int(const nlohmann::json& j, const char* key, std::int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) throw std::invalid_argument(std::string(kClass) + ": '" + key + "' must be an integer");
-  return j[key].get<std::int64_t>();
-}
-
-template <typename T>
-std::vector<T> get_list(const nlohmann::json& j, const char* key, std::vector<T> fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_array()) throw std::invalid_argument(std::string(kClass) + ": '" + key + "' must be an array");
-  std::vector<T> out;
-  try {
-    for (const auto& v : j[key]) out.push_back(v.get<T>());
-  } catch (const nlohmann::json::exception&) {
-    throw std::invalid_argument(std::string(kClass) + ": '" + key + "' holds a value of the wrong type");
-  }
-  return out;
-}
 
 // The last two frames of x (with the previous chunk's last frame in front when x has one).
 at::Tensor cache_frames(const at::Tensor& x, const at::Tensor& previous) {
@@ -71,26 +53,26 @@ std::int64_t WanVaeConfig::temporal_factor() const {
 std::int64_t WanVaeConfig::spatial_factor() const { return std::int64_t{1} << (dim_mult.size() - 1); }
 
 WanVaeConfig WanVaeConfig::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw std::invalid_argument(std::string(kClass) + " must be a JSON object");
+  const family::ConfigReader in(j, kClass);
   WanVaeConfig c;
-  c.base_dim = get_int(j, "base_dim", c.base_dim);
-  c.z_dim = get_int(j, "z_dim", c.z_dim);
-  c.dim_mult = get_list<std::int64_t>(j, "dim_mult", c.dim_mult);
-  c.num_res_blocks = get_int(j, "num_res_blocks", c.num_res_blocks);
-  c.attn_scales = get_list<double>(j, "attn_scales", {});
-  c.temperal_downsample = get_list<bool>(j, "temperal_downsample", c.temperal_downsample);
-  c.latents_mean = get_list<double>(j, "latents_mean", {});
-  c.latents_std = get_list<double>(j, "latents_std", {});
+  c.base_dim = in.integer("base_dim", c.base_dim);
+  c.z_dim = in.integer("z_dim", c.z_dim);
+  c.dim_mult = in.integers("dim_mult", c.dim_mult);
+  c.num_res_blocks = in.integer("num_res_blocks", c.num_res_blocks);
+  c.attn_scales = in.numbers("attn_scales", {});
+  c.temperal_downsample = in.booleans("temperal_downsample", c.temperal_downsample);
+  c.latents_mean = in.numbers("latents_mean", {});
+  c.latents_std = in.numbers("latents_std", {});
   if (j.contains("is_residual") && j["is_residual"].is_boolean() && j["is_residual"].get<bool>())
     throw std::invalid_argument(std::string(kClass) +
                                 ": 'is_residual' true is the Wan 2.2 TI2V VAE, which this plugin does not serve");
   if (j.contains("patch_size") && !j["patch_size"].is_null())
     throw std::invalid_argument(std::string(kClass) + ": 'patch_size' is set (the Wan 2.2 TI2V VAE), not supported");
   if (j.contains("decoder_base_dim") && !j["decoder_base_dim"].is_null() &&
-      get_int(j, "decoder_base_dim", c.base_dim) != c.base_dim)
+      in.integer("decoder_base_dim", c.base_dim) != c.base_dim)
     throw std::invalid_argument(std::string(kClass) + ": 'decoder_base_dim' other than base_dim is not supported");
   for (const char* k : {"in_channels", "out_channels"})
-    if (get_int(j, k, 3) != 3) throw std::invalid_argument(std::string(kClass) + ": '" + k + "' must be 3");
+    if (in.integer(k, 3) != 3) throw std::invalid_argument(std::string(kClass) + ": '" + k + "' must be 3");
   if (c.base_dim <= 0 || c.z_dim <= 0 || c.num_res_blocks <= 0 || c.dim_mult.empty())
     throw std::invalid_argument(std::string(kClass) + ": base_dim, z_dim, num_res_blocks and dim_mult must be positive");
   if (c.temperal_downsample.size() + 1 != c.dim_mult.size())
@@ -105,13 +87,6 @@ WanVaeConfig WanVaeConfig::from_json(const nlohmann::json& j) {
   for (double s : c.latents_std)
     if (!(s > 0)) throw std::invalid_argument(std::string(kClass) + ": 'latents_std' values must be positive");
   return c;
-}
-
-nlohmann::json WanVaeConfig::to_json() const {
-  return {{"_class_name", "AutoencoderKLWan"}, {"base_dim", base_dim},         {"z_dim", z_dim},
-          {"dim_mult", dim_mult},             {"num_res_blocks", num_res_blocks}, {"attn_scales", attn_scales},
-          {"temperal_downsample", temperal_downsample}, {"dropout", 0.0},   {"latents_mean", latents_mean},
-          {"latents_std", latents_std}};
 }
 
 CausalConv3dImpl::CausalConv3dImpl(std::int64_t in, std::int64_t out, std::int64_t kt, std::int64_t ks, std::int64_t st,

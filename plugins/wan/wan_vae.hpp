@@ -35,7 +35,6 @@ struct WanVaeConfig {
   std::int64_t spatial_factor() const;  // 2^(len(dim_mult) - 1)
 
   static WanVaeConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;
 };
 
 // The per-chunk causal feature cache: for each causal convolution in call order, the frames

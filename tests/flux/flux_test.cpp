@@ -169,7 +169,7 @@ TEST(FluxLora, ModelLevelAndPeftFiles) {
 
 TEST(FluxFamily, PlanFromTheTinyRepository) {
   const auto dir = (fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny").string();
-  const auto plan = yeto::flux::plan_from_model_index(dir, read_json(fs::path(dir) / "model_index.json"));
+  const auto plan = yeto::flux::description().plan(dir, read_json(fs::path(dir) / "model_index.json"));
   const auto& comps = plan.at("components");
   EXPECT_EQ(comps.size(), 7u);
   EXPECT_EQ(comps.at("transformer").at("class"), "FluxTransformer2DModel");
@@ -181,7 +181,7 @@ TEST(FluxFamily, PlanErrorsNameFileAndKey) {
   auto index = read_json(fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny" / "model_index.json");
   index.erase("text_encoder_2");
   try {
-    yeto::flux::plan_from_model_index("/m", index);
+    yeto::flux::description().plan("/m", index);
     FAIL();
   } catch (const std::invalid_argument& e) {
     const std::string m = e.what();
@@ -191,7 +191,7 @@ TEST(FluxFamily, PlanErrorsNameFileAndKey) {
   index = read_json(fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny" / "model_index.json");
   index["transformer"] = {"diffusers", "SD3Transformer2DModel"};
   try {
-    yeto::flux::plan_from_model_index("/m", index);
+    yeto::flux::description().plan("/m", index);
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("SD3Transformer2DModel"), std::string::npos) << e.what();
@@ -202,7 +202,7 @@ TEST(FluxFamily, NullComponentsArePlannedAbsentButNotTheDenoiser) {
   auto index = read_json(fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny" / "model_index.json");
   for (const char* c : {"vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"})
     index[c] = nlohmann::json::array({nullptr, nullptr});
-  const auto plan = yeto::flux::plan_from_model_index("/m", index);
+  const auto plan = yeto::flux::description().plan("/m", index);
   const auto& comps = plan.at("components");
   EXPECT_EQ(comps.size(), 7u);
   EXPECT_TRUE(comps.at("vae").is_null());
@@ -212,7 +212,7 @@ TEST(FluxFamily, NullComponentsArePlannedAbsentButNotTheDenoiser) {
     auto i = index;
     i[needed] = nlohmann::json::array({nullptr, nullptr});
     try {
-      yeto::flux::plan_from_model_index("/m", i);
+      yeto::flux::description().plan("/m", i);
       FAIL() << needed;
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("/m/model_index.json: '" + std::string(needed) + "' is null"),
@@ -221,7 +221,7 @@ TEST(FluxFamily, NullComponentsArePlannedAbsentButNotTheDenoiser) {
     }
   }
   index["vae"] = nlohmann::json::array({"diffusers", nullptr});
-  EXPECT_THROW(yeto::flux::plan_from_model_index("/m", index), std::invalid_argument);
+  EXPECT_THROW(yeto::flux::description().plan("/m", index), std::invalid_argument);
 }
 
 TEST(FluxFamily, LinspaceIsNumpys) {
@@ -241,13 +241,13 @@ TEST(FluxFamily, LinspaceIsNumpys) {
 }
 
 TEST(FluxFamily, LoraTargetsAndRequest) {
-  EXPECT_EQ(yeto::flux::resolve_lora_targets("attention").patterns.size(), 8u);
-  EXPECT_EQ(yeto::flux::resolve_lora_targets("auto").patterns.size(), 12u);
-  EXPECT_TRUE(yeto::flux::resolve_lora_targets("all-linear").all_linear);
-  EXPECT_EQ(yeto::flux::resolve_lora_targets(nlohmann::json::array({"to_q", "proj_mlp"})).patterns,
+  EXPECT_EQ(yeto::flux::description().lora_targets("attention").patterns.size(), 8u);
+  EXPECT_EQ(yeto::flux::description().lora_targets("auto").patterns.size(), 12u);
+  EXPECT_TRUE(yeto::flux::description().lora_targets("all-linear").all_linear);
+  EXPECT_EQ(yeto::flux::description().lora_targets(nlohmann::json::array({"to_q", "proj_mlp"})).patterns,
             (std::vector<std::string>{"to_q", "proj_mlp"}));
-  EXPECT_THROW(yeto::flux::resolve_lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
-  EXPECT_THROW(yeto::flux::resolve_lora_targets(nlohmann::json::array()), std::invalid_argument);
+  EXPECT_THROW(yeto::flux::description().lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
+  EXPECT_THROW(yeto::flux::description().lora_targets(nlohmann::json::array()), std::invalid_argument);
 
   const auto r = yeto::flux::parse_generate_request(
       {{"prompts", {"a"}}, {"seed", 42}, {"steps", 4}, {"height", 64}, {"width", 96}, {"max_sequence_length", 32}});
@@ -259,13 +259,13 @@ TEST(FluxFamily, LoraTargetsAndRequest) {
   EXPECT_THROW(yeto::flux::parse_generate_request({{"prompts", {"a"}}, {"steps", 0}}), std::invalid_argument);
   EXPECT_THROW(yeto::flux::parse_generate_request({{"prompts", {"a"}}, {"max_sequence_length", 513}}),
                std::invalid_argument);
-  EXPECT_EQ(yeto::flux::resolve_precision("auto", "cpu"), "fp32");
-  EXPECT_EQ(yeto::flux::resolve_precision("auto", "cuda:0"), "bf16");
-  EXPECT_THROW(yeto::flux::resolve_precision("int8", "cpu"), std::invalid_argument);
+  EXPECT_EQ(yeto::family::resolve_precision("auto", "cpu"), "fp32");
+  EXPECT_EQ(yeto::family::resolve_precision("auto", "cuda:0"), "bf16");
+  EXPECT_THROW(yeto::family::resolve_precision("int8", "cpu"), std::invalid_argument);
 }
 
 TEST(FluxFamily, TinyPresetIsTheTinyRepositorysShapes) {
-  const auto p = yeto::flux::presets();
+  const auto p = yeto::flux::description().presets();
   ASSERT_TRUE(p.contains("tiny"));
   ASSERT_TRUE(p.contains("mid"));
   const auto repo = fs::path(YETO_TEST_FIXTURES) / "repos" / "flux-tiny";

@@ -191,7 +191,7 @@ TEST(LtxTransformer, LoraKeepsOutputUntilTrained) {
   cfg.r = 2;
   cfg.alpha = 2;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  const auto t = ltx::resolve_lora_targets("auto");
+  const auto t = ltx::description().lora_targets("auto");
   const auto paths = yeto::nn::add_lora(*m, t.patterns, cfg, "default", gen);
   EXPECT_EQ(paths.size(), 8u);  // q/k/v/out of attn1 and attn2 in the one block
   EXPECT_TRUE(at::equal(run(), before));  // B = 0: a fresh adapter changes nothing
@@ -246,23 +246,23 @@ TEST(LtxLatents, PipelineHelpersMatchDiffusers) {
 
 TEST(LtxFamily, PlanFromTheTinyRepositoryAndErrors) {
   const auto repo = repo_dir("ltx-tiny");
-  const auto plan = ltx::plan_from_model_index(repo.string(), read_json(repo / "model_index.json"));
+  const auto plan = ltx::description().plan(repo.string(), read_json(repo / "model_index.json"));
   EXPECT_EQ(plan.at("family"), "ltx");
   EXPECT_EQ(plan.at("components").at("tokenizer").at("class"), "T5Tokenizer");
   EXPECT_EQ(plan.at("components").size(), 5u);
   auto index = read_json(repo / "model_index.json");
   index["tokenizer"] = {"transformers", "T5TokenizerFast"};  // both names serve the same files
-  EXPECT_NO_THROW(ltx::plan_from_model_index(repo.string(), index));
+  EXPECT_NO_THROW(ltx::description().plan(repo.string(), index));
   index.erase("vae");
   try {
-    ltx::plan_from_model_index(repo.string(), index);
+    ltx::description().plan(repo.string(), index);
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("model_index.json: no 'vae'"), std::string::npos) << e.what();
   }
   index = read_json(repo / "model_index.json");
   index["transformer"] = {"diffusers", "FluxTransformer2DModel"};
-  EXPECT_THROW(ltx::plan_from_model_index(repo.string(), index), std::invalid_argument);
+  EXPECT_THROW(ltx::description().plan(repo.string(), index), std::invalid_argument);
 }
 
 TEST(LtxFamily, FrameRuleRequestsAndTargets) {
@@ -280,15 +280,15 @@ TEST(LtxFamily, FrameRuleRequestsAndTargets) {
   EXPECT_THROW(ltx::parse_generate_request({{"prompts", {"a"}}, {"negative_prompts", {"x", "y"}}}),
                std::invalid_argument);
   EXPECT_THROW(ltx::parse_generate_request({{"prompts", {"a"}}, {"steps", 0}}), std::invalid_argument);
-  EXPECT_TRUE(ltx::resolve_lora_targets("all-linear").all_linear);
-  EXPECT_THROW(ltx::resolve_lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
+  EXPECT_TRUE(ltx::description().lora_targets("all-linear").all_linear);
+  EXPECT_THROW(ltx::description().lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
   const auto sig = ltx::linspace(1.0, 0.25, 4);
   EXPECT_DOUBLE_EQ(sig[1], 0.75);
-  EXPECT_EQ(ltx::resolve_precision("auto", "cuda:0"), "bf16");
+  EXPECT_EQ(yeto::family::resolve_precision("auto", "cuda:0"), "bf16");
 }
 
 TEST(LtxFamily, TinyPresetIsTheTinyRepositorysShapes) {
-  const auto p = ltx::presets();
+  const auto p = ltx::description().presets();
   ASSERT_TRUE(p.contains("tiny"));
   ASSERT_TRUE(p.contains("small"));
   const auto repo = repo_dir("ltx-tiny");

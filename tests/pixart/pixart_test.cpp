@@ -172,7 +172,7 @@ TEST(PixArtTransformer, LoraOnAttentionKeepsOutputUntilTrained) {
   yeto::nn::LoraConfig lc;
   lc.r = 4;
   lc.alpha = 8;
-  const auto targets = yeto::pixart::resolve_lora_targets("auto").patterns;
+  const auto targets = yeto::pixart::description().lora_targets("auto").patterns;
   const auto paths = yeto::nn::add_lora(*c.model, targets, lc);
   EXPECT_EQ(paths.size(), 20u);  // 2 blocks x (8 attention projections + 2 feed-forward layers)
   EXPECT_TRUE(at::allclose(run(c), before));  // B = 0 at init
@@ -229,7 +229,7 @@ TEST(PixArtFamily, PlanErrorsNameFileAndKey) {
 }
 
 TEST(PixArtFamily, TinyPresetIsTheTinyRepositorysShapes) {
-  const auto p = yeto::pixart::presets();
+  const auto p = yeto::pixart::description().presets();
   ASSERT_TRUE(p.contains("tiny"));
   ASSERT_TRUE(p.contains("tiny-ms"));
   const auto& comps = p.at("tiny").at("components");
@@ -255,11 +255,12 @@ TEST(PixArtFamily, TinyPresetIsTheTinyRepositorysShapes) {
 }
 
 TEST(PixArtFamily, LoraTargetsRequestAndCaptions) {
-  EXPECT_EQ(yeto::pixart::resolve_lora_targets("attention").patterns.size(), 8u);
-  EXPECT_EQ(yeto::pixart::resolve_lora_targets("auto").patterns.size(), 10u);
-  EXPECT_TRUE(yeto::pixart::resolve_lora_targets("all-linear").all_linear);
-  EXPECT_THROW(yeto::pixart::resolve_lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
-  EXPECT_THROW(yeto::pixart::resolve_lora_targets(nlohmann::json::array()), std::invalid_argument);
+  EXPECT_EQ(yeto::pixart::description().lora_targets("attention").patterns.size(), 8u);
+  EXPECT_EQ(yeto::pixart::description().lora_targets("auto").patterns.size(), 10u);
+  EXPECT_TRUE(yeto::pixart::description().lora_targets("all-linear").all_linear);
+  EXPECT_THROW(yeto::pixart::description().lora_targets(nlohmann::json::array({"auto", "to_q"})),
+               std::invalid_argument);
+  EXPECT_THROW(yeto::pixart::description().lora_targets(nlohmann::json::array()), std::invalid_argument);
 
   const auto r = yeto::pixart::parse_generate_request(
       {{"prompts", {"a", "b"}}, {"seed", 42}, {"steps", 4}, {"height", 64}, {"width", 96}, {"max_sequence_length", 32}});
@@ -277,6 +278,6 @@ TEST(PixArtFamily, LoraTargetsRequestAndCaptions) {
 
   EXPECT_EQ(yeto::pixart::preprocess_caption("  A Red CIRCLE\t\n"), "a red circle");
   EXPECT_EQ(yeto::pixart::preprocess_caption(""), "");
-  EXPECT_EQ(yeto::pixart::resolve_precision("auto", "cpu"), "fp32");
-  EXPECT_THROW(yeto::pixart::resolve_precision("int8", "cpu"), std::invalid_argument);
+  EXPECT_EQ(yeto::family::resolve_precision("auto", "cpu"), "fp32");
+  EXPECT_THROW(yeto::family::resolve_precision("int8", "cpu"), std::invalid_argument);
 }

@@ -150,7 +150,7 @@ TEST(SD3Transformer, LoraAutoTargetsKeepOutputUntilTrained) {
   yeto::nn::LoraConfig lc;
   lc.r = 4;
   lc.alpha = 8;
-  const auto targets = yeto::sd35::resolve_lora_targets("auto");
+  const auto targets = yeto::sd35::description().lora_targets("auto");
   const auto paths = yeto::nn::add_lora(*c.model, targets.patterns, lc);
   // Block 0: q/k/v/out + 4 added projections; block 1 (context_pre_only): no to_add_out. attn2 is not targeted.
   EXPECT_EQ(paths.size(), 15u);
@@ -207,11 +207,11 @@ TEST(Sd35Family, PlanErrorsNameFileAndKeyAndT5IsOptional) {
 }
 
 TEST(Sd35Family, LoraTargetsAndRequest) {
-  EXPECT_EQ(yeto::sd35::resolve_lora_targets("auto").patterns.size(), 8u);
-  EXPECT_EQ(yeto::sd35::resolve_lora_targets("attention").patterns.size(), 8u);
-  EXPECT_TRUE(yeto::sd35::resolve_lora_targets("all-linear").all_linear);
-  EXPECT_THROW(yeto::sd35::resolve_lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
-  EXPECT_THROW(yeto::sd35::resolve_lora_targets(nlohmann::json::array()), std::invalid_argument);
+  EXPECT_EQ(yeto::sd35::description().lora_targets("auto").patterns.size(), 8u);
+  EXPECT_EQ(yeto::sd35::description().lora_targets("attention").patterns.size(), 8u);
+  EXPECT_TRUE(yeto::sd35::description().lora_targets("all-linear").all_linear);
+  EXPECT_THROW(yeto::sd35::description().lora_targets(nlohmann::json::array({"auto", "to_q"})), std::invalid_argument);
+  EXPECT_THROW(yeto::sd35::description().lora_targets(nlohmann::json::array()), std::invalid_argument);
 
   const auto r = yeto::sd35::parse_generate_request(
       {{"prompts", {"a"}}, {"seed", 42}, {"steps", 4}, {"height", 64}, {"max_sequence_length", 32}, {"negative_prompts", nullptr}});
@@ -220,18 +220,18 @@ TEST(Sd35Family, LoraTargetsAndRequest) {
   EXPECT_EQ(r.height, 64);
   EXPECT_EQ(r.width, 0);  // the transformer's sample size x 8
   EXPECT_EQ(r.guidance, 7.0);
-  EXPECT_TRUE(r.negative_prompts.empty());
+  EXPECT_EQ(r.negative_prompts, std::vector<std::string>{""});  // one per prompt, "" by default
   EXPECT_THROW(yeto::sd35::parse_generate_request({{"prompts", {"a", "b"}}, {"negative_prompts", {"x"}}}),
                std::invalid_argument);
   EXPECT_THROW(yeto::sd35::parse_generate_request({{"prompts", {"a"}}, {"max_sequence_length", 513}}),
                std::invalid_argument);
   EXPECT_THROW(yeto::sd35::parse_generate_request({{"prompts", nlohmann::json::array()}}), std::invalid_argument);
-  EXPECT_EQ(yeto::sd35::resolve_precision("auto", "cpu"), "fp32");
-  EXPECT_THROW(yeto::sd35::resolve_precision("int8", "cpu"), std::invalid_argument);
+  EXPECT_EQ(yeto::family::resolve_precision("auto", "cpu"), "fp32");
+  EXPECT_THROW(yeto::family::resolve_precision("int8", "cpu"), std::invalid_argument);
 }
 
 TEST(Sd35Family, TinyPresetIsTheTinyRepositorysShapes) {
-  const auto p = yeto::sd35::presets();
+  const auto p = yeto::sd35::description().presets();
   ASSERT_TRUE(p.contains("tiny"));
   ASSERT_TRUE(p.contains("mid"));
   const auto& comps = p.at("tiny").at("components");

@@ -220,6 +220,40 @@ TEST(WanHost, Wan21LoraOnRawVideoLowersValLoss) {
   for (const auto& [name, t] : lora) EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name;
 }
 
+// A repository with only the transformer and the scheduler (vae, text encoder and tokenizer
+// [null, null]) trains on latents and text embeddings cached elsewhere; the VAE layout is then
+// the default one and nothing encodes.
+TEST(WanHost, ATransformerOnlyRepositoryTrainsOnCachedLatents) {
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data");
+  const auto full = kFixtures / "repos" / "wan21-tiny";
+  const auto toml = train_toml(full, 2, 0.01);
+  tmp.write("cache.toml", toml);
+  auto r = yeto::test::run_host({"cache", "--config", (tmp / "cache.toml").string(), "--output", (tmp / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  fs::copy(tmp / "cache", tmp / "precomputed", fs::copy_options::recursive);
+  fs::remove(tmp / "precomputed/yeto_diffusion_cache.json");
+
+  const auto tonly = tmp / "transformer-only";
+  fs::create_directories(tonly);
+  for (const char* c : {"transformer", "scheduler"}) fs::copy(full / c, tonly / c, fs::copy_options::recursive);
+  auto index = read_json(full / "model_index.json");
+  for (const char* c : {"vae", "text_encoder", "tokenizer"}) index[c] = nlohmann::json::array({nullptr, nullptr});
+  tmp.write("transformer-only/model_index.json", index.dump(2));
+  auto cached = std::regex_replace(toml, std::regex("id = \"[^\"]*\""), "id = \"" + tonly.string() + "\"");
+  tmp.write("raw.toml", cached);
+  cached = std::regex_replace(cached, std::regex("data/train\\.jsonl"), "precomputed/manifest.jsonl");
+  tmp.write("train.toml", cached);
+  r = yeto::test::train(tmp / "train.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(yeto::test::metric_series(tmp / "run", "loss").size(), 2u);
+
+  // Raw clips need the VAE: refused, naming it.
+  r = yeto::test::train(tmp / "raw.toml", tmp / "raw");
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("lists 'vae' as null"), std::string::npos) << r.all();
+}
+
 TEST(WanHost, ClipShapesTheVaeCannotEncodeAreRefusedNamingTheKey) {
   yeto::test::TempDir tmp;
   write_video_dataset(tmp / "data");

@@ -87,7 +87,7 @@ TEST(WanTransformer, ActivationCheckpointingGivesTheSameGradients) {
     yeto::nn::LoraConfig cfg;
     cfg.init = "gaussian";  // B = 0 still; A random: gradients reach both through the blocks
     auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-    yeto::nn::add_lora(*m, yeto::wan::resolve_lora_targets("auto").patterns, cfg, "default", gen);
+    yeto::nn::add_lora(*m, yeto::wan::description().lora_targets("auto").patterns, cfg, "default", gen);
     m->activation_checkpointing = recompute == 1;
     const auto out = m->forward(in.at("hidden_states"), in.at("timestep"), in.at("encoder_hidden_states"));
     (out - target).pow(2).mean().backward();
@@ -133,7 +133,7 @@ TEST(WanTransformer, LoraStartsAsIdentityOnTheAttentionProjections) {
   const auto in = yeto::io::load_safetensors(case_dir("wan-transformer") / "inputs.safetensors");
   torch::NoGradGuard ng;
   const auto before = m->forward(in.at("hidden_states"), in.at("timestep"), in.at("encoder_hidden_states"));
-  const auto targets = yeto::wan::resolve_lora_targets("auto");
+  const auto targets = yeto::wan::description().lora_targets("auto");
   for (auto& p : m->parameters()) p.set_requires_grad(false);  // as the plugin's prepare does
   yeto::nn::LoraConfig cfg;
   const auto paths = yeto::nn::add_lora(*m, targets.patterns, cfg);
@@ -199,7 +199,7 @@ TEST(WanFamily, PlanFromBothTinyRepositories) {
 }
 
 TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
-  const auto p = yeto::wan::presets();
+  const auto p = yeto::wan::description().presets();
   for (const auto& [preset, repo] : {std::pair{"tiny", "wan21-tiny"}, std::pair{"tiny-a14b", "wan22-tiny"}}) {
     const auto& comps = p.at(preset).at("components");
     for (const char* name : {"transformer", "transformer_2", "vae", "text_encoder"}) {
@@ -238,5 +238,5 @@ TEST(WanFamily, FramesAndRequest) {
   EXPECT_DOUBLE_EQ(r.guidance_2.value(), 3.0);
   EXPECT_THROW(yeto::wan::parse_generate_request({{"prompts", {"a"}}, {"num_frames", 0}}), std::invalid_argument);
   EXPECT_THROW(yeto::wan::parse_generate_request(nlohmann::json::object()), std::invalid_argument);
-  EXPECT_THROW(yeto::wan::resolve_lora_targets(nlohmann::json::array()), std::invalid_argument);
+  EXPECT_THROW(yeto::wan::description().lora_targets(nlohmann::json::array()), std::invalid_argument);
 }

@@ -1,11 +1,12 @@
 // The Yeto template plugin: a small but real DiT family on the installed SDK, the starting point
 // for a plugin of your own. Copy this directory, rename the plugin in CMakeLists.txt, replace
-// template_transformer.{hpp,cpp} with your network and the family description below with yours.
+// template_transformer.{hpp,cpp} with your network and template.family.json with your family.
 //
 // What a family is, in this file:
-//   - the family description: the pipeline class, its components and the classes each accepts,
-//     the VAE latent shift/scale, the LoRA target sets, the init-model presets (with their
-//     scheduler) -- plain data, read by the kit;
+//   - the family description (template.family.json): the pipeline class, its components and the
+//     classes each accepts, the VAE latent shift/scale, the LoRA target sets, the init-model
+//     presets (with their scheduler) -- plain data, read by the kit and, for the plugin's
+//     descriptor, by yeto_add_plugin;
 //   - the component class TemplateTransformer2DModel (template_transformer.hpp), built from the
 //     repository's transformer/config.json; the host streams the checkpoint's tensors into it
 //     through load_weights, so a trained or downloaded checkpoint is what trains and samples;
@@ -19,7 +20,7 @@
 // sampling with an adapter -- is the host's, for every family alike.
 #include <ATen/ATen.h>
 
-#include <yeto/family/config.hpp>
+#include <yeto/family/description.hpp>
 #include <yeto/family/diffusers_family.hpp>
 #include <yeto/family/family.hpp>
 #include <yeto/family/sampling.hpp>
@@ -28,11 +29,16 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "template_transformer.hpp"
+
+namespace yeto_template {
+const yeto::family::FamilyDescription& description();
+}  // namespace yeto_template
 
 namespace {
 
@@ -43,96 +49,24 @@ namespace family = yeto::family;
 
 // ---- the family description ---------------------------------------------------------------
 
-constexpr const char* kPlugin = "template";
+// template.family.json, compiled in by yeto_family_description (CMakeLists.txt) as
+// yeto_template::description(): the pipeline's components and the classes each accepts, the
+// latent normalisation without a VAE, the LoRA target sets and the init-model presets.
+// yeto_add_plugin read its descriptor fields at build time.
+
 constexpr const char* kPipeline = "TemplatePipeline";
 constexpr const char* kTransformer = "TemplateTransformer2DModel";
 
-// model_index.json's components and the classes this family accepts for each. The denoiser and
-// the scheduler are always needed; the encoders may be [null, null] in a repository that trains
-// on cached latents and text embeddings.
-const std::vector<family::ComponentSpec>& components() {
-  static const std::vector<family::ComponentSpec> specs = {
-      {"transformer", {kTransformer}, false, false},
-      {"vae", {"AutoencoderKL"}},
-      {"text_encoder", {"CLIPTextModelWithProjection"}},
-      {"tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"}},
-      {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, false, false},
-  };
-  return specs;
-}
-
-// LoRA targets: "auto" and "attention" are the attention projections; "all-linear" every
-// LoRA-capable layer but proj_out (the kit's default exclusion); or explicit module patterns.
-family::LoraTargets resolve_lora_targets(const json& targets) {
-  const std::vector<std::string> attention = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0"};
-  return family::resolve_lora_targets(targets, {attention, attention});
-}
-
-// The latent normalisation when the repository has no VAE config (cached latents only).
-constexpr double kDefaultScaling = 0.18215;
-constexpr double kDefaultShift = 0.0;
-
-json model_index() {
-  return {{"_class_name", kPipeline},
-          {"scheduler", {"diffusers", "FlowMatchEulerDiscreteScheduler"}},
-          {"text_encoder", {"transformers", "CLIPTextModelWithProjection"}},
-          {"tokenizer", {"transformers", "CLIPTokenizer"}},
-          {"transformer", {"diffusers", kTransformer}},
-          {"vae", {"diffusers", "AutoencoderKL"}}};
-}
-
-json scheduler_config() {
-  return {{"num_train_timesteps", 1000}, {"shift", 1.0}, {"use_dynamic_shifting", false}};
-}
-
-json vae_config() {
-  return {{"act_fn", "silu"},
-          {"block_out_channels", {16, 32}},
-          {"down_block_types", {"DownEncoderBlock2D", "DownEncoderBlock2D"}},
-          {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D"}},
-          {"in_channels", 3},
-          {"out_channels", 3},
-          {"latent_channels", 4},
-          {"layers_per_block", 1},
-          {"norm_num_groups", 8},
-          {"sample_size", 32},
-          {"scaling_factor", kDefaultScaling},
-          {"shift_factor", nullptr},
-          {"mid_block_add_attention", true},
-          {"use_quant_conv", true},
-          {"use_post_quant_conv", true}};
-}
-
-// init-model presets: every component's config; the host builds each with seeded random
-// weights (--seed) and writes the tokenizer files.
-json presets() {
-  yeto_template::TransformerConfig t;  // the defaults: 2 blocks, 2 heads x 16, patch 2
-  t.sample_size = 16;
-  json tokenizer = family::clip_tokenizer_config();
-  tokenizer["model_max_length"] = 32;
-  json clip = family::clip_text_config({32, 2, 2, 64, "CLIPTextModelWithProjection", "quick_gelu"});
-  clip["max_position_embeddings"] = 32;
-  return {{"tiny",
-           {{"description",
-             "A CPU-sized TemplatePipeline: TemplateTransformer2DModel with 2 blocks, 2 heads x 16, patch 2 over 4 "
-             "latent channels; AutoencoderKL [16, 32] (32 px images -> 16 x 16 latents); CLIP text encoder with "
-             "projection (hidden 32, 2 layers, 32 tokens); FlowMatchEulerDiscreteScheduler (shift 1)."},
-            {"model_index", model_index()},
-            {"components",
-             {{"transformer", {{"config", t.to_json()}}},
-              {"vae", {{"config", vae_config()}}},
-              {"text_encoder", {{"config", clip}}},
-              {"tokenizer", {{"config", tokenizer}}},
-              {"scheduler", {{"config", scheduler_config()}}}}}}}};
-}
-
 // ---- the component class ----------------------------------------------------------------------
 
-class TransformerComponent : public yeto::sdk::Component {
+// Built from the repository's transformer/config.json in the run's device and precision; the kit's
+// ModelComponent lists its parameters and loads checkpoint tensors into them by name.
+class TransformerComponent
+    : public family::ModelComponent<yeto_template::TemplateTransformer2DModel, yeto_template::TransformerConfig> {
  public:
   TransformerComponent(const std::string& config_json, const std::string& dir)
-      : model_(family::component_model<yeto_template::TemplateTransformer2DModel, yeto_template::TransformerConfig>(
-            config_json, dir, kTransformer)) {}
+      : ModelComponent(config_json, dir,
+                       {kTransformer, "is this a TemplateTransformer2DModel checkpoint of this configuration?"}) {}
 
   // The inputs of TemplateTransformer2DModel.forward by name; "sample" out.
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
@@ -148,16 +82,6 @@ class TransformerComponent : public yeto::sdk::Component {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
   }
-
-  NamedTensors parameters() override { return family::module_tensors(*model_); }
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    family::load_module_weights(*model_, weights, strict, kTransformer,
-                                "is this a TemplateTransformer2DModel checkpoint of this configuration?");
-  }
-  yeto_template::TemplateTransformer2DModel& model() { return model_; }
-
- private:
-  yeto_template::TemplateTransformer2DModel model_;
 };
 
 // ---- the plugin ---------------------------------------------------------------------------------
@@ -171,36 +95,25 @@ struct TextConditioning {
 // scale), encode_conditioning (through conditioning() below) and align from this description.
 class TemplatePlugin : public family::DiffusersFamily {
  public:
-  TemplatePlugin()
-      : DiffusersFamily({kPlugin, "TemplatePipeline", "transformer", kDefaultScaling, kDefaultShift,
-                         resolve_lora_targets}) {}
+  TemplatePlugin() : DiffusersFamily(yeto_template::description()) {}
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>(kTransformer);
   }
 
-  std::string presets() override { return ::presets().dump(); }
-
-  // The plan: which class builds each component from which folder. The VAE's latent
-  // normalisation and the tokenizer's length are read here; both may be absent ([null, null]).
-  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
-    const std::string where = model_dir + "/model_index.json";
-    const auto index = family::parse_json(model_index_json, where);
+  // The plan (which class builds each component from which folder) is the description's; this
+  // family also insists on its pipeline class.
+  json plan(const std::string& model_dir, const json& index) override {
     if (index.value("_class_name", std::string()) != kPipeline)
-      fail(YETO_ERR_INVALID_ARGUMENT, where + ": _class_name is " + index.value("_class_name", json()).dump() +
-                                          "; the template plugin serves " + kPipeline + " repositories");
-    json plan;
-    try {
-      plan = {{"components", family::plan_components(model_dir, index, components(), kPlugin,
-                                                     "a TemplatePipeline repository has transformer, vae, "
-                                                     "text_encoder, tokenizer and scheduler")},
-              {"family", kPlugin}};
-    } catch (const std::invalid_argument& e) {
-      fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-    configs_.read(model_dir, plan);  // vae/config.json (when not null), scheduler_config.json
+      throw std::invalid_argument(model_dir + "/model_index.json: _class_name is " +
+                                  index.value("_class_name", json()).dump() + "; the template plugin serves " +
+                                  kPipeline + " repositories");
+    return family_description().plan(model_dir, index);
+  }
+
+  // After the plan: the tokenizer's length (the VAE and scheduler configs are read by the base).
+  void pipeline_loaded(const std::string& model_dir, const json& /*index*/, const json& /*plan*/) override {
     max_length_ = family::tokenizer_max_length(model_dir, "tokenizer", 77);
-    return plan.dump();
   }
 
   // hidden_states = x_t, timesteps on the scheduler's 0..1000 scale, the conditioning above.
@@ -230,19 +143,16 @@ class TemplatePlugin : public family::DiffusersFamily {
         throw std::invalid_argument("generate request: 'negative_prompts' must have one entry or one per prompt");
       seed = r.seed(0);
       steps = r.integer("steps", steps, 1);
-      const auto native = cfg.sample_size * configs_.vae_scale_factor();
-      height = r.integer("height", native, 1);
-      width = r.integer("width", native, 1);
+      height = r.integer("height", 0, 1);
+      width = r.integer("width", 0, 1);
       guidance = r.number("guidance", guidance);
       trace = r.boolean("trace", false);
     } catch (const std::invalid_argument& e) {
       fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
-    const auto multiple = configs_.vae_scale_factor() * cfg.patch_size;
-    if (height % multiple != 0 || width % multiple != 0)
-      fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
-                                          " (VAE scale factor x patch size), got " + std::to_string(height) + "x" +
-                                          std::to_string(width));
+    // An unset size is the transformer's native one; both must fit the VAE and the patches.
+    std::tie(height, width) = family::generation_size(height, width, cfg.sample_size * configs_.vae_scale_factor(),
+                                                      configs_.vae_scale_factor() * cfg.patch_size);
     at::NoGradGuard no_grad;
     family::Trace record(trace);
     const auto batch = static_cast<std::int64_t>(prompts.size());
@@ -271,16 +181,10 @@ class TemplatePlugin : public family::DiffusersFamily {
       return component().run(x, context, pooled, t.to(at::kFloat));
     };
     const auto final_latents = family::denoise_loop(latents, schedule, hooks, record);
-    const auto images =
-        family::decode_images(final_latents, configs_.scaling_factor(), configs_.shift_factor(), record);
-    NamedTensors out = {{"images", images}};
-    record.append_to(out);
-    return out;
+    return record.outputs({{"images", decode_images(final_latents, record)}});
   }
 
  protected:
-  torch::nn::Module& denoiser_module() override { return *transformer(); }
-
   NamedTensors conditioning(const std::vector<std::string>& prompts) override {
     const auto c = encode_text(prompts);
     return {{"prompt_embeds", c.embeds}, {"pooled_prompt_embeds", c.pooled}};
@@ -288,21 +192,15 @@ class TemplatePlugin : public family::DiffusersFamily {
 
  private:
   TransformerComponent& component() {
-    return family::plugin_component<TransformerComponent>("transformer", kTransformer, kPlugin);
+    return family::plugin_component<TransformerComponent>("transformer", kTransformer, "template");
   }
   yeto_template::TemplateTransformer2DModel& transformer() { return component().model(); }
 
   // Prompts -> CLIP token ids (padded to the tokenizer's length) -> the last hidden state and the
   // projected pooled embedding.
   TextConditioning encode_text(const std::vector<std::string>& prompts) {
-    TextConditioning c;
-    const json tok = {{"method", "tokenize"}, {"text", prompts}, {"padding", "max_length"},
-                      {"max_length", max_length_}, {"truncation", true}};
-    c.ids = family::output(family::call("tokenizer", {}, tok), "input_ids", "tokenizer").to(at::kLong);
-    const auto enc = family::call("text_encoder", {{"input_ids", c.ids}}, {{"method", "encode"}});
-    c.embeds = family::output(enc, "last_hidden_state", "text_encoder").to(at::kFloat);
-    c.pooled = family::output(enc, "text_embeds", "text_encoder").to(at::kFloat);
-    return c;
+    const auto t = family::encode_text(prompts, {"tokenizer", "text_encoder", max_length_});
+    return {t.input_ids, t.output("last_hidden_state"), t.output("text_embeds")};
   }
 
   std::int64_t max_length_ = 77;

@@ -52,30 +52,9 @@ TransformerConfig TransformerConfig::from_json(const json& j) {
   return c;
 }
 
-json TransformerConfig::to_json() const {
-  return {{"_class_name", "TemplateTransformer2DModel"},
-          {"in_channels", in_channels},
-          {"out_channels", out_channels > 0 ? json(out_channels) : json(nullptr)},
-          {"patch_size", patch_size},
-          {"num_layers", num_layers},
-          {"num_attention_heads", num_attention_heads},
-          {"attention_head_dim", attention_head_dim},
-          {"joint_attention_dim", joint_attention_dim},
-          {"pooled_projection_dim", pooled_projection_dim},
-          {"axes_dims_rope", axes_dims_rope},
-          {"sample_size", sample_size}};
-}
-
 TemplateBlockImpl::TemplateBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
   norm1 = register_module("norm1", yeto::nn::AdaLayerNormZero(dim));
-  yeto::nn::AttentionOptions o;
-  o.query_dim = dim;
-  o.heads = heads;
-  o.dim_head = head_dim;
-  o.bias = true;
-  o.qk_norm = "rms_norm";
-  o.eps = 1e-6;
-  attn = register_module("attn", yeto::nn::Attention(o));
+  attn = register_module("attn", yeto::nn::Attention(yeto::nn::AttentionOptions::dit(dim, heads, head_dim)));
   norm2 = register_module("norm2", yeto::nn::LayerNorm(dim, 1e-6, false, false));
   ff = register_module("ff", yeto::nn::FeedForward(dim));
 }

@@ -47,7 +47,6 @@ struct TransformerConfig {
   std::int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
   std::int64_t output_channels() const { return out_channels > 0 ? out_channels : in_channels; }
   static TransformerConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;  // with "_class_name"
 };
 
 // One block over the joint [text; image] sequence.

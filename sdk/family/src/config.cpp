@@ -39,6 +39,73 @@ json t5_like_config(const T5Shape& s) {
 
 }  // namespace
 
+void invalid(const std::string& what) { throw std::invalid_argument(what); }
+
+ConfigReader::ConfigReader(const json& config, std::string where) : j_(config), where_(std::move(where)) {
+  if (!j_.is_object()) bad(where_ + ": expected a JSON object");
+}
+
+bool ConfigReader::present(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+void ConfigReader::fail(const std::string& key, const std::string& what) const {
+  bad(where_ + ": '" + key + "' " + what);
+}
+
+void ConfigReader::require(const char* key, const std::string& why) const {
+  if (!present(key)) fail(key, "is required" + why);
+}
+
+std::int64_t ConfigReader::integer(const char* key, std::int64_t fallback) const {
+  if (!present(key)) return fallback;
+  if (!j_[key].is_number_integer()) fail(key, "must be an integer, got " + j_[key].dump());
+  return j_[key].get<std::int64_t>();
+}
+
+double ConfigReader::number(const char* key, double fallback) const {
+  if (!present(key)) return fallback;
+  if (!j_[key].is_number()) fail(key, "must be a number, got " + j_[key].dump());
+  return j_[key].get<double>();
+}
+
+bool ConfigReader::boolean(const char* key, bool fallback) const {
+  if (!present(key)) return fallback;
+  if (!j_[key].is_boolean()) fail(key, "must be true or false, got " + j_[key].dump());
+  return j_[key].get<bool>();
+}
+
+std::string ConfigReader::string(const char* key, const std::string& fallback) const {
+  if (!present(key)) return fallback;
+  if (!j_[key].is_string()) fail(key, "must be a string, got " + j_[key].dump());
+  return j_[key].get<std::string>();
+}
+
+template <class T>
+std::vector<T> ConfigReader::list(const char* key, const std::vector<T>& fallback, bool (json::*is)() const noexcept,
+                                  const char* kind) const {
+  if (!present(key)) return fallback;
+  const auto& v = j_[key];
+  if (!v.is_array()) fail(key, std::string("must be a list of ") + kind + ", got " + v.dump());
+  std::vector<T> out;
+  for (const auto& e : v) {
+    if (!(e.*is)()) fail(key, std::string("must be a list of ") + kind + ", got " + v.dump());
+    out.push_back(e.get<T>());
+  }
+  return out;
+}
+
+std::vector<std::int64_t> ConfigReader::integers(const char* key, const std::vector<std::int64_t>& fallback) const {
+  return list(key, fallback, &json::is_number_integer, "integers");
+}
+std::vector<double> ConfigReader::numbers(const char* key, const std::vector<double>& fallback) const {
+  return list(key, fallback, &json::is_number, "numbers");
+}
+std::vector<bool> ConfigReader::booleans(const char* key, const std::vector<bool>& fallback) const {
+  return list(key, fallback, &json::is_boolean, "true/false values");
+}
+std::vector<std::string> ConfigReader::strings(const char* key, const std::vector<std::string>& fallback) const {
+  return list(key, fallback, &json::is_string, "strings");
+}
+
 LoraTargets resolve_lora_targets(const json& targets, const LoraTargetSets& sets) {
   LoraTargets out;
   std::vector<std::string> items;
@@ -165,14 +232,40 @@ RequestReader::RequestReader(const json& request) : j_(request) {
 bool RequestReader::has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
 
 std::vector<std::string> RequestReader::strings(const char* key) const {
+  if (j_.contains(key) && j_.at(key).is_string()) return {j_.at(key).get<std::string>()};
   if (!j_.contains(key) || !j_.at(key).is_array() || j_.at(key).empty())
-    bad(std::string("generate request: '") + key + "' must be a non-empty array of strings");
+    bad(std::string("generate request: '") + key + "' must be a string or a non-empty array of strings");
   std::vector<std::string> out;
   for (const auto& p : j_.at(key)) {
     if (!p.is_string()) bad(std::string("generate request: '") + key + "' must hold strings, got " + p.dump());
     out.push_back(p.get<std::string>());
   }
   return out;
+}
+
+void read_generate_settings(const RequestReader& in, const GenerateRules& rules, GenerateSettings& s) {
+  s.prompts = in.strings("prompts");
+  if (rules.negative_prompts && in.has("negative_prompts")) {
+    s.negative_prompts = in.strings("negative_prompts");
+    if (s.negative_prompts.size() == 1 && rules.single_negative_for_all)
+      s.negative_prompts.assign(s.prompts.size(), s.negative_prompts[0]);
+    if (s.negative_prompts.size() != s.prompts.size())
+      bad("generate request: 'negative_prompts' has " + std::to_string(s.negative_prompts.size()) + " entries for " +
+          std::to_string(s.prompts.size()) + " prompts (give " +
+          (rules.single_negative_for_all ? "one, or one per prompt)" : "one per prompt)"));
+  } else {
+    s.negative_prompts.assign(s.prompts.size(), "");
+  }
+  s.seed = in.seed(s.seed);
+  s.steps = in.integer("steps", s.steps, 1);
+  s.height = in.integer("height", s.height, rules.min_size);
+  s.width = in.integer("width", s.width, rules.min_size);
+  s.max_sequence_length = in.integer("max_sequence_length", s.max_sequence_length, 1);
+  if (rules.max_sequence_length > 0 && s.max_sequence_length > rules.max_sequence_length)
+    bad("generate request: 'max_sequence_length' cannot be greater than " + std::to_string(rules.max_sequence_length) +
+        " (" + rules.max_sequence_length_text + "), got " + std::to_string(s.max_sequence_length));
+  s.guidance = in.number("guidance", s.guidance);
+  s.trace = in.boolean("trace", s.trace);
 }
 
 std::int64_t RequestReader::integer(const char* key, std::int64_t fallback, std::int64_t min) const {

@@ -138,6 +138,15 @@ const at::Tensor& output(const NamedTensors& out, const std::string& name, const
   fail(YETO_ERR_INTERNAL, component + " returned no '" + name + "' tensor");
 }
 
+torch::nn::Module& plugin_module(const std::string& name, const std::string& plugin) {
+  const auto c = sdk::Host::component(name);
+  auto* impl = c.as<ModuleComponent>(c.class_name());
+  if (!impl)
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+              "the pipeline's " + name + " is " + c.class_name() + ", not a model built by the " + plugin + " plugin");
+  return impl->module();
+}
+
 NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers) {
   NamedTensors out;
   for (const auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
@@ -257,6 +266,36 @@ const at::Tensor& image_pixels(const NamedTensors& media, const std::string& plu
                                              "[-1, 1], got " + c10::str(px.sizes()) + " (" + model +
                                         " has no video VAE)");
   return px;
+}
+
+EncodedText encode_text(const std::vector<std::string>& prompts, const TextEncoderCall& c) {
+  nlohmann::json tok = {{"method", "tokenize"},
+                        {"text", prompts},
+                        {"padding", "max_length"},
+                        {"max_length", c.max_length},
+                        {"truncation", true}};
+  tok.update(c.tokenize);
+  const auto t = call(c.tokenizer, {}, tok);
+  EncodedText e;
+  e.encoder = c.encoder;
+  e.input_ids = output(t, "input_ids", c.tokenizer).to(at::kLong);
+  if (sdk::has(t, "attention_mask")) e.attention_mask = sdk::get(t, "attention_mask").to(at::kLong);
+  NamedTensors in = {{"input_ids", e.input_ids}};
+  if (c.with_mask) in.emplace_back("attention_mask", output(t, "attention_mask", c.tokenizer).to(at::kLong));
+  e.outputs = call(c.encoder, in, {{"method", "encode"}});
+  return e;
+}
+
+at::Tensor EncodedText::output(const std::string& name) const {
+  return family::output(outputs, name, encoder).to(at::kFloat);
+}
+
+void check_image_latents(const at::Tensor& x, const std::string& name, const std::string& plugin,
+                         std::int64_t channels, std::int64_t patch_size) {
+  if (x.dim() != 4 || x.size(1) != channels || x.size(2) % patch_size != 0 || x.size(3) % patch_size != 0)
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, plugin + ": '" + name + "' must be latents [B, " + std::to_string(channels) +
+                                             ", h, w] with h and w multiples of " + std::to_string(patch_size) +
+                                             ", got " + c10::str(x.sizes()));
 }
 
 std::pair<at::Tensor, at::Tensor> same_layout_align(const at::Tensor& prediction, const at::Tensor& target,

@@ -7,6 +7,16 @@ namespace yeto::family {
 using nlohmann::json;
 using sdk::fail;
 
+std::pair<std::int64_t, std::int64_t> generation_size(std::int64_t height, std::int64_t width, std::int64_t native,
+                                                      std::int64_t multiple) {
+  const auto h = height > 0 ? height : native, w = width > 0 ? width : native;
+  if (multiple <= 0 || h % multiple != 0 || w % multiple != 0)
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: height and width must be multiples of " + std::to_string(multiple) +
+                                             " (VAE scale factor x patch size), got " + std::to_string(h) + "x" +
+                                             std::to_string(w));
+  return {h, w};
+}
+
 Schedule set_timesteps(const json& options, Trace& record, const std::string& scheduler) {
   json o = options;
   o["method"] = "set_timesteps";

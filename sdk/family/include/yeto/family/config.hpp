@@ -11,6 +11,39 @@
 
 namespace yeto::family {
 
+// A component's config.json as its class reads it: every error is std::invalid_argument
+// "<where>: '<key>' must be an integer, got 3.5" (where: e.g. "FluxTransformer2DModel config").
+// A key that is absent or null gives the fallback; present() tells them apart.
+class ConfigReader {
+ public:
+  // Throws "<where>: expected a JSON object" for anything else.
+  ConfigReader(const nlohmann::json& config, std::string where);
+  const nlohmann::json& config() const { return j_; }
+  bool present(const char* key) const;
+  std::int64_t integer(const char* key, std::int64_t fallback) const;
+  double number(const char* key, double fallback) const;
+  bool boolean(const char* key, bool fallback) const;
+  std::string string(const char* key, const std::string& fallback) const;
+  std::vector<std::int64_t> integers(const char* key, const std::vector<std::int64_t>& fallback) const;
+  std::vector<double> numbers(const char* key, const std::vector<double>& fallback) const;
+  std::vector<bool> booleans(const char* key, const std::vector<bool>& fallback) const;
+  std::vector<std::string> strings(const char* key, const std::vector<std::string>& fallback) const;
+  // Fails "'<key>' is required<why>" when the key is absent or null.
+  void require(const char* key, const std::string& why = "") const;
+  // Throws "<where>: '<key>' <what>".
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+
+ private:
+  template <class T>
+  std::vector<T> list(const char* key, const std::vector<T>& fallback, bool (nlohmann::json::*is)() const noexcept,
+                      const char* kind) const;
+  nlohmann::json j_;
+  std::string where_;
+};
+
+// Throws std::invalid_argument(what): the kit's and a family's torch-free refusals.
+[[noreturn]] void invalid(const std::string& what);
+
 // LoRA targets resolved from prepare's `lora.targets`: module patterns for nn::add_lora, or
 // all_linear = true for every LoRA-capable layer (the plugin leaves out its output projection).
 struct LoraTargets {
@@ -65,7 +98,7 @@ nlohmann::json t5_tokenizer_config(int model_max_length = 512);
 
 // One component a family's pipeline has in model_index.json, and the classes it accepts there.
 struct ComponentSpec {
-  const char* name;
+  std::string name;
   std::vector<std::string> classes;
   bool optional = false;  // may be missing altogether; the family decides what its absence means
   // A repository may list it as absent ([null, null]): a transformer-only repository trains on
@@ -98,8 +131,8 @@ class RequestReader {
   const nlohmann::json& request() const { return j_; }
   // Present and not null.
   bool has(const char* key) const;
-  // A non-empty array of strings ("'<key>' must be a non-empty array of strings", "'<key>' must
-  // hold strings, got ...").
+  // A string (one entry) or a non-empty array of strings ("'<key>' must be a string or a
+  // non-empty array of strings", "'<key>' must hold strings, got ...").
   std::vector<std::string> strings(const char* key) const;
   // An integer of at least `min` ("'<key>' must be an integer", "'<key>' must be at least <min>").
   std::int64_t integer(const char* key, std::int64_t fallback, std::int64_t min) const;
@@ -113,6 +146,34 @@ class RequestReader {
  private:
   nlohmann::json j_;
 };
+
+// The settings every text-to-image / text-to-video generate request shares. A family's request
+// derives from it and sets its pipeline's defaults in its constructor.
+struct GenerateSettings {
+  std::vector<std::string> prompts;
+  std::vector<std::string> negative_prompts;  // one per prompt ("" unless the request gives them)
+  std::uint64_t seed = 0;
+  std::int64_t steps = 28;
+  double guidance = 1.0;
+  std::int64_t height = 0;  // 0: the family's native size
+  std::int64_t width = 0;
+  std::int64_t max_sequence_length = 0;  // 0: the pipeline's default
+  bool trace = false;
+};
+
+// What differs between pipelines in reading those settings.
+struct GenerateRules {
+  std::int64_t min_size = 1;             // the least height / width
+  std::int64_t max_sequence_length = 0;  // > 0: the most max_sequence_length may be
+  std::string max_sequence_length_text;  // why, when a request exceeds it ("FLUX.1's T5 limit")
+  bool negative_prompts = true;          // the pipeline takes negative prompts
+  bool single_negative_for_all = false;  // one negative prompt serves every prompt
+};
+
+// Reads prompts, negative_prompts, seed, steps, guidance, height, width, max_sequence_length and
+// trace into `s`; an absent key keeps s's value. Throws std::invalid_argument "generate request:
+// ..." naming the key ("'negative_prompts' has 2 entries for 3 prompts (give one per prompt)").
+void read_generate_settings(const RequestReader& in, const GenerateRules& rules, GenerateSettings& s);
 
 // np.linspace(start, stop, num) in float64, exactly as NumPy computes it (the sigma schedules of
 // the flow-match pipelines). Throws std::invalid_argument for a negative num.

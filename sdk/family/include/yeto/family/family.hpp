@@ -77,6 +77,26 @@ NamedTensors call(const std::string& component, const NamedTensors& inputs, cons
 // The output tensor `name` of a call; a missing one fails "<component> returned no '<name>' tensor".
 const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component);
 
+// A batch of prompts through the host's tokenizer and text encoder components: tokenized with
+// padding to max_length and truncation (plus `tokenize`'s options, e.g. add_special_tokens or
+// clean), then encoded from the ids (and, with_mask, the tokenizer's attention mask).
+struct TextEncoderCall {
+  std::string tokenizer = "tokenizer";
+  std::string encoder = "text_encoder";
+  std::int64_t max_length = 77;
+  bool with_mask = false;
+  nlohmann::json tokenize = nlohmann::json::object();
+};
+struct EncodedText {
+  at::Tensor input_ids;       // [B, max_length] int64
+  at::Tensor attention_mask;  // [B, max_length] int64; undefined when the tokenizer returns none
+  NamedTensors outputs;       // the encoder's: last_hidden_state, pooler_output, text_embeds, ...
+  std::string encoder;
+  // An encoder output as float32; a missing one fails "<encoder> returned no '<name>' tensor".
+  at::Tensor output(const std::string& name) const;
+};
+EncodedText encode_text(const std::vector<std::string>& prompts, const TextEncoderCall& call);
+
 // ---- component classes built on a torch::nn::Module --------------------------------------
 
 // Puts a component's model where the run wants it (run_placement) in eval mode. Built directly in
@@ -114,6 +134,13 @@ Impl& plugin_component(const std::string& name, const std::string& cls, const st
   return *impl;
 }
 
+// The model of plugin_component<Impl>(...): what a family's typed accessor returns.
+template <class Impl>
+auto& plugin_model(const std::string& name, const std::string& cls, const std::string& plugin,
+                   const std::string& article = "a") {
+  return plugin_component<Impl>(name, cls, plugin, article).model();
+}
+
 // Every parameter, then (with_buffers) every buffer, by Diffusers name: a Component's parameters().
 NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers = true);
 // A Component's load_weights(): copies each tensor into the parameter (or, with_buffers, buffer)
@@ -121,6 +148,52 @@ NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers = true);
 // A name the module lacks fails "<cls> has no parameter '<name>' (<hint>)" when strict, else is skipped.
 void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, bool strict, const std::string& cls,
                          const std::string& hint, bool with_buffers = true);
+
+// A plugin component class implemented by a torch::nn::Module: what the kit (DiffusersFamily's
+// tuning, trainables) reaches through the component of any class the plugin registered.
+class ModuleComponent : public sdk::Component {
+ public:
+  virtual torch::nn::Module& module() = 0;
+};
+
+// The Diffusers class of a ModelComponent: its name (errors, "<name> config"), the hint a load
+// error ends with ("is this a FLUX.1 transformer checkpoint?"), and whether checkpoint tensors
+// may name buffers too (parameters() always lists both).
+struct ModelClass {
+  std::string name;
+  std::string hint;
+  bool with_buffers = true;
+};
+
+// A component class built on Model(Cfg::from_json(config)): the config (Python's bare
+// -Infinity / NaN read as null) through component_model, parameters() and load_weights() by
+// Diffusers name. The family writes forward() (and the typed accessors its hooks use).
+template <class Model, class Cfg>
+class ModelComponent : public ModuleComponent {
+ public:
+  ModelComponent(const std::string& config_json, const std::string& dir, ModelClass cls)
+      : model_(component_model<Model, Cfg>(python_nonfinite_to_null(config_json), dir, cls.name)),
+        class_(std::move(cls)) {}
+
+  NamedTensors parameters() override { return module_tensors(*model_); }
+  // Streams are welcome: the host may call this once per tensor. Strict loading refuses names
+  // the model does not have; shapes must always match (completeness is the caller's check).
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    load_module_weights(*model_, weights, strict, class_.name, class_.hint, class_.with_buffers);
+  }
+  torch::nn::Module& module() override { return *model_; }
+  Model& model() { return model_; }
+
+ protected:
+  Model model_;
+
+ private:
+  ModelClass class_;
+};
+
+// The module behind the pipeline component `name` when the plugin built it (a ModuleComponent),
+// else fails "the pipeline's <name> is <class>, not a model built by the <plugin> plugin".
+torch::nn::Module& plugin_module(const std::string& name, const std::string& plugin);
 
 // ---- tuning: LoRA or full, over named denoisers ---------------------------------------------
 
@@ -178,6 +251,11 @@ class Trace {
     for (auto& nt : items_) out.push_back(std::move(nt));
     items_.clear();
   }
+  // What generate returns: `outputs`, then the recorded tensors.
+  NamedTensors outputs(NamedTensors outputs) {
+    append_to(outputs);
+    return outputs;
+  }
 
  private:
   bool on_;
@@ -201,6 +279,12 @@ const at::Tensor& image_pixels(const NamedTensors& media, const std::string& plu
 // clamped to [-30, 20] as DiagonalGaussianDistribution does), then (z - shift) * scale in float32.
 at::Tensor encode_with_host_vae(const at::Tensor& pixels, const std::string& options_json, double shift_factor,
                                 double scaling_factor, const std::string& vae_component = "vae");
+
+// An image DiT's latents input `name` (denoise, denoiser_kwargs): [B, channels, h, w] with h and w
+// multiples of `patch_size`, else fails "<plugin>: '<name>' must be latents [B, <channels>, h, w]
+// with h and w multiples of <patch_size>, got <shape>".
+void check_image_latents(const at::Tensor& x, const std::string& name, const std::string& plugin,
+                         std::int64_t channels, std::int64_t patch_size);
 
 // align() of a family whose prediction and target share one layout: both as float32, refused
 // with "<plugin> align: prediction <shape> and target <shape> differ in shape" otherwise.

@@ -47,6 +47,21 @@ struct AttentionOptions {
   bool pre_only = false;                 // no to_out (Flux single-stream blocks)
   bool context_first = true;             // joint order: [context, x] (Flux) or [x, context] (SD3)
   double scale = 0.0;                    // 0: 1/sqrt(dim_head)
+
+  // A DiT block's attention as Diffusers builds it for Flux, SD3 and their kin: width `dim` in
+  // and out, `heads` x `head_dim`, biased q/k/v, q/k normalised by `qk_norm` (eps 1e-6).
+  static AttentionOptions dit(std::int64_t dim, std::int64_t heads, std::int64_t head_dim,
+                              const std::string& qk_norm = "rms_norm") {
+    AttentionOptions o;
+    o.query_dim = dim;
+    o.heads = heads;
+    o.dim_head = head_dim;
+    o.out_dim = dim;
+    o.bias = true;
+    o.qk_norm = qk_norm;
+    o.eps = 1e-6;
+    return o;
+  }
 };
 
 class AttentionImpl : public torch::nn::Module {
