@@ -14,7 +14,7 @@
 #include "io/component_registry.hpp"
 #include "io/repository.hpp"
 #include "io/safetensors.hpp"
-#include "plugin/class_loader.hpp"
+#include "pipeline/host_components.hpp"
 #include "plugin/components.hpp"
 
 namespace yeto::app {
@@ -71,8 +71,8 @@ Inspection inspect_repo(const DiffusersRepo& repo, bool deep) {
   json comps = json::array();
   for (const auto& c : repo.components()) {
     json cj = {{"name", c.name}, {"library", c.library}, {"class_name", c.class_name},
-               {"dir", c.dir.string()}, {"registered", ComponentRegistry::global().has(c.class_name)},
-               {"kind", ComponentRegistry::global().kind(c.class_name)},
+               {"dir", c.dir.string()}, {"registered", plugin::ComponentRegistry::global().has(c.class_name)},
+               {"kind", plugin::ComponentRegistry::global().kind(c.class_name)},
                {"origin", plugin::ComponentRegistry::global().origin(c.class_name)}};
     cj["config_file"] = c.config_file.empty() ? "" : c.config_file.filename().string();
     cj["config"] = config_summary(c.config, 12);
@@ -227,7 +227,7 @@ int run_inspect(CommandContext& ctx) {
       if (m.alias)
         j["alias"] = {{"alias", m.alias->alias}, {"hub_id", m.alias->hub_id}, {"family", m.alias->family}};
       const DiffusersRepo repo = DiffusersRepo::open(m.repo.path, ctx.value("variant"));
-      plugin::load_model_classes(cfg, spec, repo);  // the family plugin's classes, if the run names one
+      pipeline::load_model_classes(cfg, repo);  // the family plugin's classes, if one serves the model
       Inspection in = inspect_repo(repo, true);
       j.update(in.j);
       code = in.exit_code;

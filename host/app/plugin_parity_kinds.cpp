@@ -223,7 +223,7 @@ PluginClasses& plugin_classes(const std::string& name) {
   return loaded.emplace(name, std::move(pc)).first->second;
 }
 
-using ComponentPtr = std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter>;
+using plugin::ComponentPtr;
 
 // The component a plugin-class case calls: the class from the case's `plugin` (else the plugin
 // that serves the class), built from the case directory's config.json and loaded with the
@@ -378,12 +378,16 @@ void run_plugin_lora(const CaseContext& ctx, CaseResult& result) {
 // ---- autoencoder classes served by a plugin (video VAEs) -----------------------------------
 // The same case layout as the host's AutoencoderKL cases: calls `model.encode(x)` (outputs
 // `...mean`, `...std`, `...logvar`) and `model.decode(z)` (the sample), through the
-// component's `encode` / `decode` methods.
+// component's typed VAE service.
 void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string cls = ctx.class_name();
   const auto comp = plugin_component_of_case(ctx, result);
   if (!comp) return;
+  if (!plugin::component_vae(*comp)) {
+    mark_unsupported(result, unsupported_class_message(cls) + " (its plugin's component offers no VAE service)");
+    return;
+  }
   at::NoGradGuard no_grad;
   for (const auto& call : c.at("calls")) {
     const std::string python = call.value("python", std::string());
@@ -402,10 +406,15 @@ void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
     plugin::NamedTensors args = {{encode ? "sample" : "latents", ctx.input(first)}};
     for (const auto& [arg, _] : call["tensor_args"].items())
       if (arg != first) args.emplace_back(arg, ctx.input(arg));
-    const auto out = plugin::component_forward(*comp, args, json{{"method", encode ? "encode" : "decode"}}.dump());
     std::map<std::string, at::Tensor> got;
-    for (const auto& [n, t] : out) got[n] = t;
-    if (got.count("logvar")) got["std"] = at::exp(0.5 * got["logvar"]);
+    if (encode) {
+      auto [mean, logvar] = plugin::vae_encode(*comp, args.front().second);
+      got["mean"] = mean;
+      got["logvar"] = logvar;
+      got["std"] = at::exp(0.5 * logvar);
+    } else {
+      got["sample"] = plugin::vae_decode(*comp, args.front().second, {args.begin() + 1, args.end()});
+    }
     const json outputs = call.value("outputs", json::object());  // named: items() must not outlive it
     for (const auto& [key, _] : outputs.items()) {
       const std::string field = encode ? key.substr(key.rfind('.') + 1) : "sample";
@@ -486,12 +495,6 @@ std::map<std::string, py::Function> plugin_pipeline_helpers(const CaseContext& c
   return fns;
 }
 
-// Autoencoder classes that family plugins serve (checked through the `autoencoder` kind).
-const std::vector<std::string>& plugin_autoencoder_classes() {
-  static const std::vector<std::string> classes = {"AutoencoderKLWan", "AutoencoderKLLTXVideo"};
-  return classes;
-}
-
 }  // namespace
 
 std::string plugin_for_class(const std::string& class_name) {
@@ -509,7 +512,9 @@ void register_plugin_parity_kinds() {
   register_kind("pipeline_end_to_end", run_pipeline_end_to_end);
   register_kind("model", run_plugin_model);
   register_kind("lora", run_plugin_lora);
-  for (const auto& cls : plugin_autoencoder_classes()) register_class("autoencoder", cls, run_plugin_autoencoder);
+  // Every autoencoder class the host does not implement: the plugin that serves it, through
+  // its component's VAE service.
+  register_class("autoencoder", parity::kAnyClass, run_plugin_autoencoder);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 

@@ -1,6 +1,7 @@
 // What the generic learner needs from a model: the trainable tensors, the scheduler, and the
-// family's hooks. PluginModel serves them from a plugin instance (the only implementation
-// the host uses); everything family-specific stays behind these calls.
+// family's hooks, or, for a model that computes its whole loss (a plugin with loss_step), the
+// trainable tensors and that one call. PluginModel serves them from a plugin instance (the only
+// implementation the host uses); everything family-specific stays behind these calls.
 // Include only where LibTorch is already in use.
 #pragma once
 
@@ -44,11 +45,18 @@ class TrainModel {
   virtual at::Tensor denoise(const NamedTensors& inputs, const std::string& denoiser) = 0;
   virtual std::pair<at::Tensor, at::Tensor> align(const at::Tensor& prediction, const at::Tensor& target,
                                                   const std::string& denoiser) = 0;
+  // True when the model computes its whole training loss (loss_step): the learner then hands it
+  // each batch's rows and tensors, and never encodes, noises, denoises or aligns for it.
+  virtual bool computes_loss() const { return false; }
+  // The loss of one batch, a scalar with its autograd graph; `metrics` receives the model's own
+  // scalar metrics. rows: one JSON object per row (docs/PLUGIN_SDK.md, loss_step).
+  virtual at::Tensor loss_step(const nlohmann::json& rows, const NamedTensors& batch, nlohmann::json& metrics);
   // Short description for logs and provenance ("plugin flux 0.1.0").
   virtual std::string describe() const = 0;
 };
 
-// The hooks of a prepared plugin instance plus the repository's training scheduler.
+// The hooks of a prepared plugin instance plus the repository's training scheduler (none is
+// needed, nor a denoiser, when the plugin has loss_step).
 // `boundary_ratio` (Wan 2.2's model_index.json key, or the plugin plan's) times
 // num_train_timesteps gives the boundary timestep of a two-denoiser pipeline.
 std::unique_ptr<TrainModel> make_plugin_model(plugin::Instance& instance,

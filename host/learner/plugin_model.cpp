@@ -17,6 +17,7 @@ class PluginModel final : public TrainModel {
   PluginModel(plugin::Instance& instance, std::shared_ptr<schedulers::Scheduler> scheduler,
               std::vector<std::string> denoisers, std::optional<double> boundary_ratio)
       : instance_(instance), scheduler_(std::move(scheduler)), denoisers_(std::move(denoisers)) {
+    if (instance_.has(YETO_CAP_LOSS_STEP)) return;  // the plugin computes the whole loss
     if (!scheduler_) throw Error("the model has no scheduler component; the learner needs one to build training targets",
                                  ExitCode::bad_input);
     if (denoisers_.empty())
@@ -34,7 +35,27 @@ class PluginModel final : public TrainModel {
   NamedTensors trainable() override { return instance_.trainable_parameters(); }
   const std::vector<std::string>& denoisers() const override { return denoisers_; }
   std::optional<double> boundary_timestep() const override { return boundary_; }
-  const schedulers::Scheduler& scheduler() const override { return *scheduler_; }
+  const schedulers::Scheduler& scheduler() const override {
+    if (!scheduler_) throw Error(describe() + ": the model has no scheduler component", ExitCode::bad_input);
+    return *scheduler_;
+  }
+  bool computes_loss() const override { return instance_.has(YETO_CAP_LOSS_STEP); }
+  at::Tensor loss_step(const nlohmann::json& rows, const NamedTensors& batch, nlohmann::json& metrics) override {
+    std::string text;
+    at::Tensor loss = instance_.loss_step(rows.dump(), batch, text);
+    const std::string where = describe() + " loss_step";
+    if (!loss.defined() || loss.numel() != 1 || !loss.is_floating_point())
+      throw Error(where + ": the loss must be one floating-point value, got " +
+                      (loss.defined() ? c10::str(loss.sizes(), " ", loss.scalar_type()) : std::string("none")),
+                  ExitCode::bad_input);
+    metrics = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text, nullptr, false);
+    if (!metrics.is_object())
+      throw Error(where + ": metrics must be a JSON object, got: " + text.substr(0, 200), ExitCode::bad_input);
+    for (const auto& [name, v] : metrics.items())
+      if (!v.is_number())
+        throw Error(where + ": metric '" + name + "' must be a number, got " + v.dump(), ExitCode::bad_input);
+    return loss.reshape({});
+  }
 
   at::Tensor encode_media(const at::Tensor& pixel_values, bool sample, std::uint64_t seed) override {
     if (!instance_.has(YETO_CAP_ENCODE_MEDIA))
@@ -77,6 +98,11 @@ class PluginModel final : public TrainModel {
 };
 
 }  // namespace
+
+at::Tensor TrainModel::loss_step(const nlohmann::json& /*rows*/, const NamedTensors& /*batch*/,
+                                 nlohmann::json& /*metrics*/) {
+  throw Error(describe() + " does not compute its own loss", ExitCode::failure);
+}
 
 std::unique_ptr<TrainModel> make_plugin_model(plugin::Instance& instance,
                                               std::shared_ptr<schedulers::Scheduler> scheduler,

@@ -150,6 +150,7 @@ class Loop {
     double loss = 0, lr = 0, grad_norm = 0;
     std::int64_t samples = 0, skipped_now = 0;
     double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_step = 0;
+    nlohmann::json model_metrics = nlohmann::json::object();  // a full-step model's, summed over micro batches
   };
 
   // The phases of run().
@@ -175,6 +176,10 @@ class Loop {
   NamedTensors encode(const data::TensorBatch& b, bool sample, std::uint64_t latent_seed, at::Tensor& latents);
   // The weighted loss of one batch with timesteps / noise from `gen`.
   at::Tensor batch_loss(const at::Tensor& latents, const NamedTensors& cond, at::Generator& gen);
+  // A full-step model's loss of one collated batch (computes_loss): its rows, each with a seed
+  // from stream `<seed_name>:<i>`, and its tensors; the model's metrics are added into `metrics`.
+  at::Tensor model_loss(const data::TensorBatch& b, bool training, const std::string& seed_name,
+                        nlohmann::json& metrics);
   double evaluate();
   void decode_validation_batches();
   bool next_micro_batch(data::TensorBatch& out, std::int64_t& skipped_now);
@@ -269,6 +274,24 @@ at::Tensor Loop::batch_loss(const at::Tensor& latents, const NamedTensors& cond,
   return weighted_loss(p, t.detach(), loss_weights(s_.weighting, s_.min_snr_gamma, tb));
 }
 
+at::Tensor Loop::model_loss(const data::TensorBatch& b, bool training, const std::string& seed_name,
+                            nlohmann::json& metrics) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = 0; i < b.rows.size(); ++i)
+    rows.push_back({{"row", b.rows[i]},
+                    {"prompt", i < b.prompts.size() ? b.prompts[i] : std::string()},
+                    {"seed", stream(seed_name + ":" + std::to_string(i))},
+                    {"training", training}});
+  NamedTensors tensors;
+  if (b.pixel_values.defined()) tensors.emplace_back("pixel_values", b.pixel_values);
+  for (const auto& [name, t] : b.tensors) tensors.emplace_back(name, t);
+  nlohmann::json m;
+  auto loss = model_.loss_step(rows, tensors, m);
+  if (!metrics.is_object()) metrics = nlohmann::json::object();
+  for (const auto& [name, v] : m.items()) metrics[name] = metrics.value(name, 0.0) + v.get<double>();
+  return loss;
+}
+
 double Loop::evaluate() {
   if (val_batches_.empty()) return std::nan("");
   at::NoGradGuard no_grad;
@@ -280,6 +303,14 @@ double Loop::evaluate() {
     // Fixed timesteps, noise and latent samples per evaluation: val_loss tracks the model.
     const auto idx = static_cast<std::int64_t>(i);
     at::manual_seed(stream(stream_name("validation-torch", 0, idx)));
+    if (model_.computes_loss()) {
+      nlohmann::json unused;
+      const auto loss = model_loss(val_batches_[i], false, stream_name("validation", 0, idx), unused);
+      const auto rows = static_cast<std::int64_t>(val_batches_[i].rows.size());
+      total += loss.item<double>() * static_cast<double>(rows);
+      count += rows;
+      continue;
+    }
     at::Tensor latents;
     const auto cond = encode(val_batches_[i], false, stream(stream_name("validation-latent", 0, idx)), latents);
     auto gen = make_generator(stream(stream_name("validation", 0, idx)));
@@ -478,10 +509,16 @@ void Loop::choose_micro_batch_size() {
     std::vector<data::Sample> samples;
     for (auto r : rows) samples.push_back(decode(data_.train, r));
     const auto b = data::collate(samples);
-    at::Tensor latents;
-    const auto cond = encode(b, true, stream("probe-latent"), latents);
-    auto gen = make_generator(stream("probe"));
-    auto loss = batch_loss(latents, cond, gen);
+    at::Tensor loss;
+    if (model_.computes_loss()) {
+      nlohmann::json unused;
+      loss = model_loss(b, true, "probe", unused);
+    } else {
+      at::Tensor latents;
+      const auto cond = encode(b, true, stream("probe-latent"), latents);
+      auto gen = make_generator(stream("probe"));
+      loss = batch_loss(latents, cond, gen);
+    }
     loss.backward();
     adam_->zero_grad();
   };
@@ -578,18 +615,28 @@ Loop::StepStats Loop::train_step() {
     data::TensorBatch batch;
     next_micro_batch(batch, st.skipped_now);
     at::manual_seed(stream(stream_name("torch", st.step, m)));  // plugin-side randomness (dropout)
-    at::Tensor latents;
-    const auto cond = encode(batch, true, stream(stream_name("latent", st.step, m)), latents);
-    st.t_data += seconds_since(t0);
-    t0 = Clock::now();
-    auto gen = make_generator(stream(stream_name("noise", st.step, m)));
-    auto loss = batch_loss(latents, cond, gen);
+    at::Tensor loss;
+    std::int64_t rows = 0;
+    if (model_.computes_loss()) {
+      st.t_data += seconds_since(t0);
+      t0 = Clock::now();
+      loss = model_loss(batch, true, stream_name("noise", st.step, m), st.model_metrics);
+      rows = static_cast<std::int64_t>(batch.rows.size());
+    } else {
+      at::Tensor latents;
+      const auto cond = encode(batch, true, stream(stream_name("latent", st.step, m)), latents);
+      st.t_data += seconds_since(t0);
+      t0 = Clock::now();
+      auto gen = make_generator(stream(stream_name("noise", st.step, m)));
+      loss = batch_loss(latents, cond, gen);
+      rows = latents.size(0);
+    }
     st.t_fwd += seconds_since(t0);
     t0 = Clock::now();
     (loss / static_cast<double>(accumulation_)).backward();
     st.t_bwd += seconds_since(t0);
     loss_sum += loss.item<double>();
-    st.samples += latents.size(0);
+    st.samples += rows;
   }
   const auto t0 = Clock::now();
   // ddp: average the LoRA gradients, and sum the island's loss and samples, so every rank
@@ -629,6 +676,9 @@ void Loop::report(const StepStats& st, bool end) {
                         {"time_optimizer_s", st.t_opt},
                         {"peak_rss_mb", peak_rss_mb()}};
   if (st.skipped_now > 0) rec["skipped_rows"] = state_.skipped_rows;
+  // A full-step model's own metrics (this rank's, averaged over the step's micro batches).
+  for (const auto& [name, v] : st.model_metrics.items())
+    rec["model/" + name] = v.get<double>() / static_cast<double>(accumulation_);
   if ((s_.validation_every > 0 && st.step % s_.validation_every == 0) || end) {
     const double v = evaluate();
     if (std::isfinite(v)) {

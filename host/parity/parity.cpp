@@ -220,8 +220,10 @@ KindHandler class_dispatcher(const std::string& kind) {
       std::lock_guard<std::mutex> lock(table().mu);
       auto& m = table().classes[kind];
       auto it = m.find(ctx.class_name());
+      if (it == m.end()) it = m.find(kAnyClass);
       if (it != m.end()) h = it->second;
-      for (const auto& [c, _] : m) known.push_back(c);
+      for (const auto& [c, _] : m)
+        if (c != kAnyClass) known.push_back(c);
     }
     if (!h) {
       mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (kind '" + kind + "'" +

@@ -107,8 +107,10 @@ std::vector<std::string> registered_kinds();
 
 // Class-level dispatch for handlers that serve many classes of one kind (e.g. "scheduler"):
 // register_class(kind, class_name, handler) and a kind handler made by class_dispatcher(kind)
-// picks the handler by case.json `class_name`; an unknown class is reported as
-// "no implementation registered for class X".
+// picks the handler by case.json `class_name`; a class without a handler of its own goes to the
+// kind's kAnyClass handler when there is one, else it is reported as "no implementation
+// registered for class X".
+inline constexpr const char* kAnyClass = "*";
 void register_class(const std::string& kind, const std::string& class_name, KindHandler handler);
 KindHandler class_dispatcher(const std::string& kind);
 

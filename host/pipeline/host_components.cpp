@@ -15,7 +15,6 @@
 #include "io/aliases.hpp"
 #include "io/repository.hpp"
 #include "models/model_components.hpp"
-#include "plugin/class_loader.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
@@ -130,36 +129,27 @@ at::Tensor as_input(const at::Tensor& t, const at::TensorOptions& o) {
   return t.is_floating_point() ? t.to(o.device(), o.dtype().toScalarType()) : t.to(o.device());
 }
 
-// ---- the methods of each host class -----------------------------------------------------------
+// ---- the typed calls of each host class (ABI 1.2 services; the 1.1 JSON form below uses them) ----
 
-Named vae_forward(models::AutoencoderKLComponent& c, const Named& in, const json& o, const std::string& where) {
-  const std::string method = method_of(o, "", where);
-  const auto opts = module_options(*c.vae);
-  if (method == "encode") {
-    const auto dist = c.vae->encode(as_input(need(in, "sample", where + " encode"), opts));
-    return {{"mean", dist.mean}, {"logvar", dist.logvar}};
-  }
-  if (method == "decode") return {{"sample", c.vae->decode(as_input(need(in, "latents", where + " decode"), opts))}};
-  unknown_method(where, method, {"decode", "encode"});
+// Frozen host modules: no graph unless the caller asks for one.
+using GradMode = c10::AutoGradMode;
+
+at::Tensor need_tensor(const at::Tensor& t, const std::string& name, const std::string& where) {
+  if (!t.defined()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + ": no '" + name + "' tensor given");
+  return t;
 }
 
-// The "encode" method's inputs, shared by the CLIP and T5 text encoders: token ids (and an
-// optional attention mask) on the module's device, and whether hidden states are wanted.
-struct EncodeCall {
-  at::Tensor ids;
-  at::Tensor mask;  // undefined when none was given
-  bool hidden = false;
-};
+std::pair<at::Tensor, at::Tensor> vae_encode(models::AutoencoderKLComponent& c, const at::Tensor& pixels, bool grad,
+                                             const std::string& where) {
+  GradMode g(grad);
+  const auto dist = c.vae->encode(as_input(need_tensor(pixels, "sample", where + " encode"), module_options(*c.vae)));
+  return {dist.mean, dist.logvar};
+}
 
-EncodeCall encode_call(const at::Device& dev, const Named& in, const json& o, const std::string& where) {
-  const std::string method = method_of(o, "encode", where);
-  if (method != "encode") unknown_method(where, method, {"encode"});
-  EncodeCall call;
-  call.ids = need(in, "input_ids", where + " encode").to(dev, at::kLong);
-  const at::Tensor* mask = find(in, "attention_mask");
-  if (mask && mask->defined()) call.mask = mask->to(dev);
-  call.hidden = option<bool>(o, "output_hidden_states", false, where);
-  return call;
+at::Tensor vae_decode(models::AutoencoderKLComponent& c, const at::Tensor& latents, bool grad,
+                      const std::string& where) {
+  GradMode g(grad);
+  return c.vae->decode(as_input(need_tensor(latents, "latents", where + " decode"), module_options(*c.vae)));
 }
 
 void add_hidden_states(Named& out, const std::vector<at::Tensor>& hidden_states, bool wanted) {
@@ -167,24 +157,96 @@ void add_hidden_states(Named& out, const std::vector<at::Tensor>& hidden_states,
     out.emplace_back("hidden_states." + std::to_string(i), hidden_states[i]);
 }
 
-Named clip_forward(models::CLIPTextComponent& c, const Named& in, const json& o, const std::string& where) {
-  const auto call = encode_call(module_options(*c.model).device(), in, o, where);
-  const auto r = c.model->forward(call.ids, call.mask, call.hidden);
+// CLIP and T5 encoders: token ids (and an optional mask) on the module's device.
+Named text_encode(io::Component& component, const at::Tensor& input_ids, const at::Tensor& mask, bool hidden,
+                  bool grad, const std::string& where) {
+  GradMode g(grad);
+  const auto ids = need_tensor(input_ids, "input_ids", where + " encode");
+  if (auto* c = dynamic_cast<models::CLIPTextComponent*>(&component)) {
+    const auto dev = module_options(*c->model).device();
+    const auto r = c->model->forward(ids.to(dev, at::kLong), mask.defined() ? mask.to(dev) : mask, hidden);
+    Named out = {{"last_hidden_state", r.last_hidden_state}};
+    if (c->model->with_projection())
+      out.emplace_back("text_embeds", r.text_embeds);
+    else
+      out.emplace_back("pooler_output", r.pooler_output);
+    add_hidden_states(out, r.hidden_states, hidden);
+    return out;
+  }
+  auto& t5 = dynamic_cast<models::T5EncoderComponent&>(component);
+  const auto dev = module_options(*t5.model).device();
+  const auto r = t5.model->forward(ids.to(dev, at::kLong), mask.defined() ? mask.to(dev) : mask, hidden);
   Named out = {{"last_hidden_state", r.last_hidden_state}};
-  if (c.model->with_projection())
-    out.emplace_back("text_embeds", r.text_embeds);
-  else
-    out.emplace_back("pooler_output", r.pooler_output);
-  add_hidden_states(out, r.hidden_states, call.hidden);
+  add_hidden_states(out, r.hidden_states, hidden);
   return out;
 }
 
-Named t5_forward(models::T5EncoderComponent& c, const Named& in, const json& o, const std::string& where) {
-  const auto call = encode_call(module_options(*c.model).device(), in, o, where);
-  const auto r = c.model->forward(call.ids, call.mask, call.hidden);
-  Named out = {{"last_hidden_state", r.last_hidden_state}};
-  add_hidden_states(out, r.hidden_states, call.hidden);
-  return out;
+struct TokenizeArgs {
+  text::EncodeOptions encode;
+  bool prompt_clean = false;
+};
+
+std::pair<at::Tensor, at::Tensor> tokenize(text::TokenizerComponent& c, std::vector<std::string> texts,
+                                           const TokenizeArgs& args, const std::string& where) {
+  if (texts.empty()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: no text given");
+  if (args.prompt_clean)
+    for (auto& t : texts) t = text::prompt_clean(t);
+  const auto enc = c.tokenizer().encode_batch(texts, args.encode);
+  const std::size_t len = enc.front().input_ids.size();
+  for (const auto& e : enc)
+    if (e.input_ids.size() != len)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, where +
+                                               " tokenize: the rows have different lengths without padding; pad to "
+                                               "the longest row or to max_length");
+  const auto b = static_cast<std::int64_t>(enc.size());
+  at::Tensor ids = at::empty({b, static_cast<std::int64_t>(len)}, at::kLong);
+  at::Tensor mask = at::empty({b, static_cast<std::int64_t>(len)}, at::kLong);
+  for (std::int64_t i = 0; i < b; ++i) {
+    std::copy(enc[i].input_ids.begin(), enc[i].input_ids.end(), ids[i].data_ptr<std::int64_t>());
+    std::copy(enc[i].attention_mask.begin(), enc[i].attention_mask.end(), mask[i].data_ptr<std::int64_t>());
+  }
+  return {ids, mask};
+}
+
+std::pair<at::Tensor, at::Tensor> set_timesteps(schedulers::Scheduler& s, const schedulers::SetTimestepsArgs& a,
+                                                const std::string& where) {
+  if (!a.num_inference_steps && !a.sigmas)
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " set_timesteps: give num_inference_steps or sigmas");
+  if (a.num_inference_steps && *a.num_inference_steps <= 0)
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " set_timesteps: num_inference_steps must be positive, got " +
+                                             std::to_string(*a.num_inference_steps));
+  s.set_timesteps(a);
+  return {s.timesteps(), s.sigmas()};
+}
+
+Named training_batch(schedulers::Scheduler& s, const at::Tensor& x0, const at::Tensor& noise,
+                     const at::Tensor& indices, const std::string& where) {
+  const std::string w = where + " training_batch";
+  const auto b = s.training_batch(need_tensor(x0, "x0", w), need_tensor(noise, "noise", w),
+                                  need_tensor(indices, "indices", w));
+  return {{"noisy", b.noisy},     {"target", b.target},   {"timesteps", b.timesteps},
+          {"alpha_t", b.alpha_t}, {"sigma_t", b.sigma_t}, {"snr", b.snr}};
+}
+
+// ---- the ABI 1.1 form: forward() with options {"method": ...} ---------------------------------
+
+Named vae_forward(models::AutoencoderKLComponent& c, const Named& in, const json& o, bool grad,
+                  const std::string& where) {
+  const std::string method = method_of(o, "", where);
+  if (method == "encode") {
+    const auto [mean, logvar] = vae_encode(c, need(in, "sample", where + " encode"), grad, where);
+    return {{"mean", mean}, {"logvar", logvar}};
+  }
+  if (method == "decode") return {{"sample", vae_decode(c, need(in, "latents", where + " decode"), grad, where)}};
+  unknown_method(where, method, {"decode", "encode"});
+}
+
+Named text_encoder_forward(io::Component& c, const Named& in, const json& o, bool grad, const std::string& where) {
+  const std::string method = method_of(o, "encode", where);
+  if (method != "encode") unknown_method(where, method, {"encode"});
+  const at::Tensor* mask = find(in, "attention_mask");
+  return text_encode(c, need(in, "input_ids", where + " encode"), mask ? *mask : at::Tensor(),
+                     option<bool>(o, "output_hidden_states", false, where), grad, where);
 }
 
 Named tokenizer_forward(text::TokenizerComponent& c, const json& o, const std::string& where) {
@@ -203,43 +265,29 @@ Named tokenizer_forward(text::TokenizerComponent& c, const json& o, const std::s
     sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: \"text\" must be a string or an array of strings");
   }
   if (texts.empty()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: \"text\" is empty");
-  // Optional pipeline-level cleanup before tokenizing ("prompt_clean": Diffusers' prompt_clean).
+  TokenizeArgs args;
   const std::string clean = option<std::string>(o, "clean", "none", where);
-  if (clean == "prompt_clean")
-    for (auto& t : texts) t = text::prompt_clean(t);
-  else if (clean != "none")
+  if (clean != "none" && clean != "prompt_clean")
     sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: clean must be none or prompt_clean, not '" + clean + "'");
-  text::EncodeOptions eo;
+  args.prompt_clean = clean == "prompt_clean";
   const std::string padding = option<std::string>(o, "padding", "max_length", where);
   if (padding == "max_length")
-    eo.padding = text::Padding::max_length;
+    args.encode.padding = text::Padding::max_length;
   else if (padding == "longest")
-    eo.padding = text::Padding::longest;
+    args.encode.padding = text::Padding::longest;
   else if (padding == "none")
-    eo.padding = text::Padding::none;
+    args.encode.padding = text::Padding::none;
   else
     sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: padding must be max_length, longest or none, not '" +
                                              padding + "'");
-  eo.truncation = option<bool>(o, "truncation", true, where);
-  eo.add_special_tokens = option<bool>(o, "add_special_tokens", true, where);
+  args.encode.truncation = option<bool>(o, "truncation", true, where);
+  args.encode.add_special_tokens = option<bool>(o, "add_special_tokens", true, where);
   if (o.contains("max_length") && !o["max_length"].is_null()) {
     const auto n = option<std::int64_t>(o, "max_length", 0, where);
     if (n <= 0) sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: max_length must be positive");
-    eo.max_length = n;
+    args.encode.max_length = n;
   }
-  const auto enc = c.tokenizer().encode_batch(texts, eo);
-  const std::size_t len = enc.front().input_ids.size();
-  for (const auto& e : enc)
-    if (e.input_ids.size() != len)
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " tokenize: the rows have different lengths with padding '" +
-                                               padding + "'; use \"padding\": \"longest\" or \"max_length\"");
-  const auto b = static_cast<std::int64_t>(enc.size());
-  at::Tensor ids = at::empty({b, static_cast<std::int64_t>(len)}, at::kLong);
-  at::Tensor mask = at::empty({b, static_cast<std::int64_t>(len)}, at::kLong);
-  for (std::int64_t i = 0; i < b; ++i) {
-    std::copy(enc[i].input_ids.begin(), enc[i].input_ids.end(), ids[i].data_ptr<std::int64_t>());
-    std::copy(enc[i].attention_mask.begin(), enc[i].attention_mask.end(), mask[i].data_ptr<std::int64_t>());
-  }
+  const auto [ids, mask] = tokenize(c, std::move(texts), args, where);
   return {{"input_ids", ids}, {"attention_mask", mask}};
 }
 
@@ -252,23 +300,17 @@ Named scheduler_forward(schedulers::Scheduler& s, const Named& in, const json& o
     if (o.contains("sigmas") && !o["sigmas"].is_null())
       a.sigmas = option<std::vector<double>>(o, "sigmas", {}, where);
     if (o.contains("mu") && !o["mu"].is_null()) a.mu = option<double>(o, "mu", 0.0, where);
-    if (!a.num_inference_steps && !a.sigmas)
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + " set_timesteps: give \"num_inference_steps\" or \"sigmas\"");
-    s.set_timesteps(a);
-    Named out = {{"timesteps", s.timesteps()}};
-    if (s.sigmas().defined()) out.emplace_back("sigmas", s.sigmas());
+    const auto [timesteps, sigmas] = set_timesteps(s, a, where);
+    Named out = {{"timesteps", timesteps}};
+    if (sigmas.defined()) out.emplace_back("sigmas", sigmas);
     return out;
   }
   if (method == "step") {
     const std::string w = where + " step";
     return {{"prev_sample", s.step(need(in, "model_output", w), need(in, "timestep", w), need(in, "sample", w))}};
   }
-  if (method == "training_batch") {
-    const std::string w = where + " training_batch";
-    const auto b = s.training_batch(need(in, "x0", w), need(in, "noise", w), need(in, "indices", w));
-    return {{"noisy", b.noisy},     {"target", b.target},   {"timesteps", b.timesteps},
-            {"alpha_t", b.alpha_t}, {"sigma_t", b.sigma_t}, {"snr", b.snr}};
-  }
+  if (method == "training_batch")
+    return training_batch(s, need(in, "x0", where), need(in, "noise", where), need(in, "indices", where), where);
   if (method == "add_noise") {
     const std::string w = where + " add_noise";
     return {{"noisy", s.add_noise(need(in, "original", w), need(in, "noise", w), need(in, "timesteps", w))}};
@@ -280,25 +322,183 @@ Named scheduler_forward(schedulers::Scheduler& s, const Named& in, const json& o
 
 struct HostBox {
   yeto_component_v1 table{};
+  yeto_vae_service vae{};
+  yeto_text_encoder_service text_encoder{};
+  yeto_tokenizer_service tokenizer{};
+  yeto_scheduler_service scheduler{};
   std::string class_name;
+  std::string where;  // "host component <class>", what every message starts with
   std::shared_ptr<io::Component> component;
 };
 
 void host_destroy(void* self) { delete static_cast<HostBox*>(self); }
 
 Named dispatch(HostBox& box, const Named& in, const json& o) {
-  const std::string where = "host component " + box.class_name;
+  const std::string& where = box.where;
   io::Component* c = box.component.get();
   // Frozen host modules: no graph unless asked for ({"grad": true}).
   const bool grad = option<bool>(o, "grad", false, where);
-  std::optional<torch::NoGradGuard> no_grad;
-  if (!grad) no_grad.emplace();
-  if (auto* v = dynamic_cast<models::AutoencoderKLComponent*>(c)) return vae_forward(*v, in, o, where);
-  if (auto* t = dynamic_cast<models::CLIPTextComponent*>(c)) return clip_forward(*t, in, o, where);
-  if (auto* t = dynamic_cast<models::T5EncoderComponent*>(c)) return t5_forward(*t, in, o, where);
+  GradMode g(grad);
+  if (auto* v = dynamic_cast<models::AutoencoderKLComponent*>(c)) return vae_forward(*v, in, o, grad, where);
+  if (box.table.text_encoder) return text_encoder_forward(*c, in, o, grad, where);
   if (auto* t = dynamic_cast<text::TokenizerComponent*>(c)) return tokenizer_forward(*t, o, where);
   if (auto* s = dynamic_cast<schedulers::Scheduler*>(c)) return scheduler_forward(*s, in, o, where);
   sdk::fail(YETO_ERR_UNSUPPORTED, where + " has no forward() methods");
+}
+
+HostBox& box_of(void* self) { return *static_cast<HostBox*>(self); }
+
+at::Tensor borrowed(yeto_tensor t) { return t ? sdk::borrow(t) : at::Tensor(); }
+
+void set_out(yeto_tensor* out, at::Tensor t, const std::string& what) {
+  if (!out) sdk::fail(YETO_ERR_INVALID_ARGUMENT, what + ": no result pointer given");
+  *out = t.defined() ? sdk::to_handle(std::move(t)) : nullptr;
+}
+
+// The typed services of a host component: the ones of its kind are set, the others stay NULL.
+void fill_services(HostBox& box) {
+  io::Component* c = box.component.get();
+  yeto_component_v1& t = box.table;
+  const auto head = [&box](auto& service) {
+    service.struct_size = sizeof service;
+    service.abi_version = YETO_ABI_VERSION;
+    service.self = &box;
+  };
+  if (dynamic_cast<models::AutoencoderKLComponent*>(c)) {
+    head(box.vae);
+    box.vae.encode = [](void* self, yeto_tensor pixels, uint32_t flags, yeto_tensor* mean, yeto_tensor* logvar,
+                        yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        auto [m, v] = vae_encode(static_cast<models::AutoencoderKLComponent&>(*b.component), borrowed(pixels),
+                                 (flags & YETO_SERVICE_GRAD) != 0, b.where);
+        if (!logvar) sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " encode: no logvar result pointer given");
+        set_out(mean, std::move(m), b.where + " encode");
+        *logvar = sdk::to_handle(std::move(v));
+      });
+    };
+    box.vae.decode = [](void* self, yeto_tensor latents, const yeto_named_tensors* extra, uint32_t flags,
+                        yeto_tensor* sample, yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        if (extra && extra->count > 0)
+          sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " decode: takes no '" +
+                                                   std::string(extra->names[0] ? extra->names[0] : "") +
+                                                   "' tensor (only the latents)");
+        set_out(sample,
+                vae_decode(static_cast<models::AutoencoderKLComponent&>(*b.component), borrowed(latents),
+                           (flags & YETO_SERVICE_GRAD) != 0, b.where),
+                b.where + " decode");
+      });
+    };
+    t.vae = &box.vae;
+  } else if (dynamic_cast<models::CLIPTextComponent*>(c) || dynamic_cast<models::T5EncoderComponent*>(c)) {
+    head(box.text_encoder);
+    box.text_encoder.encode = [](void* self, yeto_tensor ids, yeto_tensor mask, uint32_t flags,
+                                 const yeto_named_tensors_out* out, yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        to_c(text_encode(*b.component, borrowed(ids), borrowed(mask), (flags & YETO_SERVICE_HIDDEN_STATES) != 0,
+                         (flags & YETO_SERVICE_GRAD) != 0, b.where),
+             out);
+      });
+    };
+    t.text_encoder = &box.text_encoder;
+  } else if (dynamic_cast<text::TokenizerComponent*>(c)) {
+    head(box.tokenizer);
+    box.tokenizer.tokenize = [](void* self, size_t count, const char* const* texts, const yeto_tokenize_options* o,
+                                yeto_tensor* input_ids, yeto_tensor* attention_mask, yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        if (count > 0 && !texts) sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " tokenize: no texts given");
+        std::vector<std::string> v;
+        for (size_t i = 0; i < count; ++i) {
+          if (!texts[i]) sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " tokenize: text " + std::to_string(i) + " is NULL");
+          v.emplace_back(texts[i]);
+        }
+        TokenizeArgs args;
+        if (!YETO_HAS_FIELD(yeto_tokenize_options, o, add_special_tokens))
+          sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " tokenize: no options, or options older than ABI 1.2");
+        if (o->max_length < 0) sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " tokenize: max_length must not be negative");
+        if (o->max_length > 0) args.encode.max_length = o->max_length;
+        switch (o->padding) {
+          case YETO_PADDING_MAX_LENGTH: args.encode.padding = text::Padding::max_length; break;
+          case YETO_PADDING_LONGEST: args.encode.padding = text::Padding::longest; break;
+          case YETO_PADDING_NONE: args.encode.padding = text::Padding::none; break;
+          default:
+            sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " tokenize: unknown padding " + std::to_string(o->padding));
+        }
+        if (o->clean != YETO_CLEAN_NONE && o->clean != YETO_CLEAN_PROMPT)
+          sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " tokenize: unknown clean " + std::to_string(o->clean));
+        args.prompt_clean = o->clean == YETO_CLEAN_PROMPT;
+        args.encode.truncation = o->truncation != 0;
+        args.encode.add_special_tokens = o->add_special_tokens != 0;
+        auto [ids, mask] = tokenize(static_cast<text::TokenizerComponent&>(*b.component), std::move(v), args, b.where);
+        if (!attention_mask) sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " tokenize: no mask result pointer given");
+        set_out(input_ids, std::move(ids), b.where + " tokenize");
+        *attention_mask = sdk::to_handle(std::move(mask));
+      });
+    };
+    t.tokenizer = &box.tokenizer;
+  } else if (dynamic_cast<schedulers::Scheduler*>(c)) {
+    head(box.scheduler);
+    box.scheduler.set_timesteps = [](void* self, int64_t steps, const double* sigmas, size_t sigma_count,
+                                     const double* mu, yeto_tensor* timesteps, yeto_tensor* sigmas_out,
+                                     yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        schedulers::SetTimestepsArgs a;
+        if (steps != 0) a.num_inference_steps = steps;
+        if (sigma_count > 0) {
+          if (!sigmas) sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " set_timesteps: sigma_count without sigmas");
+          a.sigmas = std::vector<double>(sigmas, sigmas + sigma_count);
+        }
+        if (mu) a.mu = *mu;
+        torch::NoGradGuard no_grad;
+        auto [ts, sg] = set_timesteps(static_cast<schedulers::Scheduler&>(*b.component), a, b.where);
+        if (!sigmas_out) sdk::fail(YETO_ERR_INVALID_ARGUMENT, b.where + " set_timesteps: no sigmas result pointer");
+        set_out(timesteps, std::move(ts), b.where + " set_timesteps");
+        *sigmas_out = sg.defined() ? sdk::to_handle(sg.to(at::kFloat)) : nullptr;
+      });
+    };
+    box.scheduler.step = [](void* self, yeto_tensor model_output, yeto_tensor timestep, yeto_tensor sample,
+                            yeto_tensor* prev_sample, yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        const std::string w = b.where + " step";
+        torch::NoGradGuard no_grad;
+        set_out(prev_sample,
+                static_cast<schedulers::Scheduler&>(*b.component)
+                    .step(need_tensor(borrowed(model_output), "model_output", w),
+                          need_tensor(borrowed(timestep), "timestep", w), need_tensor(borrowed(sample), "sample", w)),
+                w);
+      });
+    };
+    box.scheduler.add_noise = [](void* self, yeto_tensor original, yeto_tensor noise, yeto_tensor timesteps,
+                                 yeto_tensor* noisy, yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        const std::string w = b.where + " add_noise";
+        torch::NoGradGuard no_grad;
+        set_out(noisy,
+                static_cast<schedulers::Scheduler&>(*b.component)
+                    .add_noise(need_tensor(borrowed(original), "original", w), need_tensor(borrowed(noise), "noise", w),
+                               need_tensor(borrowed(timesteps), "timesteps", w)),
+                w);
+      });
+    };
+    box.scheduler.training_batch = [](void* self, yeto_tensor x0, yeto_tensor noise, yeto_tensor indices,
+                                      const yeto_named_tensors_out* out, yeto_error* e) {
+      return run(e, [&] {
+        auto& b = box_of(self);
+        torch::NoGradGuard no_grad;
+        to_c(training_batch(static_cast<schedulers::Scheduler&>(*b.component), borrowed(x0), borrowed(noise),
+                            borrowed(indices), b.where),
+             out);
+      });
+    };
+    t.scheduler = &box.scheduler;
+  }
 }
 
 Named parameters_of(HostBox& box) {
@@ -340,7 +540,9 @@ const yeto_component_v1* wrap_host_component(std::shared_ptr<io::Component> comp
   if (!component) throw Error("wrap_host_component: no component");
   auto box = std::make_unique<HostBox>();
   box->class_name = component->class_name();
+  box->where = "host component " + box->class_name;
   box->component = std::move(component);
+  fill_services(*box);
   yeto_component_v1& t = box->table;
   t.struct_size = sizeof t;
   t.abi_version = YETO_ABI_VERSION;
@@ -350,7 +552,7 @@ const yeto_component_v1* wrap_host_component(std::shared_ptr<io::Component> comp
                  yeto_error* e) {
     return run(e, [&] {
       auto& b = *static_cast<HostBox*>(self);
-      to_c(dispatch(b, from_c(in), parse_options(options, "host component " + b.class_name)), out);
+      to_c(dispatch(b, from_c(in), parse_options(options, b.where)), out);
     });
   };
   t.parameters = [](void* self, const yeto_named_tensors_out* out, yeto_error* e) {
@@ -380,6 +582,7 @@ void ensure_builtin_components() {
     if (!r.has("CLIPTokenizer")) text::register_tokenizer_components(r);
     if (!r.has("AutoencoderKL")) models::register_model_components(r);
   });
+  register_host_classes(plugin::ComponentRegistry::global(), io::ComponentRegistry::global());
 }
 
 void register_host_classes(plugin::ComponentRegistry& target, const io::ComponentRegistry& host) {
@@ -401,67 +604,44 @@ void register_host_classes(plugin::ComponentRegistry& target, const io::Componen
               *out = wrap_host_component(hc->registry->create(src));
             });
           },
-          ctx, "host");
+          ctx, "host", host.kind(cls));
     } catch (const Error&) {
       // registered concurrently by someone else: theirs stays
     }
   }
 }
 
-PluginComponent::PluginComponent(std::string class_name, std::string origin, const yeto_component_v1* table)
-    : class_name_(std::move(class_name)), origin_(std::move(origin)), table_(table) {}
-
-PluginComponent::~PluginComponent() {
-  if (table_ && table_->destroy) table_->destroy(table_->self);
-}
-
-void expose_plugin_class(io::ComponentRegistry& host, const std::string& class_name, const std::string& kind,
-                         plugin::ComponentRegistry& source) {
-  const std::string origin = source.origin(class_name);
-  if (origin.empty() || origin == "host") return;  // not a plugin class: the host's own stays
-  host.add(
-      class_name, kind,
-      [class_name, &source](const io::ComponentSource& src) -> std::shared_ptr<io::Component> {
-        const auto* t = source.create(class_name, src.config.dump(), src.dir.string());
-        return std::make_shared<PluginComponent>(class_name, source.origin(class_name), t);
-      });
-}
-
-void install_plugin_class_loader() {
-  plugin::set_model_class_loader([](const config::Config& cfg, const std::string& /*spec*/,
-                                    const io::DiffusersRepo& repo) {
-    try {
-      const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
-      const plugin::Catalog catalog = plugin::Catalog::scan(lo.dirs);
-      const std::string name = plugin::select_plugin(cfg, catalog, lo, &repo.model_index()).name;
-      if (name.empty()) return;
-      plugin::HostApiOptions ho;
-      ho.plugin_name = name;
-      ho.config_values = plugin::config_values(cfg);
-      const plugin::LoadedPlugin& loaded = plugin::load(name, lo, plugin::make_host_api(ho));
-      plugin::Instance inst(loaded, ho.config_values.dump());
-      auto& creg = plugin::ComponentRegistry::global();
-      if (inst.has(YETO_CAP_COMPONENTS)) inst.register_components(creg);
-      // Kinds: the plan's, else from the component names that use a class.
-      std::map<std::string, std::string> kinds;
-      for (const auto& c : repo.components())
-        if (!c.name.empty()) kinds.emplace(c.class_name, kind_for_component_name(c.name));
-      if (inst.has(YETO_CAP_PIPELINE)) {
-        const json plan = json::parse(inst.load_pipeline(repo.dir().string(), repo.model_index().dump()), nullptr, false);
-        if (plan.is_object() && plan.contains("components") && plan["components"].is_object())
-          for (const auto& [n, e] : plan["components"].items())
-            if (e.is_object() && e.contains("class") && e["class"].is_string())
-              kinds[e["class"].get<std::string>()] =
-                  e.contains("kind") && e["kind"].is_string() ? e["kind"].get<std::string>() : kind_for_component_name(n);
-      }
-      const std::string origin = "plugin " + loaded.manifest.name;
-      for (const auto& cls : creg.names())
-        if (creg.origin(cls) == origin)
-          expose_plugin_class(io::ComponentRegistry::global(), cls, kinds.count(cls) ? kinds[cls] : "component", creg);
-    } catch (const std::exception& e) {
-      spdlog::warn("the model's plugin classes are not shown: {}", e.what());
+void load_model_classes(const config::Config& cfg, const io::DiffusersRepo& repo) {
+  try {
+    const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
+    const plugin::Catalog catalog = plugin::Catalog::scan(lo.dirs);
+    const std::string name = plugin::select_plugin(cfg, catalog, lo, &repo.model_index()).name;
+    if (name.empty()) return;
+    plugin::HostApiOptions ho;
+    ho.plugin_name = name;
+    ho.config_values = plugin::config_values(cfg);
+    const plugin::LoadedPlugin& loaded = plugin::load(name, lo, plugin::make_host_api(ho));
+    plugin::Instance inst(loaded, ho.config_values.dump());
+    auto& creg = plugin::ComponentRegistry::global();
+    if (inst.has(YETO_CAP_COMPONENTS)) inst.register_components(creg);
+    // Kinds: the plan's, else from the component names that use a class.
+    std::map<std::string, std::string> kinds;
+    for (const auto& c : repo.components())
+      if (!c.name.empty()) kinds.emplace(c.class_name, kind_for_component_name(c.name));
+    if (inst.has(YETO_CAP_PIPELINE)) {
+      const json plan = json::parse(inst.load_pipeline(repo.dir().string(), repo.model_index().dump()), nullptr, false);
+      if (plan.is_object() && plan.contains("components") && plan["components"].is_object())
+        for (const auto& [n, e] : plan["components"].items())
+          if (e.is_object() && e.contains("class") && e["class"].is_string())
+            kinds[e["class"].get<std::string>()] =
+                e.contains("kind") && e["kind"].is_string() ? e["kind"].get<std::string>() : kind_for_component_name(n);
     }
-  });
+    const std::string origin = "plugin " + loaded.manifest.name;
+    for (const auto& cls : creg.names())
+      if (creg.origin(cls) == origin) creg.set_kind(cls, kinds.count(cls) ? kinds[cls] : "component");
+  } catch (const std::exception& e) {
+    spdlog::warn("the model's plugin classes are not shown: {}", e.what());
+  }
 }
 
 std::string kind_for_component_name(const std::string& name) {

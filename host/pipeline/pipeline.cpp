@@ -359,7 +359,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
     if (class_origin.rfind("plugin ", 0) == 0) {
       // The plugin's class: random init, then the host streams the folder's weights in.
       b.origin = class_origin;
-      expose_plugin_class(io::ComponentRegistry::global(), b.class_name, b.kind, creg);
+      creg.set_kind(b.class_name, b.kind);
       b.table.reset(creg.create(b.class_name, b.config.dump(), ""));
       cast_component(*b.table, s.dtype, s.device);
       if (options.load_weights && !b.dir.empty()) {

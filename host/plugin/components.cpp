@@ -1,6 +1,5 @@
 #include "plugin/components.hpp"
 
-#include "plugin/class_loader.hpp"
 
 #include "core/error.hpp"
 #include "core/strings.hpp"
@@ -23,18 +22,31 @@ ComponentRegistry& ComponentRegistry::global() {
 }
 
 void ComponentRegistry::add(const std::string& class_name, yeto_component_ctor ctor, void* ctor_context,
-                            const std::string& origin) {
+                            const std::string& origin, const std::string& kind) {
   if (class_name.empty() || !ctor) throw Error(origin + ": a component class needs a name and a constructor");
   std::lock_guard lock(mutex_);
   const auto it = entries_.find(class_name);
   if (it != entries_.end() && it->second.origin == origin) {
-    it->second = {ctor, ctor_context, origin};  // the same plugin registering again (a later pipeline)
+    // The same plugin registering again (a later pipeline): its kind stays unless given anew.
+    it->second = {ctor, ctor_context, origin, kind.empty() ? it->second.kind : kind};
     return;
   }
   if (it != entries_.end())
     throw Error("component class '" + class_name + "' from " + origin + " is already registered by " +
                 it->second.origin + "; two plugins cannot both serve one Diffusers class");
-  entries_[class_name] = {ctor, ctor_context, origin};
+  entries_[class_name] = {ctor, ctor_context, origin, kind};
+}
+
+std::string ComponentRegistry::kind(const std::string& class_name) const {
+  std::lock_guard lock(mutex_);
+  const auto it = entries_.find(class_name);
+  return it == entries_.end() ? "" : it->second.kind;
+}
+
+void ComponentRegistry::set_kind(const std::string& class_name, const std::string& kind) {
+  std::lock_guard lock(mutex_);
+  const auto it = entries_.find(class_name);
+  if (it != entries_.end() && !kind.empty()) it->second.kind = kind;
 }
 
 bool ComponentRegistry::has(const std::string& class_name) const {
@@ -104,31 +116,6 @@ const yeto_component_registry* ComponentRegistry::c_registry(const std::string& 
     });
   };
   return &o->table;
-}
-
-namespace {
-std::mutex& loader_mutex() {
-  static std::mutex m;
-  return m;
-}
-ModelClassLoader& loader_slot() {
-  static auto* l = new ModelClassLoader();
-  return *l;
-}
-}  // namespace
-
-void set_model_class_loader(ModelClassLoader loader) {
-  std::lock_guard lock(loader_mutex());
-  loader_slot() = std::move(loader);
-}
-
-void load_model_classes(const config::Config& cfg, const std::string& model_spec, const io::DiffusersRepo& repo) {
-  ModelClassLoader l;
-  {
-    std::lock_guard lock(loader_mutex());
-    l = loader_slot();
-  }
-  if (l) l(cfg, model_spec, repo);
 }
 
 }  // namespace yeto::plugin

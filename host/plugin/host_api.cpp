@@ -107,6 +107,48 @@ std::uint64_t splitmix64(std::uint64_t& s) {
   return z ^ (z >> 31);
 }
 
+// The pipeline component `name` of the current binding; NOT_FOUND naming what the pipeline has.
+const yeto_component_v1* pipeline_component(void* host, const char* name, const std::string& call) {
+  const std::string n = name ? name : "";
+  const auto o = ctx(host).current();
+  if (!o->pipeline)
+    sdk::fail(YETO_ERR_NOT_FOUND, call + "('" + n +
+                                      "'): no pipeline is loaded for this plugin (components exist only once "
+                                      "the host has built the plan load_pipeline returned, i.e. from prepare() on)");
+  const yeto_component_v1* found = o->pipeline->find_component(n);
+  if (!found) {
+    if (const std::string why = o->pipeline->missing_reason(n); !why.empty())
+      sdk::fail(YETO_ERR_NOT_FOUND, call + "('" + n + "'): " + why);
+    const auto names = o->pipeline->component_names();
+    sdk::fail(YETO_ERR_NOT_FOUND, call + "('" + n + "'): the pipeline has no component of that name" +
+                                      did_you_mean(n, names) + " (it has: " +
+                                      (names.empty() ? std::string("none") : join(names, ", ")) + ")");
+  }
+  return found;
+}
+
+template <class S>
+S* service_out(S* out, const char* call) {
+  if (!out) sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string(call) + ": no result pointer given");
+  *out = nullptr;
+  return out;
+}
+
+// The typed service of pipeline component `name` that `get` reads from its table; UNSUPPORTED
+// when it has none (a component of another kind, or a plugin's own class).
+template <class Get>
+auto service_of(void* host, const char* name, const std::string& call, const char* kind, Get get) {
+  const yeto_component_v1* c = pipeline_component(host, name, call);
+  const auto* s = get(c);
+  if (!s)
+    sdk::fail(YETO_ERR_UNSUPPORTED, call + "('" + (name ? name : "") + "'): the pipeline's " + (name ? name : "") +
+                                        " is " + (c->class_name ? c->class_name : "a component") + ", which offers no " +
+                                        kind +
+                                        " service (host classes offer the service of their kind; a plugin's own "
+                                        "class is called through component_get)");
+  return s;
+}
+
 }  // namespace
 
 nlohmann::json config_values(const config::Config& cfg) {
@@ -250,22 +292,39 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
     return run(e, [&] {
       if (!out) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "component_get: no result pointer given");
       *out = nullptr;
-      const std::string n = name ? name : "";
-      const auto o = ctx(host).current();
-      if (!o->pipeline)
-        sdk::fail(YETO_ERR_NOT_FOUND, "component_get('" + n +
-                                          "'): no pipeline is loaded for this plugin (components exist only once "
-                                          "the host has built the plan load_pipeline returned, i.e. from prepare() on)");
-      const yeto_component_v1* found = o->pipeline->find_component(n);
-      if (!found) {
-        if (const std::string why = o->pipeline->missing_reason(n); !why.empty())
-          sdk::fail(YETO_ERR_NOT_FOUND, "component_get('" + n + "'): " + why);
-        const auto names = o->pipeline->component_names();
-        sdk::fail(YETO_ERR_NOT_FOUND, "component_get('" + n + "'): the pipeline has no component of that name" +
-                                          did_you_mean(n, names) + " (it has: " +
-                                          (names.empty() ? std::string("none") : join(names, ", ")) + ")");
-      }
-      *out = found;
+      *out = pipeline_component(host, name, "component_get");
+    });
+  };
+  // Each reads its field only from tables that are large enough to have it.
+  t.vae_get = [](void* host, const char* name, const yeto_vae_service** out, yeto_error* e) {
+    return run(e, [&] {
+      *service_out(out, "vae_get") = service_of(host, name, "vae_get", "VAE", [](const yeto_component_v1* comp) {
+        return YETO_HAS_FIELD(yeto_component_v1, comp, vae) ? comp->vae : nullptr;
+      });
+    });
+  };
+  t.text_encoder_get = [](void* host, const char* name, const yeto_text_encoder_service** out, yeto_error* e) {
+    return run(e, [&] {
+      *service_out(out, "text_encoder_get") =
+          service_of(host, name, "text_encoder_get", "text encoder", [](const yeto_component_v1* comp) {
+            return YETO_HAS_FIELD(yeto_component_v1, comp, text_encoder) ? comp->text_encoder : nullptr;
+          });
+    });
+  };
+  t.tokenizer_get = [](void* host, const char* name, const yeto_tokenizer_service** out, yeto_error* e) {
+    return run(e, [&] {
+      *service_out(out, "tokenizer_get") =
+          service_of(host, name, "tokenizer_get", "tokenizer", [](const yeto_component_v1* comp) {
+            return YETO_HAS_FIELD(yeto_component_v1, comp, tokenizer) ? comp->tokenizer : nullptr;
+          });
+    });
+  };
+  t.scheduler_get = [](void* host, const char* name, const yeto_scheduler_service** out, yeto_error* e) {
+    return run(e, [&] {
+      *service_out(out, "scheduler_get") =
+          service_of(host, name, "scheduler_get", "scheduler", [](const yeto_component_v1* comp) {
+            return YETO_HAS_FIELD(yeto_component_v1, comp, scheduler) ? comp->scheduler : nullptr;
+          });
     });
   };
   return &c->table;

@@ -226,6 +226,42 @@ NamedTensors component_parameters(const yeto_component_v1& c) {
   return std::move(out.tensors);
 }
 
+const yeto_vae_service* component_vae(const yeto_component_v1& c) {
+  return static_cast<size_t>(c.struct_size) >= offsetof(yeto_component_v1, vae) + sizeof c.vae ? c.vae : nullptr;
+}
+
+namespace {
+yeto_tensor borrowed_handle(const at::Tensor& t) {
+  return t.defined() ? reinterpret_cast<yeto_tensor>(t.unsafeGetTensorImpl()) : nullptr;
+}
+const yeto_vae_service& need_vae(const yeto_component_v1& c) {
+  const auto* v = component_vae(c);
+  if (!v) throw Error(std::string("component ") + c.class_name + " offers no VAE service", ExitCode::not_available);
+  return *v;
+}
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> vae_encode(const yeto_component_v1& c, const at::Tensor& pixels) {
+  const auto& v = need_vae(c);
+  sdk::ErrorBuffer err;
+  yeto_tensor mean = nullptr, logvar = nullptr;
+  const yeto_status s = v.encode(v.self, borrowed_handle(pixels), 0u, &mean, &logvar, err.get());
+  std::pair<at::Tensor, at::Tensor> out{mean ? sdk::adopt(mean) : at::Tensor(), logvar ? sdk::adopt(logvar) : at::Tensor()};
+  if (s != YETO_OK) throw Error(std::string("component ") + c.class_name + " encode failed: " + err.message());
+  return out;
+}
+
+at::Tensor vae_decode(const yeto_component_v1& c, const at::Tensor& latents, const NamedTensors& extra) {
+  const auto& v = need_vae(c);
+  sdk::ErrorBuffer err;
+  CInputs in(extra);
+  yeto_tensor sample = nullptr;
+  const yeto_status s = v.decode(v.self, borrowed_handle(latents), &in.view, 0u, &sample, err.get());
+  at::Tensor out = sample ? sdk::adopt(sample) : at::Tensor();
+  if (s != YETO_OK) throw Error(std::string("component ") + c.class_name + " decode failed: " + err.message());
+  return out;
+}
+
 void component_load_weights(const yeto_component_v1& c, const NamedTensors& weights, const std::string& options) {
   sdk::ErrorBuffer err;
   CInputs in(weights);

@@ -58,4 +58,10 @@ NamedTensors component_parameters(const yeto_component_v1& c);
 void component_load_weights(const yeto_component_v1& c, const NamedTensors& weights,
                             const std::string& options_json = R"({"strict": true})");
 
+// The component's typed VAE service (ABI 1.2 tables), nullptr when it offers none.
+const yeto_vae_service* component_vae(const yeto_component_v1& c);
+// Calls of a VAE service; a failure throws Error naming the component's class.
+std::pair<at::Tensor, at::Tensor> vae_encode(const yeto_component_v1& c, const at::Tensor& pixels);
+at::Tensor vae_decode(const yeto_component_v1& c, const at::Tensor& latents, const NamedTensors& extra = {});
+
 }  // namespace yeto::plugin

@@ -166,7 +166,7 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
                                             configs_.scheduler_int("max_image_seq_len", 4096),
                                             configs_.scheduler_number("base_shift", 0.5),
                                             configs_.scheduler_number("max_shift", 1.15));
-    const auto schedule = yeto::family::set_timesteps({{"sigmas", sigmas_in}, {"mu", mu}}, record);
+    const auto schedule = yeto::family::set_timesteps({0, sigmas_in, mu}, record);
     record("mu", at::scalar_tensor(mu, at::kDouble));
     at::Tensor guidance;
     if (cfg.guidance_embeds) {

@@ -89,34 +89,37 @@ class TransformerComponent
   }
 };
 
-class VaeComponent : public yeto::family::ModelComponent<ltx::AutoencoderKLLTXVideo, ltx::LtxVaeConfig> {
+// The typed VAE service: sample [B, 3, F, H, W] in [-1, 1] -> mean, logvar (the latent
+// distribution, raw: no normalisation); raw latents [B, C, F, H, W] and, for timestep-conditioned
+// decoders, "temb" [B] -> sample.
+class VaeComponent : public yeto::family::ModelComponent<ltx::AutoencoderKLLTXVideo, ltx::LtxVaeConfig>,
+                     public yeto::sdk::Vae {
  public:
   VaeComponent(const std::string& config_json, const std::string& dir)
       : ModelComponent(config_json, dir, {"AutoencoderKLLTXVideo", "is this an AutoencoderKLLTXVideo checkpoint?"}) {}
 
-  // method "encode": sample [B, 3, F, H, W] in [-1, 1] -> mean, logvar, std (the latent
-  // distribution, raw: no normalisation). method "decode": latents [B, C, F, H, W] raw, temb [B]
-  // (timestep-conditioned decoders) -> sample.
-  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
-    using yeto::sdk::get;
-    using yeto::sdk::has;
-    const auto o = parse_json(options, "AutoencoderKLLTXVideo forward options");
-    const auto method = o.value("method", std::string("encode"));
-    const auto dtype = model_->encoder->conv_in->conv->weight.scalar_type();
-    const auto dev = model_->encoder->conv_in->conv->weight.device();
+  yeto::sdk::Posterior encode(const at::Tensor& pixels) override {
+    const auto& w = model_->encoder->conv_in->conv->weight;
     try {
-      if (method == "encode") {
-        const auto d = model_->encode(get(in, "sample").to(dev, dtype));
-        return {{"mean", d.mean}, {"logvar", d.logvar}, {"std", at::exp(0.5 * d.logvar)}};
-      }
-      if (method == "decode") {
-        const at::Tensor temb = has(in, "temb") ? get(in, "temb").to(dev, dtype) : at::Tensor();
-        return {{"sample", model_->decode(get(in, "latents").to(dev, dtype), temb)}};
-      }
+      const auto d = model_->encode(pixels.to(w.device(), w.scalar_type()));
+      return {d.mean, d.logvar};
     } catch (const std::invalid_argument& e) {
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLLTXVideo encode: ") + e.what());
     }
-    sdk::fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLLTXVideo: unknown method '" + method + "' (encode, decode)");
+  }
+  at::Tensor decode(const at::Tensor& latents, const NamedTensors& extra) override {
+    const auto& w = model_->encoder->conv_in->conv->weight;
+    at::Tensor temb;
+    for (const auto& [name, t] : extra) {
+      if (name != "temb")
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "AutoencoderKLLTXVideo decode: takes no '" + name + "' tensor (only temb)");
+      temb = t.to(w.device(), w.scalar_type());
+    }
+    try {
+      return model_->decode(latents.to(w.device(), w.scalar_type()), temb);
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLLTXVideo decode: ") + e.what());
+    }
   }
 };
 
@@ -298,7 +301,7 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
         ltx::calculate_shift(static_cast<double>(latents.size(1)), sc.scheduler_number("base_image_seq_len", 256),
                              sc.scheduler_number("max_image_seq_len", 4096), sc.scheduler_number("base_shift", 0.5),
                              sc.scheduler_number("max_shift", 1.15));
-    const auto schedule = yeto::family::set_timesteps({{"sigmas", sigmas_in}, {"mu", mu}}, record);
+    const auto schedule = yeto::family::set_timesteps({0, sigmas_in, mu}, record);
     record("mu", at::scalar_tensor(mu, at::kDouble));
     const auto scale = ltx::rope_interpolation_scale(tt, st, r.frame_rate);
     record("rope_interpolation_scale", at::tensor(std::vector<double>(scale.begin(), scale.end()), at::kDouble));
@@ -375,11 +378,9 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
     // LTXPipeline encodes from the ids alone; the mask goes to the transformer's cross-attention.
     family::TextEncoderCall call;
     call.max_length = max_sequence_length;
-    call.tokenize = {{"add_special_tokens", true}};
     const auto t = family::encode_text(prompts, call);
     Conditioning c;
     c.ids = t.input_ids;
-    if (!t.attention_mask.defined()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "tokenizer returned no 'attention_mask' tensor");
     c.mask = t.attention_mask;
     c.embeds = t.output("last_hidden_state");
     return c;

@@ -196,7 +196,7 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
     }
 
     // 2. Schedule and initial latents (noise from a CPU generator, as torch.Generator("cpu")).
-    const auto schedule = yeto::family::set_timesteps({{"num_inference_steps", r.steps}}, record);
+    const auto schedule = yeto::family::set_timesteps({r.steps, {}, {}}, record);
     const auto channels = cfg.in_channels;
     auto latents =
         yeto::family::initial_latents(inputs, {batch, channels, height / vsf, width / vsf}, r.seed, record);
@@ -272,7 +272,6 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
     family::TextEncoderCall call;
     call.max_length = max_length;
     call.with_mask = true;
-    call.tokenize = {{"add_special_tokens", true}};
     const auto t = family::encode_text(texts, call);
     return {t.input_ids, t.attention_mask, t.output("last_hidden_state")};
   }

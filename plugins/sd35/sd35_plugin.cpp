@@ -129,7 +129,7 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
 
     // 3. Schedule: set_timesteps(N) on the repository's scheduler (shift 3.0 for SD3.5); mu only
     // for a dynamically shifting scheduler config, from the image token count.
-    json st = {{"num_inference_steps", r.steps}};
+    yeto::sdk::TimestepRequest st{r.steps, {}, {}};
     if (configs_.scheduler_flag("use_dynamic_shifting")) {
       const auto seq = (h / cfg.patch_size) * (w / cfg.patch_size);
       const double base_shift = configs_.scheduler_number("base_shift", 0.5);
@@ -137,7 +137,7 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
       const double m = (configs_.scheduler_number("max_shift", 1.16) - base_shift) /
                        static_cast<double>(configs_.scheduler_int("max_image_seq_len", 4096) - base_len);
       const double b = base_shift - m * static_cast<double>(base_len);
-      st["mu"] = static_cast<double>(seq) * m + b;
+      st.mu = static_cast<double>(seq) * m + b;
     }
     const auto schedule = yeto::family::set_timesteps(st, record);
 
@@ -178,16 +178,11 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
   // the final norm) and the projected pooled output (text_embeds), no attention mask.
   void encode_clip(const std::string& tokenizer, const std::string& encoder, const std::vector<std::string>& texts,
                    at::Tensor& ids, at::Tensor& hidden, at::Tensor& pooled) {
-    ids = family::output(family::call(tokenizer, {},
-                                      {{"method", "tokenize"},
-                                       {"text", texts},
-                                       {"padding", "max_length"},
-                                       {"max_length", clip_max_length_},
-                                       {"truncation", true}}),
-                         "input_ids", tokenizer)
-              .to(at::kLong);
-    const auto out =
-        family::call(encoder, {{"input_ids", ids}}, {{"method", "encode"}, {"output_hidden_states", true}});
+    family::TextEncoderCall call{tokenizer, encoder, clip_max_length_};
+    call.hidden_states = true;
+    const auto e = family::encode_text(texts, call);
+    ids = e.input_ids;
+    const auto& out = e.outputs;
     // hidden_states.0 are the embeddings, hidden_states.N the last layer: [-2] is N - 1.
     std::int64_t last = -1;
     for (const auto& [n, t] : out)
@@ -202,19 +197,10 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
     encode_clip("tokenizer", "text_encoder", texts, c.clip_l_ids, c.clip_l_hidden, c.clip_l_pooled);
     encode_clip("tokenizer_2", "text_encoder_2", texts, c.clip_g_ids, c.clip_g_hidden, c.clip_g_pooled);
     if (has_t5_) {
-      c.t5_ids = family::output(family::call("tokenizer_3", {},
-                                             {{"method", "tokenize"},
-                                              {"text", texts},
-                                              {"padding", "max_length"},
-                                              {"max_length", max_sequence_length},
-                                              {"truncation", true},
-                                              {"add_special_tokens", true}}),
-                                "input_ids", "tokenizer_3")
-                     .to(at::kLong);
       // Without an attention mask: padding positions are attended to, as the pipeline calls T5.
-      c.t5 = family::output(family::call("text_encoder_3", {{"input_ids", c.t5_ids}}, {{"method", "encode"}}),
-                            "last_hidden_state", "text_encoder_3")
-                 .to(at::kFloat);
+      const auto e = family::encode_text(texts, {"tokenizer_3", "text_encoder_3", max_sequence_length});
+      c.t5_ids = e.input_ids;
+      c.t5 = e.output("last_hidden_state");
     } else {
       // No T5 in the repository: zeros of the CLIP length, as the pipeline does.
       c.t5 = at::zeros({static_cast<std::int64_t>(texts.size()), clip_max_length_,

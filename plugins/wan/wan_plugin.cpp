@@ -53,27 +53,30 @@ class TransformerComponent
   }
 };
 
-class VaeComponent : public yeto::family::ModelComponent<wan::AutoencoderKLWan, wan::WanVaeConfig> {
+// The typed VAE service: pixels [B, 3, T, H, W] (or [B, 3, H, W]) in [-1, 1] -> mean, logvar
+// (raw); raw (already denormalised) latents -> sample [B, 3, T', H, W].
+class VaeComponent : public yeto::family::ModelComponent<wan::AutoencoderKLWan, wan::WanVaeConfig>,
+                     public yeto::sdk::Vae {
  public:
   VaeComponent(const std::string& config_json, const std::string& dir)
       : ModelComponent(config_json, dir, {"AutoencoderKLWan", "is this a Wan 2.1 VAE checkpoint?"}) {}
 
-  // method "encode": sample [B, 3, T, H, W] (or [B, 3, H, W]) in [-1, 1] -> mean, logvar (raw);
-  // method "decode": latents (raw, already denormalised) -> sample [B, 3, T', H, W].
-  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
-    const auto o = family::parse_json(options.empty() ? "{}" : options, "AutoencoderKLWan options");
-    const auto method = o.value("method", std::string("decode"));
-    at::AutoGradMode grad(o.value("grad", false));
+  yeto::sdk::Posterior encode(const at::Tensor& pixels) override {
     try {
-      if (method == "encode") {
-        const auto d = model_->encode(yeto::sdk::get(in, "sample"));
-        return {{"mean", d.mean}, {"logvar", d.logvar}};
-      }
-      if (method == "decode") return {{"sample", model_->decode(yeto::sdk::get(in, "latents"))}};
+      const auto d = model_->encode(pixels);
+      return {d.mean, d.logvar};
     } catch (const std::invalid_argument& e) {
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLWan encode: ") + e.what());
     }
-    sdk::fail(YETO_ERR_UNSUPPORTED, "AutoencoderKLWan: unknown method '" + method + "' (encode, decode)");
+  }
+  at::Tensor decode(const at::Tensor& latents, const NamedTensors& extra) override {
+    if (!extra.empty())
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "AutoencoderKLWan decode: takes no '" + extra.front().first + "' tensor");
+    try {
+      return model_->decode(latents);
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLWan decode: ") + e.what());
+    }
   }
 };
 
@@ -132,9 +135,8 @@ class WanPlugin : public yeto::family::DiffusersFamily {
                                                std::to_string(multiple) + ", got " + std::to_string(px.size(3)) + "x" +
                                                std::to_string(px.size(4)) + " (set data.height / data.width)");
     const auto o = family::parse_json(options_json, "encode_media options");
-    const auto out = family::call("vae", {{"sample", px}}, {{"method", "encode"}});
-    const auto z = yeto::family::posterior_latent(family::output(out, "mean", "vae").to(at::kFloat),
-                                                  family::output(out, "logvar", "vae").to(at::kFloat), o);
+    const auto d = yeto::sdk::Host::vae("vae").encode(px);
+    const auto z = yeto::family::posterior_latent(d.mean.to(at::kFloat), d.logvar.to(at::kFloat), o);
     return {{"latents", (z - latents_mean(z)) * (1.0 / latents_std(z))}};
   }
 
@@ -206,12 +208,11 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     record("noise", latents);
 
     // 3. Schedule (the host's UniPC; its flow-sigma rule is the run's model.scheduler_timesteps).
-    const auto schedule =
-        family::call("scheduler", {}, {{"method", "set_timesteps"}, {"num_inference_steps", r.steps}});
-    const auto timesteps = family::output(schedule, "timesteps", "scheduler").to(at::kLong);
+    const auto scheduler = yeto::sdk::Host::scheduler("scheduler");
+    const auto schedule = scheduler.set_timesteps({r.steps, {}, {}});
+    const auto timesteps = schedule.timesteps.to(at::kLong);
     record("timesteps", timesteps);
-    for (const auto& [n, t] : schedule)
-      if (n == "sigmas") record("sigmas", t.to(at::kFloat));
+    if (schedule.sigmas.defined()) record("sigmas", schedule.sigmas);
     const bool two = denoisers_.size() > 1;
     const double boundary = boundary_ratio_ * static_cast<double>(num_train_timesteps_);
     if (two) record("boundary_timestep", at::scalar_tensor(boundary, at::kDouble));
@@ -240,20 +241,14 @@ class WanPlugin : public yeto::family::DiffusersFamily {
         noise_pred = pred_uncond + g * (pred_cond - pred_uncond);
       }
       record(p + "noise_pred", noise_pred);
-      latents =
-          family::output(family::call("scheduler", {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
-                                      {{"method", "step"}}),
-                         "prev_sample", "scheduler")
-              .to(at::kFloat);
+      latents = scheduler.step(noise_pred, t, latents).to(at::kFloat);
     }
     record("final_latents", latents);
 
     // 5. Denormalise as WanPipeline does (latents / (1 / std) + mean), decode, post-process.
     const auto vae_input = latents / (1.0 / latents_std(latents)) + latents_mean(latents);
     record("vae_input", vae_input);
-    const auto video =
-        family::output(family::call("vae", {{"latents", vae_input}}, {{"method", "decode"}}), "sample", "vae")
-            .to(at::kFloat);
+    const auto video = yeto::sdk::Host::vae("vae").decode(vae_input).to(at::kFloat);
     const auto post = (video / 2 + 0.5).clamp(0, 1);
     record("video", video);
     record("video_postprocessed", post.permute({0, 2, 1, 3, 4}));
@@ -311,7 +306,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     family::TextEncoderCall call;
     call.max_length = max_length;
     call.with_mask = true;
-    call.tokenize = {{"clean", "prompt_clean"}, {"add_special_tokens", true}};
+    call.tokenize.prompt_clean = true;
     const auto t = family::encode_text(prompts, call);
     TextConditioning c;
     c.ids = t.input_ids;

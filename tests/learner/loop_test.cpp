@@ -65,8 +65,8 @@ struct TrialRun {
   }
   config::Config config() const { return config::Config::resolve(dir / "run.toml", {}); }
   fs::path out() const { return dir / "run"; }
-  RunResult train(OuterSync* sync = nullptr) const {
-    auto m = test::open_tinyden_model();
+  RunResult train(OuterSync* sync = nullptr, bool full_step = false) const {
+    auto m = full_step ? test::open_fullstep_model() : test::open_tinyden_model();
     RunOptions o;
     o.run_dir = out();
     o.console = false;
@@ -305,6 +305,55 @@ TEST(LearnerLoop, RefusesAnUnknownLossBeforeTraining) {
     EXPECT_TRUE(contains(e.what(), "accepted: flow_matching")) << e.what();
   }
   EXPECT_FALSE(fs::exists(run.out() / "metrics.jsonl"));
+}
+
+// A plugin with loss_step: the learner hands it each batch's rows and tensors and trains what it
+// returns, with no scheduler and no denoiser; its metrics are logged as model/<name>.
+TEST(LearnerLoop, AFullStepPluginTrainsThroughItsOwnLoss) {
+  {
+    auto m = test::open_fullstep_model();
+    EXPECT_TRUE(m.model->computes_loss());
+  }
+  Toml t;
+  t.steps = 12;
+  t.validation_every = 6;
+  TrialRun a(run_toml(t)), b(run_toml(t));
+  Toml other = t;
+  other.seed = 12;
+  TrialRun c(run_toml(other));
+  const auto r = a.train(nullptr, true);
+  EXPECT_EQ(r.steps, 12);
+  ASSERT_TRUE(r.first_val_loss && r.last_val_loss);
+  EXPECT_LT(*r.last_val_loss, 0.8 * *r.first_val_loss) << *r.first_val_loss << " -> " << *r.last_val_loss;
+  std::istringstream in(read_file(a.out() / "metrics.jsonl"));
+  std::string line;
+  int step_records = 0, short_batches = 0;
+  double samples_before = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++step_records;
+    ASSERT_TRUE(j.contains("model/mse")) << line;
+    EXPECT_DOUBLE_EQ(j.at("model/mse").get<double>(), j.at("loss").get<double>()) << line;
+    // The step's rows reached the plugin, each with its caption: micro_batch_size (4) rows, or
+    // what is left of the epoch (18 training rows: 4 + 4 + 4 + 4 + 2).
+    const double rows = j.at("samples").get<double>() - samples_before;
+    samples_before = j.at("samples").get<double>();
+    EXPECT_TRUE(rows == 4.0 || rows == 2.0) << line;
+    short_batches += rows == 2.0;
+    EXPECT_EQ(j.at("model/rows").get<double>(), rows) << line;
+    EXPECT_EQ(j.at("model/prompted").get<double>(), rows) << line;
+    EXPECT_EQ(j.at("model/training"), 1.0) << line;
+    EXPECT_GE(j.at("model/row_sum").get<double>(), rows * (rows - 1) / 2) << line;  // distinct dataset rows
+  }
+  EXPECT_EQ(step_records, 12);
+  EXPECT_EQ(short_batches, 2);
+  EXPECT_TRUE(fs::exists(a.out() / "lora.safetensors"));
+  // Seeded per row: the same seed gives the same bytes, another seed other ones.
+  b.train(nullptr, true);
+  c.train(nullptr, true);
+  EXPECT_EQ(read_file(a.out() / "lora.safetensors"), read_file(b.out() / "lora.safetensors"));
+  EXPECT_NE(read_file(a.out() / "lora.safetensors"), read_file(c.out() / "lora.safetensors"));
 }
 
 TEST(LearnerLoop, AutoMicroBatchRebalancesAccumulation) {

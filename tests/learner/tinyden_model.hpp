@@ -1,5 +1,5 @@
-// The tinyden test plugin (in-tree build, stage/plugins) as a learner TrainModel, for the loop
-// tests and the test driver. Each call makes a fresh instance with the same initial weights.
+// The tinyden and fullstep test plugins (in-tree build, stage/plugins) as learner TrainModels, for
+// the loop tests and the test driver. Each call makes a fresh instance with the same initial weights.
 #pragma once
 
 #include <filesystem>
@@ -34,6 +34,22 @@ inline TinyDenModel open_tinyden_model(std::uint64_t seed = 0) {
   auto scheduler = schedulers::make_scheduler("FlowMatchEulerDiscreteScheduler",
                                               {{"num_train_timesteps", 1000}, {"shift", 1.0}});
   m.model = make_plugin_model(*m.instance, scheduler, {"transformer"}, std::nullopt);
+  return m;
+}
+
+// The fullstep test plugin (stage/plugins): a model that computes its whole loss in loss_step,
+// made without a scheduler or a denoiser.
+inline TinyDenModel open_fullstep_model() {
+  static const yeto_host_api* api = [] {
+    plugin::HostApiOptions h;
+    h.plugin_name = "fullstep";
+    return plugin::make_host_api(h);
+  }();
+  const auto options = plugin::LoaderOptions::from_config(config::Config(), {std::filesystem::path(YETO_STAGE_DIR)});
+  const auto& loaded = plugin::load("fullstep", options, api);
+  TinyDenModel m;
+  m.instance = std::make_unique<plugin::Instance>(loaded, "{}");
+  m.model = make_plugin_model(*m.instance, nullptr, {}, std::nullopt);
   return m;
 }
 

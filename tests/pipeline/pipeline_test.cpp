@@ -17,15 +17,16 @@
 #include "io/provenance.hpp"
 #include "io/repository.hpp"
 #include "io/tensors.hpp"
+#include "models/model_components.hpp"
 #include "pipeline/host_components.hpp"
 #include "pipeline/pipeline.hpp"
-#include "plugin/class_loader.hpp"
 #include "plugin/components.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/loader.hpp"
 #include "schedulers/scheduler.hpp"
 #include "support/temp_dir.hpp"
 #include "yeto/status.hpp"
+#include "yeto/tensor.hpp"
 
 using namespace yeto;
 namespace fs = std::filesystem;
@@ -106,24 +107,30 @@ class PipelineTest : public ::testing::Test {
 // First in this file: nothing has loaded the probe plugin yet.
 TEST_F(PipelineTest, InspectSeesTheFamilyPluginsClasses) {
   const fs::path model = write_model(tmp_.path() / "inspect", "YetoProbeDenoiser", at::kFloat, false);
-  auto& reg = io::ComponentRegistry::global();
+  auto& reg = plugin::ComponentRegistry::global();
   ASSERT_FALSE(reg.has("YetoProbeDenoiser"));
-  pipeline::install_plugin_class_loader();
   const auto repo = io::DiffusersRepo::open(model);
-  // The run names no plugin: nothing is loaded.
-  plugin::load_model_classes(config::Config(), model.string(), repo);
+  // The run names no plugin and none is installed that serves the model: nothing is loaded.
+  pipeline::load_model_classes(config::Config(), repo);
   EXPECT_FALSE(reg.has("YetoProbeDenoiser"));
   const auto cfg = make_config(base_overrides(model, "pipeprobe", {probe_plugins()}));
-  plugin::load_model_classes(cfg, model.string(), repo);
+  pipeline::load_model_classes(cfg, repo);
   ASSERT_TRUE(reg.has("YetoProbeDenoiser"));
   EXPECT_EQ(reg.kind("YetoProbeDenoiser"), "denoiser");
-  EXPECT_EQ(plugin::ComponentRegistry::global().origin("YetoProbeDenoiser"), "plugin pipeprobe");
-  // Its io factory constructs the class through the plugin.
-  auto c = reg.create(io::ComponentSource{"YetoProbeDenoiser", "", {{"in_channels", 3}}, ""});
-  auto* pc = dynamic_cast<pipeline::PluginComponent*>(c.get());
-  ASSERT_NE(pc, nullptr);
-  EXPECT_EQ(pc->origin(), "plugin pipeprobe");
-  EXPECT_EQ(params_of(pc->table()).at("proj.weight").sizes(), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(reg.origin("YetoProbeDenoiser"), "plugin pipeprobe");
+  // The one registry constructs the class through the plugin, and the host's classes through the
+  // same C table.
+  plugin::ComponentPtr c(reg.create("YetoProbeDenoiser", R"({"in_channels": 3})", ""));
+  EXPECT_EQ(params_of(c.get()).at("proj.weight").sizes(), (std::vector<int64_t>{3, 3}));
+  pipeline::ensure_builtin_components();
+  EXPECT_EQ(reg.origin("FlowMatchEulerDiscreteScheduler"), "host");
+  EXPECT_EQ(reg.kind("FlowMatchEulerDiscreteScheduler"), "scheduler");
+  const auto read = [](const fs::path& f) { return json::parse(std::ifstream(f)).dump(); };
+  plugin::ComponentPtr sched(
+      reg.create("FlowMatchEulerDiscreteScheduler", read(kFluxTiny / "scheduler" / "scheduler_config.json"),
+                 (kFluxTiny / "scheduler").string()));
+  ASSERT_NE(sched->scheduler, nullptr);
+  EXPECT_NE(pipeline::host_component_of(sched.get()), nullptr);
 }
 
 TEST_F(PipelineTest, TinyDenModelOpensWithEveryComponentAndItsWeights) {
@@ -201,6 +208,27 @@ TEST_F(PipelineTest, TinyDenModelOpensWithEveryComponentAndItsWeights) {
             YETO_OK)
       << err.message();
   std::unique_ptr<const yeto_component_v1, plugin::ComponentDeleter> t5_owner(t5), tok_owner(tok);
+  // Their tables carry the typed service of their kind and no other.
+  EXPECT_NE(t5->text_encoder, nullptr);
+  EXPECT_EQ(t5->vae, nullptr);
+  ASSERT_NE(tok->tokenizer, nullptr);
+  EXPECT_EQ(tok->scheduler, nullptr);
+  {
+    const char* text[] = {"a tiny cat"};
+    yeto_tokenize_options o{sizeof(yeto_tokenize_options), YETO_ABI_VERSION, 16, YETO_PADDING_MAX_LENGTH,
+                            YETO_CLEAN_NONE, 1, 1};
+    yeto_tensor typed_ids = nullptr, typed_mask = nullptr;
+    ASSERT_EQ(tok->tokenizer->tokenize(tok->tokenizer->self, 1, text, &o, &typed_ids, &typed_mask, err.get()), YETO_OK)
+        << err.message();
+    const at::Tensor typed = sdk::adopt(typed_ids);
+    sdk::release(typed_mask);
+    EXPECT_TRUE(torch::equal(
+        typed, find(plugin::component_forward(*tok, {}, R"({"text": ["a tiny cat"], "max_length": 16})"), "input_ids")));
+    o.padding = 7;
+    EXPECT_EQ(tok->tokenizer->tokenize(tok->tokenizer->self, 1, text, &o, &typed_ids, &typed_mask, err.get()),
+              YETO_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(err.message(), "unknown padding 7")) << err.message();
+  }
   const auto ids = plugin::component_forward(*tok, {}, R"({"text": ["a tiny cat"], "max_length": 16})");
   EXPECT_EQ(find(ids, "input_ids").sizes(), (std::vector<int64_t>{1, 16}));
   const auto t5_out = plugin::component_forward(*t5, {{"input_ids", find(ids, "input_ids")}}, "{}");
@@ -213,8 +241,10 @@ TEST_F(PipelineTest, TinyDenModelOpensWithEveryComponentAndItsWeights) {
   EXPECT_GT(compared, 0u);
   EXPECT_EQ(api->component_create(api->host, "NoSuchEncoder", "{}", nullptr, &t5, err.get()), YETO_ERR_NOT_FOUND);
 
-  // The plugin's class is visible in the host registry under the plan's kind.
-  EXPECT_EQ(io::ComponentRegistry::global().kind("YetoTinyDenoiser"), "denoiser");
+  // The plugin's class is in the one registry under the plan's kind, next to the host's own.
+  EXPECT_EQ(plugin::ComponentRegistry::global().kind("YetoTinyDenoiser"), "denoiser");
+  EXPECT_EQ(plugin::ComponentRegistry::global().kind("AutoencoderKL"), "vae");
+  EXPECT_EQ(plugin::ComponentRegistry::global().origin("AutoencoderKL"), "host");
 }
 
 TEST_F(PipelineTest, Bf16CheckpointStreamsInTheRunPrecision) {
@@ -264,32 +294,69 @@ TEST_F(PipelineTest, PluginReachesHostComponentsThroughComponentGet) {
   EXPECT_TRUE(torch::equal(find(own, "proj.weight"), file.at("proj.weight")));
   EXPECT_TRUE(torch::allclose(find(own, "sample"), torch::addmm(file.at("proj.bias"), x, file.at("proj.weight").t())));
 
-  // VAE encode through the C ABI equals the host module called directly.
+  // VAE encode and decode: the typed service (ABI 1.2) and the ABI 1.1 JSON form give the host
+  // module's own results.
   const auto pixels = torch::rand({1, 3, 16, 16}) * 2 - 1;
+  auto host_vae = std::dynamic_pointer_cast<models::AutoencoderKLComponent>(pipeline::host_component_of(p->component("vae")));
+  ASSERT_NE(host_vae, nullptr);
+  torch::NoGradGuard no_grad;
+  const auto direct = host_vae->vae->encode(pixels);
   const auto enc = inst.generate(R"({"op": "encode"})", {{"pixel_values", pixels}});
-  const auto direct = plugin::component_forward(*p->component("vae"), {{"sample", pixels}}, R"({"method": "encode"})");
+  const auto enc_json = inst.generate(R"({"op": "encode", "form": "json"})", {{"pixel_values", pixels}});
   EXPECT_EQ(find(enc, "mean").sizes(), (std::vector<int64_t>{1, 16, 2, 2}));
-  EXPECT_TRUE(torch::equal(find(enc, "mean"), find(direct, "mean")));
-  EXPECT_TRUE(find(enc, "logvar").defined());
-  const auto dec = plugin::component_forward(*p->component("vae"), {{"latents", find(enc, "mean")}},
-                                             R"({"method": "decode"})");
+  EXPECT_TRUE(torch::equal(find(enc, "mean"), direct.mean));
+  EXPECT_TRUE(torch::equal(find(enc, "logvar"), direct.logvar));
+  EXPECT_TRUE(torch::equal(find(enc_json, "mean"), direct.mean));
+  EXPECT_FALSE(find(enc, "mean").requires_grad());  // frozen: no graph unless asked for
+  const auto dec = inst.generate(R"({"op": "decode"})", {{"latents", direct.mean}});
+  const auto dec_json = inst.generate(R"({"op": "decode", "form": "json"})", {{"latents", direct.mean}});
   EXPECT_EQ(find(dec, "sample").sizes(), pixels.sizes());
+  EXPECT_TRUE(torch::equal(find(dec, "sample"), host_vae->vae->decode(direct.mean)));
+  EXPECT_TRUE(torch::equal(find(dec_json, "sample"), find(dec, "sample")));
 
-  // Tokenizer, then text encoder with hidden states.
-  const auto text = inst.generate(R"({"op": "text", "prompts": ["a cat", "a photo of a dog"]})", {});
-  EXPECT_EQ(find(text, "input_ids").sizes(), (std::vector<int64_t>{2, 77}));
-  EXPECT_EQ(find(text, "input_ids").scalar_type(), at::kLong);
-  EXPECT_EQ(find(text, "attention_mask").sum().item<int64_t>() > 0, true);
-  EXPECT_EQ(find(text, "last_hidden_state").sizes(), (std::vector<int64_t>{2, 77, 24}));
-  EXPECT_EQ(find(text, "pooler_output").sizes(), (std::vector<int64_t>{2, 24}));
-  EXPECT_TRUE(find(text, "hidden_states.0").defined());
-  EXPECT_TRUE(find(text, "hidden_states.2").defined());  // 2 layers: embeddings + 2
+  // Tokenizer, then text encoder with hidden states, in both forms.
+  for (const char* form : {"typed", "json"}) {
+    SCOPED_TRACE(form);
+    const auto text = inst.generate(
+        json{{"op", "text"}, {"form", form}, {"prompts", {"a cat", "a photo of a dog"}}}.dump(), {});
+    EXPECT_EQ(find(text, "input_ids").sizes(), (std::vector<int64_t>{2, 77}));
+    EXPECT_EQ(find(text, "input_ids").scalar_type(), at::kLong);
+    EXPECT_EQ(find(text, "attention_mask").sum().item<int64_t>() > 0, true);
+    EXPECT_EQ(find(text, "last_hidden_state").sizes(), (std::vector<int64_t>{2, 77, 24}));
+    EXPECT_EQ(find(text, "pooler_output").sizes(), (std::vector<int64_t>{2, 24}));
+    EXPECT_TRUE(find(text, "hidden_states.0").defined());
+    EXPECT_TRUE(find(text, "hidden_states.2").defined());  // 2 layers: embeddings + 2
+  }
+  const auto text = inst.generate(R"({"op": "text", "prompts": ["a cat"]})", {});
+  const auto text_json = inst.generate(R"({"op": "text", "form": "json", "prompts": ["a cat"]})", {});
+  EXPECT_TRUE(torch::equal(find(text, "input_ids"), find(text_json, "input_ids")));
+  EXPECT_TRUE(torch::equal(find(text, "last_hidden_state"), find(text_json, "last_hidden_state")));
 
-  // Scheduler timesteps through the ABI match the C++ scheduler's own.
+  // Scheduler timesteps match the C++ scheduler's own; one step is the scheduler's step.
   const auto sched = inst.generate(R"({"op": "schedule", "steps": 4})", {});
   EXPECT_EQ(find(sched, "timesteps").numel(), 4);
   EXPECT_TRUE(torch::equal(find(sched, "timesteps"), p->scheduler()->timesteps()));
   EXPECT_EQ(find(sched, "sigmas").numel(), 5);
+  EXPECT_EQ(find(sched, "sigmas").scalar_type(), at::kFloat);
+  const auto sched_json = inst.generate(R"({"op": "schedule", "form": "json", "steps": 4})", {});
+  EXPECT_TRUE(torch::equal(find(sched_json, "timesteps"), find(sched, "timesteps")));
+  const auto model_output = torch::randn({1, 16, 2, 2}), sample = torch::randn({1, 16, 2, 2});
+  const auto stepped = inst.generate(R"({"op": "step"})", {{"model_output", model_output}, {"sample", sample}});
+  const auto stepped_json =
+      inst.generate(R"({"op": "step", "form": "json"})", {{"model_output", model_output}, {"sample", sample}});
+  const auto sigmas = p->scheduler()->sigmas();
+  EXPECT_TRUE(torch::allclose(find(stepped, "prev_sample"),
+                              sample + (sigmas[1] - sigmas[0]).to(at::kFloat) * model_output));  // Euler
+  EXPECT_TRUE(torch::equal(find(stepped_json, "prev_sample"), find(stepped, "prev_sample")));
+
+  // A service of the wrong kind: UNSUPPORTED naming the component's class.
+  try {
+    inst.generate(R"({"op": "wrong_kind"})", {{"latents", direct.mean}});
+    FAIL() << "the transformer offered a VAE service";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "vae_get(transformer)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "YetoProbeDenoiser, which offers no VAE service")) << e.what();
+  }
 
   // A component the pipeline lacks: NOT_FOUND with the names it has.
   try {
@@ -312,6 +379,16 @@ TEST_F(PipelineTest, PluginReachesHostComponentsThroughComponentGet) {
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "needs input tensor 'sample'")) << e.what();
   }
+  // The typed VAE service through the host's own helpers (check-parity's route).
+  EXPECT_NE(plugin::component_vae(*p->component("vae")), nullptr);
+  EXPECT_EQ(plugin::component_vae(*p->component("transformer")), nullptr);
+  EXPECT_TRUE(torch::equal(plugin::vae_encode(*p->component("vae"), pixels).first, direct.mean));
+  try {
+    plugin::vae_decode(*p->component("vae"), direct.mean, {{"temb", torch::zeros({1})}});
+    FAIL() << "AutoencoderKL took a temb";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "takes no 'temb' tensor")) << e.what();
+  }
 
   // Presets (ABI 1.1) through the SDK's C++ glue.
   const json presets = json::parse(inst.presets());
@@ -327,7 +404,7 @@ TEST_F(PipelineTest, PluginReachesHostComponentsThroughComponentGet) {
                              w2.at("proj.weight")));
   }
   const auto again = inst.generate(R"({"op": "encode"})", {{"pixel_values", pixels}});
-  EXPECT_TRUE(torch::equal(find(again, "mean"), find(direct, "mean")));
+  EXPECT_TRUE(torch::equal(find(again, "mean"), direct.mean));
 }
 
 TEST_F(PipelineTest, OpenWithoutWeightsOrPrepare) {

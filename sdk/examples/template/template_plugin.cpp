@@ -174,7 +174,7 @@ class TemplatePlugin : public family::DiffusersFamily {
     // Seeded noise in the latents' shape, the host scheduler's timesteps, the loop, the decode.
     const auto vsf = configs_.vae_scale_factor();
     const auto latents = family::initial_latents(inputs, {batch, cfg.in_channels, height / vsf, width / vsf}, seed, record);
-    const auto schedule = family::set_timesteps({{"num_inference_steps", steps}}, record);
+    const auto schedule = family::set_timesteps({steps, {}, {}}, record);
     family::SamplingHooks hooks;
     hooks.guidance = guidance;
     hooks.model = [&](const at::Tensor& x, const at::Tensor& t, std::int64_t) {

@@ -123,15 +123,6 @@ void place_for_run(torch::nn::Module& model) {
   model.eval();
 }
 
-NamedTensors call(const std::string& component, const NamedTensors& inputs, const json& options) {
-  const auto c = Host::component(component);
-  try {
-    return c.forward(inputs, options.dump());
-  } catch (const sdk::Failure& e) {
-    fail(e.status(), component + ": " + options.value("method", std::string("forward")) + ": " + e.what());
-  }
-}
-
 const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component) {
   for (const auto& [n, t] : out)
     if (n == name) return t;
@@ -269,20 +260,15 @@ const at::Tensor& image_pixels(const NamedTensors& media, const std::string& plu
 }
 
 EncodedText encode_text(const std::vector<std::string>& prompts, const TextEncoderCall& c) {
-  nlohmann::json tok = {{"method", "tokenize"},
-                        {"text", prompts},
-                        {"padding", "max_length"},
-                        {"max_length", c.max_length},
-                        {"truncation", true}};
-  tok.update(c.tokenize);
-  const auto t = call(c.tokenizer, {}, tok);
+  auto options = c.tokenize;
+  options.max_length = c.max_length;
+  const auto t = Host::tokenizer(c.tokenizer).tokenize(prompts, options);
   EncodedText e;
   e.encoder = c.encoder;
-  e.input_ids = output(t, "input_ids", c.tokenizer).to(at::kLong);
-  if (sdk::has(t, "attention_mask")) e.attention_mask = sdk::get(t, "attention_mask").to(at::kLong);
-  NamedTensors in = {{"input_ids", e.input_ids}};
-  if (c.with_mask) in.emplace_back("attention_mask", output(t, "attention_mask", c.tokenizer).to(at::kLong));
-  e.outputs = call(c.encoder, in, {{"method", "encode"}});
+  e.input_ids = t.input_ids.to(at::kLong);
+  e.attention_mask = t.attention_mask.to(at::kLong);
+  e.outputs = Host::text_encoder(c.encoder).encode(e.input_ids, c.with_mask ? e.attention_mask : at::Tensor(),
+                                                   c.hidden_states);
   return e;
 }
 
@@ -309,11 +295,10 @@ std::pair<at::Tensor, at::Tensor> same_layout_align(const at::Tensor& prediction
 at::Tensor encode_with_host_vae(const at::Tensor& pixels, const std::string& options_json, double shift_factor,
                                 double scaling_factor, const std::string& vae_component) {
   const auto o = parse_json(options_json, "encode_media options");
-  const auto out = call(vae_component, {{"sample", pixels}}, {{"method", "encode"}});
-  const auto& mean = output(out, "mean", vae_component);
+  const auto posterior = Host::vae(vae_component).encode(pixels);
   at::Tensor logvar;
-  if (o.value("sample", false)) logvar = output(out, "logvar", vae_component).clamp(-30.0, 20.0);
-  const auto z = posterior_latent(mean, logvar, o);
+  if (o.value("sample", false)) logvar = posterior.logvar.clamp(-30.0, 20.0);
+  const auto z = posterior_latent(posterior.mean, logvar, o);
   return (z.to(at::kFloat) - shift_factor) * scaling_factor;
 }
 

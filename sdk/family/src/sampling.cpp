@@ -17,14 +17,11 @@ std::pair<std::int64_t, std::int64_t> generation_size(std::int64_t height, std::
   return {h, w};
 }
 
-Schedule set_timesteps(const json& options, Trace& record, const std::string& scheduler) {
-  json o = options;
-  o["method"] = "set_timesteps";
-  const auto out = call(scheduler, {}, o);
+Schedule set_timesteps(const sdk::TimestepRequest& request, Trace& record, const std::string& scheduler) {
+  const auto out = sdk::Host::scheduler(scheduler).set_timesteps(request);
   Schedule s;
-  s.timesteps = output(out, "timesteps", scheduler);
-  for (const auto& [name, t] : out)
-    if (name == "sigmas" && t.defined()) s.sigmas = t.to(at::kFloat);
+  s.timesteps = out.timesteps;
+  if (out.sigmas.defined()) s.sigmas = out.sigmas.to(at::kFloat);
   record("timesteps", s.timesteps);
   if (s.sigmas.defined()) record("sigmas", s.sigmas);
   return s;
@@ -32,6 +29,7 @@ Schedule set_timesteps(const json& options, Trace& record, const std::string& sc
 
 at::Tensor denoise_loop(at::Tensor latents, const Schedule& schedule, const SamplingHooks& hooks, Trace& record) {
   if (!hooks.model) fail(YETO_ERR_INVALID_ARGUMENT, "denoise_loop: no model hook");
+  const auto scheduler = sdk::Host::scheduler(hooks.scheduler);
   const bool guided = hooks.guidance > 1.0;
   latents = latents.to(at::kFloat);
   const auto batch = latents.size(0);
@@ -60,10 +58,7 @@ at::Tensor denoise_loop(at::Tensor latents, const Schedule& schedule, const Samp
       record(p + "sigma_next", schedule.sigmas.narrow(0, i + 1, 1));
     }
     if (hooks.observe) hooks.observe(i, latents, noise_pred);
-    latents = output(call(hooks.scheduler, {{"model_output", noise_pred}, {"timestep", t}, {"sample", latents}},
-                          {{"method", "step"}}),
-                     "prev_sample", hooks.scheduler)
-                  .to(at::kFloat);
+    latents = scheduler.step(noise_pred, t, latents).to(at::kFloat);
   }
   record("final_latents", latents);
   return latents;
@@ -88,7 +83,7 @@ at::Tensor decode_images(const at::Tensor& latents, double scaling_factor, doubl
                          const std::string& vae) {
   const auto vae_input = latents / scaling_factor + shift_factor;
   record("vae_input", vae_input);
-  const auto image = output(call(vae, {{"latents", vae_input}}, {{"method", "decode"}}), "sample", vae);
+  const auto image = sdk::Host::vae(vae).decode(vae_input);
   record("image", image);
   const auto images = (image.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
   record("image_postprocessed", images);

@@ -1,4 +1,4 @@
-/* Yeto plugin C ABI, version 1.
+/* Yeto plugin C ABI, version 1.2.
  *
  * A model-family plugin is a shared library that exports exactly one symbol,
  * yeto_plugin_entry (see the end of this file). Everything else crosses as plain C:
@@ -55,7 +55,7 @@ extern "C" {
 /* ---- versions ------------------------------------------------------------------------- */
 
 #define YETO_ABI_VERSION_MAJOR 1u
-#define YETO_ABI_VERSION_MINOR 1u
+#define YETO_ABI_VERSION_MINOR 2u
 #define YETO_MAKE_ABI_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor) & 0xffffu))
 #define YETO_ABI_VERSION YETO_MAKE_ABI_VERSION(YETO_ABI_VERSION_MAJOR, YETO_ABI_VERSION_MINOR)
 #define YETO_ABI_MAJOR(v) (((uint32_t)(v)) >> 16)
@@ -159,6 +159,106 @@ typedef struct yeto_text_out {
   void (*write)(void* context, const char* data, size_t length);
 } yeto_text_out;
 
+/* ---- typed services (ABI 1.2) ----------------------------------------------------------- */
+
+/* What a VAE, a text encoder, a tokenizer and a scheduler do, as typed calls. A component
+ * offers the service of its kind through its table (yeto_component_v1.vae, ...): the host's
+ * built-in classes (AutoencoderKL, CLIPTextModel(WithProjection), T5EncoderModel,
+ * UMT5EncoderModel, the CLIP/T5 tokenizers, every scheduler) offer theirs, and a plugin's own
+ * VAE class may offer the VAE service (yeto/plugin.hpp: derive the component from sdk::Vae).
+ * A plugin reaches the services of its pipeline by component name with yeto_host_api.vae_get /
+ * text_encoder_get / tokenizer_get / scheduler_get. Each service's `self` is its own; pass it
+ * back as the first argument. A service lives as long as its component. Inputs are borrowed
+ * and may be of any floating dtype and device: the service moves them to where its module
+ * computes; results are owned references in the module's dtype and device unless a comment
+ * says otherwise. VAEs and text encoders compute without an autograd graph unless the call's
+ * flags hold YETO_SERVICE_GRAD; scheduler calls never record one. */
+#define YETO_SERVICE_GRAD (1u << 0)          /* record the autograd graph of the call */
+#define YETO_SERVICE_HIDDEN_STATES (1u << 1) /* text encoders: also every layer's hidden state */
+
+typedef struct yeto_vae_service {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* self;
+  /* pixels [B, 3, H, W] (video VAEs: [B, 3, F, H, W]) in [-1, 1] -> the latent posterior's
+   * mean and logvar, raw (before any shift or scaling factor), [B, C, H / f, W / f] (video:
+   * [B, C, F', H / f, W / f]). */
+  yeto_status (*encode)(void* self, yeto_tensor pixels, uint32_t flags, yeto_tensor* mean, yeto_tensor* logvar,
+                        yeto_error* error);
+  /* raw latents -> sample in the pixel layout, nominally in [-1, 1]. extra: the decoder's keyword
+   * tensors ("temb" [B] for a timestep-conditioned decoder), NULL or empty for none; a tensor
+   * the decoder does not take is refused by name. */
+  yeto_status (*decode)(void* self, yeto_tensor latents, const yeto_named_tensors* extra, uint32_t flags,
+                        yeto_tensor* sample, yeto_error* error);
+} yeto_vae_service;
+
+typedef struct yeto_text_encoder_service {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* self;
+  /* input_ids [B, L] int64 and attention_mask [B, L] (1 = token; NULL: attend everywhere) ->
+   * named outputs: "last_hidden_state" [B, L, D]; CLIP also "pooler_output" [B, D] or, with a
+   * projection, "text_embeds" [B, P]; with YETO_SERVICE_HIDDEN_STATES also "hidden_states.<i>"
+   * [B, L, D] for i = 0 (the embeddings) to the number of layers. */
+  yeto_status (*encode)(void* self, yeto_tensor input_ids, yeto_tensor attention_mask, uint32_t flags,
+                        const yeto_named_tensors_out* outputs, yeto_error* error);
+} yeto_text_encoder_service;
+
+typedef enum yeto_padding {
+  YETO_PADDING_MAX_LENGTH = 0, /* every row padded to max_length */
+  YETO_PADDING_LONGEST = 1,    /* to the longest row of the batch */
+  YETO_PADDING_NONE = 2        /* no padding: the rows must come out equally long */
+} yeto_padding;
+
+typedef enum yeto_text_clean {
+  YETO_CLEAN_NONE = 0,
+  YETO_CLEAN_PROMPT = 1 /* Diffusers' prompt_clean (ftfy-style fixes, HTML unescape, whitespace) */
+} yeto_text_clean;
+
+typedef struct yeto_tokenize_options {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  int64_t max_length;          /* > 0; 0: the tokenizer's model_max_length */
+  int32_t padding;             /* yeto_padding */
+  int32_t clean;               /* yeto_text_clean, applied before tokenizing */
+  uint32_t truncation;         /* nonzero: rows longer than max_length are cut */
+  uint32_t add_special_tokens; /* nonzero: BOS/EOS as the tokenizer's configuration says */
+} yeto_tokenize_options;
+
+typedef struct yeto_tokenizer_service {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* self;
+  /* count >= 1 texts -> input_ids and attention_mask, both [count, L] int64 on the CPU. */
+  yeto_status (*tokenize)(void* self, size_t count, const char* const* texts, const yeto_tokenize_options* options,
+                          yeto_tensor* input_ids, yeto_tensor* attention_mask, yeto_error* error);
+} yeto_tokenizer_service;
+
+typedef struct yeto_scheduler_service {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* self;
+  /* The sampling schedule from num_inference_steps > 0, or from sigma_count > 0 sigmas (then
+   * num_inference_steps is 0); mu (NULL: none) is the resolution shift of schedulers with
+   * dynamic shifting. -> timesteps [N] in the scheduler's training scale, and *sigmas_out
+   * [N + 1] float32 for sigma schedules (NULL for schedulers without sigmas). The schedule
+   * is the scheduler's state: step() follows it. */
+  yeto_status (*set_timesteps)(void* self, int64_t num_inference_steps, const double* sigmas, size_t sigma_count,
+                               const double* mu, yeto_tensor* timesteps, yeto_tensor* sigmas_out, yeto_error* error);
+  /* One sampling step: model_output and sample [B, ...], timestep one entry of the schedule
+   * (a scalar tensor) -> prev_sample [B, ...]. */
+  yeto_status (*step)(void* self, yeto_tensor model_output, yeto_tensor timestep, yeto_tensor sample,
+                      yeto_tensor* prev_sample, yeto_error* error);
+  /* The forward process: original and noise [B, ...], timesteps [B] -> noisy [B, ...]. */
+  yeto_status (*add_noise)(void* self, yeto_tensor original, yeto_tensor noise, yeto_tensor timesteps,
+                           yeto_tensor* noisy, yeto_error* error);
+  /* A training batch as the host's learner draws it: x0 and noise [B, ...] float32, indices [B]
+   * int64 into the training timesteps -> "noisy", "target" (the regression target), "timesteps"
+   * [B], "alpha_t", "sigma_t" and "snr" [B], all float32 except timesteps. */
+  yeto_status (*training_batch)(void* self, yeto_tensor x0, yeto_tensor noise, yeto_tensor indices,
+                                const yeto_named_tensors_out* outputs, yeto_error* error);
+} yeto_scheduler_service;
+
 /* ---- components (Diffusers `_class_name` -> constructor) -------------------------------- */
 
 /* One constructed component (a denoiser, a VAE, a text encoder). Owned by whoever
@@ -178,6 +278,15 @@ typedef struct yeto_component_v1 {
   yeto_status (*load_weights)(void* self, const yeto_named_tensors* weights, const char* options_json,
                               yeto_error* error);
   void (*destroy)(void* self);
+
+  /* ---- ABI 1.2 ---- */
+
+  /* The typed service of the component's kind, NULL for the others (and for every component
+   * whose table predates 1.2). Valid until destroy(). */
+  const yeto_vae_service* vae;
+  const yeto_text_encoder_service* text_encoder;
+  const yeto_tokenizer_service* tokenizer;
+  const yeto_scheduler_service* scheduler;
 } yeto_component_v1;
 
 /* Builds a component of `class_name` from its config.json text. `component_dir` is the
@@ -263,11 +372,24 @@ typedef struct yeto_host_api {
    * it from the plan load_pipeline returned (host classes natively, the plugin's own classes
    * through their constructor, weights streamed in by the host). Borrowed: valid until the
    * plugin instance is destroyed; never destroy() it. YETO_ERR_NOT_FOUND when the pipeline
-   * has no such component. Host components answer forward() calls whose options carry
-   * {"method": ...}; docs/PLUGIN_SDK.md ("Host components") lists every method with its
-   * input and output tensor names. A component of the plugin's own class can be recognised
-   * by its class_name and its `self` cast back by the plugin that made it. */
+   * has no such component. A component of the plugin's own class can be recognised by its
+   * class_name and its `self` cast back by the plugin that made it. From ABI 1.2 host
+   * components are called through their typed services (below); for plugins built against
+   * 1.0 and 1.1 their forward() still answers options {"method": ...} as docs/PLUGIN_SDK.md
+   * ("Host components, the ABI 1.1 form") lists. */
   yeto_status (*component_get)(void* host, const char* name, const yeto_component_v1** out, yeto_error* error);
+
+  /* ---- ABI 1.2 ---- */
+
+  /* The typed service of the pipeline component `name` (component_get's name and lifetime):
+   * YETO_ERR_NOT_FOUND when the pipeline has no such component, YETO_ERR_UNSUPPORTED when it
+   * is not of that kind (the message names its class). Borrowed; *out is never NULL on
+   * success. */
+  yeto_status (*vae_get)(void* host, const char* name, const yeto_vae_service** out, yeto_error* error);
+  yeto_status (*text_encoder_get)(void* host, const char* name, const yeto_text_encoder_service** out,
+                                  yeto_error* error);
+  yeto_status (*tokenizer_get)(void* host, const char* name, const yeto_tokenizer_service** out, yeto_error* error);
+  yeto_status (*scheduler_get)(void* host, const char* name, const yeto_scheduler_service** out, yeto_error* error);
 } yeto_host_api;
 
 /* ---- the plugin descriptor ------------------------------------------------------------- */
@@ -366,8 +488,17 @@ typedef struct yeto_plugin_v1 {
   yeto_status (*align)(void* instance, yeto_tensor prediction, yeto_tensor target, const char* step_json,
                        yeto_tensor* aligned_prediction, yeto_tensor* aligned_target, yeto_error* error);
 
-  /* Optional complete step for full-step adapters: rows (JSON array) + batch -> a scalar
-   * loss tensor with its graph; metrics_json receives an object of scalar metrics. */
+  /* The complete training loss of one batch (capability loss_step), for a model whose loss is
+   * not the learner's diffusion loss. A plugin with loss_step needs no scheduler or denoiser
+   * component: the learner calls no other training hook for it (trainable_parameters still
+   * gives what it optimises), and still owns optimisation, accumulation, sync and checkpoints.
+   * rows_json: a JSON array, one object per row: {"row": its index in the dataset, "prompt":
+   * its caption or "", "seed": a 64-bit seed for the row's randomness (the same for the same
+   * run seed, topology, step and position), "training": false at validation, which runs under
+   * no-grad}. batch: "pixel_values" (float32 in [-1, 1], [B, 3, H, W] or [B, 3, F, H, W]) when
+   * the rows carry media, and every cached tensor of the rows by its name, batch-first.
+   * *loss: a scalar floating-point tensor with its graph (the host backpropagates it);
+   * metrics_json: a JSON object of numbers (may be "{}"), logged per step as "model/<name>". */
   yeto_status (*loss_step)(void* instance, const char* rows_json, const yeto_named_tensors* batch,
                            yeto_tensor* loss, const yeto_text_out* metrics_json, yeto_error* error);
 

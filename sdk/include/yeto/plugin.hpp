@@ -10,10 +10,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
 #include "yeto/plugin.h"
@@ -147,6 +149,170 @@ class ComponentRef {
   const yeto_component_v1* c_ = nullptr;
 };
 
+// ---- typed host services (ABI 1.2) -----------------------------------------------------------
+
+namespace detail {
+// A borrowed handle of `t` for one call (NULL for an undefined tensor).
+inline yeto_tensor view(const at::Tensor& t) {
+  return t.defined() ? reinterpret_cast<yeto_tensor>(t.unsafeGetTensorImpl()) : nullptr;
+}
+inline at::Tensor take(yeto_tensor t) { return t ? adopt(t) : at::Tensor(); }
+}  // namespace detail
+
+struct Posterior {
+  at::Tensor mean, logvar;  // raw latents [B, C, h, w]
+};
+
+// A VAE of the pipeline (Host::vae): encode pixels in [-1, 1], decode raw latents. grad: keep
+// the autograd graph (frozen host modules compute without one).
+class VaeService {
+ public:
+  VaeService(const yeto_vae_service* s, std::string name) : s_(s), name_(std::move(name)) {}
+  Posterior encode(const at::Tensor& pixels, bool grad = false) const {
+    yeto_tensor mean = nullptr, logvar = nullptr;
+    ErrorBuffer err;
+    const yeto_status st = s_->encode(s_->self, detail::view(pixels), grad ? YETO_SERVICE_GRAD : 0u, &mean, &logvar,
+                                      err.get());
+    Posterior p{detail::take(mean), detail::take(logvar)};
+    if (st != YETO_OK) fail(st, name_ + ": encode: " + err.message());
+    return p;
+  }
+  // extra: the decoder's keyword tensors ("temb" for a timestep-conditioned decoder).
+  at::Tensor decode(const at::Tensor& latents, const NamedTensors& extra = {}, bool grad = false) const {
+    yeto_tensor sample = nullptr;
+    ErrorBuffer err;
+    detail::CView x(extra);
+    const yeto_status st =
+        s_->decode(s_->self, detail::view(latents), &x.view, grad ? YETO_SERVICE_GRAD : 0u, &sample, err.get());
+    at::Tensor out = detail::take(sample);
+    if (st != YETO_OK) fail(st, name_ + ": decode: " + err.message());
+    return out;
+  }
+
+ private:
+  const yeto_vae_service* s_;
+  std::string name_;
+};
+
+// A text encoder of the pipeline (Host::text_encoder): "last_hidden_state", "pooler_output" or
+// "text_embeds", and with hidden_states every "hidden_states.<i>".
+class TextEncoderService {
+ public:
+  TextEncoderService(const yeto_text_encoder_service* s, std::string name) : s_(s), name_(std::move(name)) {}
+  NamedTensors encode(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, bool hidden_states = false,
+                      bool grad = false) const {
+    detail::CCollect out;
+    ErrorBuffer err;
+    const std::uint32_t flags = (hidden_states ? YETO_SERVICE_HIDDEN_STATES : 0u) | (grad ? YETO_SERVICE_GRAD : 0u);
+    const yeto_status st = s_->encode(s_->self, detail::view(input_ids), detail::view(attention_mask), flags,
+                                      &out.sink, err.get());
+    if (st != YETO_OK) fail(st, name_ + ": encode: " + err.message());
+    return std::move(out.tensors);
+  }
+
+ private:
+  const yeto_text_encoder_service* s_;
+  std::string name_;
+};
+
+struct TokenizeOptions {
+  std::int64_t max_length = 0;  // 0: the tokenizer's model_max_length
+  yeto_padding padding = YETO_PADDING_MAX_LENGTH;
+  bool truncation = true;
+  bool add_special_tokens = true;
+  bool prompt_clean = false;  // Diffusers' prompt_clean before tokenizing
+};
+struct Tokens {
+  at::Tensor input_ids;       // [B, L] int64
+  at::Tensor attention_mask;  // [B, L] int64, 1 = token
+};
+
+// A tokenizer of the pipeline (Host::tokenizer).
+class TokenizerService {
+ public:
+  TokenizerService(const yeto_tokenizer_service* s, std::string name) : s_(s), name_(std::move(name)) {}
+  Tokens tokenize(const std::vector<std::string>& texts, const TokenizeOptions& options = {}) const {
+    std::vector<const char*> c;
+    c.reserve(texts.size());
+    for (const auto& t : texts) c.push_back(t.c_str());
+    yeto_tokenize_options o{};
+    o.struct_size = sizeof o;
+    o.abi_version = YETO_ABI_VERSION;
+    o.max_length = options.max_length;
+    o.padding = options.padding;
+    o.clean = options.prompt_clean ? YETO_CLEAN_PROMPT : YETO_CLEAN_NONE;
+    o.truncation = options.truncation ? 1u : 0u;
+    o.add_special_tokens = options.add_special_tokens ? 1u : 0u;
+    yeto_tensor ids = nullptr, mask = nullptr;
+    ErrorBuffer err;
+    const yeto_status st = s_->tokenize(s_->self, c.size(), c.data(), &o, &ids, &mask, err.get());
+    Tokens t{detail::take(ids), detail::take(mask)};
+    if (st != YETO_OK) fail(st, name_ + ": tokenize: " + err.message());
+    return t;
+  }
+
+ private:
+  const yeto_tokenizer_service* s_;
+  std::string name_;
+};
+
+// What set_timesteps is asked: a step count, or explicit sigmas; mu for dynamic shifting.
+struct TimestepRequest {
+  std::int64_t num_inference_steps = 0;
+  std::vector<double> sigmas;
+  std::optional<double> mu;
+};
+struct Timesteps {
+  at::Tensor timesteps;  // [N]
+  at::Tensor sigmas;     // [N + 1] float32; undefined for a scheduler without sigmas
+};
+
+// The scheduler of the pipeline (Host::scheduler). Its schedule is its state.
+class SchedulerService {
+ public:
+  SchedulerService(const yeto_scheduler_service* s, std::string name) : s_(s), name_(std::move(name)) {}
+  Timesteps set_timesteps(const TimestepRequest& r) const {
+    yeto_tensor ts = nullptr, sg = nullptr;
+    ErrorBuffer err;
+    const yeto_status st = s_->set_timesteps(s_->self, r.num_inference_steps, r.sigmas.empty() ? nullptr : r.sigmas.data(),
+                                             r.sigmas.size(), r.mu ? &*r.mu : nullptr, &ts, &sg, err.get());
+    Timesteps t{detail::take(ts), detail::take(sg)};
+    if (st != YETO_OK) fail(st, name_ + ": set_timesteps: " + err.message());
+    return t;
+  }
+  at::Tensor step(const at::Tensor& model_output, const at::Tensor& timestep, const at::Tensor& sample) const {
+    yeto_tensor prev = nullptr;
+    ErrorBuffer err;
+    const yeto_status st = s_->step(s_->self, detail::view(model_output), detail::view(timestep), detail::view(sample),
+                                    &prev, err.get());
+    at::Tensor out = detail::take(prev);
+    if (st != YETO_OK) fail(st, name_ + ": step: " + err.message());
+    return out;
+  }
+  at::Tensor add_noise(const at::Tensor& original, const at::Tensor& noise, const at::Tensor& timesteps) const {
+    yeto_tensor noisy = nullptr;
+    ErrorBuffer err;
+    const yeto_status st = s_->add_noise(s_->self, detail::view(original), detail::view(noise), detail::view(timesteps),
+                                         &noisy, err.get());
+    at::Tensor out = detail::take(noisy);
+    if (st != YETO_OK) fail(st, name_ + ": add_noise: " + err.message());
+    return out;
+  }
+  // "noisy", "target", "timesteps", "alpha_t", "sigma_t", "snr".
+  NamedTensors training_batch(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& indices) const {
+    detail::CCollect out;
+    ErrorBuffer err;
+    const yeto_status st = s_->training_batch(s_->self, detail::view(x0), detail::view(noise), detail::view(indices),
+                                              &out.sink, err.get());
+    if (st != YETO_OK) fail(st, name_ + ": training_batch: " + err.message());
+    return std::move(out.tensors);
+  }
+
+ private:
+  const yeto_scheduler_service* s_;
+  std::string name_;
+};
+
 // ---- the host, as seen from a plugin ---------------------------------------------------
 
 class Host {
@@ -189,6 +355,25 @@ class Host {
     if (!c) fail(YETO_ERR_INTERNAL, "host component_get(" + name + ") returned no component");
     return ComponentRef(c);
   }
+  // The typed services of pipeline components by name (ABI 1.2): Failure(YETO_ERR_NOT_FOUND)
+  // when there is no such component, YETO_ERR_UNSUPPORTED when it is of another kind.
+  static VaeService vae(const std::string& name) {
+    return VaeService(service<yeto_vae_service>(name, "vae_get", typed_getter(&yeto_host_api::vae_get)), name);
+  }
+  static TextEncoderService text_encoder(const std::string& name) {
+    return TextEncoderService(
+        service<yeto_text_encoder_service>(name, "text_encoder_get", typed_getter(&yeto_host_api::text_encoder_get)),
+        name);
+  }
+  static TokenizerService tokenizer(const std::string& name) {
+    return TokenizerService(
+        service<yeto_tokenizer_service>(name, "tokenizer_get", typed_getter(&yeto_host_api::tokenizer_get)), name);
+  }
+  static SchedulerService scheduler(const std::string& name) {
+    return SchedulerService(
+        service<yeto_scheduler_service>(name, "scheduler_get", typed_getter(&yeto_host_api::scheduler_get)), name);
+  }
+
   // True when the pipeline has a component of that name.
   static bool has_component(const std::string& name) {
     if (!api() || !YETO_HAS_FIELD(yeto_host_api, api(), component_get) || !api()->component_get) return false;
@@ -208,6 +393,28 @@ class Host {
     if (s != YETO_OK) fail(s, "host " + what + " failed: " + err.message());
   }
 
+  template <class S>
+  using Getter = yeto_status (*)(void*, const char*, const S**, yeto_error*);
+  // The host's getter `member`, or nullptr when the host's table is older than ABI 1.2.
+  template <class S>
+  static Getter<S> typed_getter(Getter<S> yeto_host_api::*member) {
+    const yeto_host_api* a = api();
+    if (!a || !YETO_HAS_FIELD(yeto_host_api, a, scheduler_get)) return nullptr;
+    return a->*member;
+  }
+  template <class S>
+  static const S* service(const std::string& name, const char* call, Getter<S> get) {
+    if (!get)
+      fail(YETO_ERR_UNSUPPORTED, std::string("the host's API is older than ABI 1.2 and has no ") + call +
+                                     "; run this plugin with a newer yeto-host");
+    const S* s = nullptr;
+    ErrorBuffer err;
+    const yeto_status st = get(api()->host, name.c_str(), &s, err.get());
+    if (st != YETO_OK) fail(st, "host " + std::string(call) + "(" + name + ") failed: " + err.message());
+    if (!s) fail(YETO_ERR_INTERNAL, "host " + std::string(call) + "(" + name + ") returned no service");
+    return s;
+  }
+
   static const yeto_host_api*& api_ref() {
     static const yeto_host_api* api = nullptr;
     return api;
@@ -219,7 +426,12 @@ class Host {
 class Component {
  public:
   virtual ~Component() = default;
-  virtual NamedTensors forward(const NamedTensors& inputs, const std::string& options_json) = 0;
+  // The component's own call with named inputs and options; a class reached only through a
+  // typed service (a Vae) need not have one.
+  virtual NamedTensors forward(const NamedTensors& inputs, const std::string& options_json) {
+    (void)inputs, (void)options_json;
+    unsupported("forward");
+  }
   // Every parameter and buffer by Diffusers name, in a deterministic order.
   virtual NamedTensors parameters() = 0;
   virtual void load_weights(const NamedTensors& weights, bool strict) {
@@ -227,6 +439,19 @@ class Component {
     (void)strict;
     unsupported("load_weights");
   }
+};
+
+// A component class that is a VAE also derives from Vae: its table then offers the typed VAE
+// service (yeto_component_v1.vae), so the host (check-parity) and the plugin itself call it as
+// they call the host's AutoencoderKL (Host::vae). The calls run without an autograd graph
+// unless the caller asks for one.
+class Vae {
+ public:
+  virtual ~Vae() = default;
+  // pixels in [-1, 1] -> the raw latent posterior (mean, logvar).
+  virtual Posterior encode(const at::Tensor& pixels) = 0;
+  // raw latents (plus the decoder's keyword tensors, e.g. "temb") -> the sample.
+  virtual at::Tensor decode(const at::Tensor& latents, const NamedTensors& extra) = 0;
 };
 
 namespace detail {
@@ -254,9 +479,39 @@ inline void write_text(const std::string& text, const yeto_text_out* out) {
 
 struct ComponentBox {
   yeto_component_v1 table{};
+  yeto_vae_service vae{};
   std::string class_name;
   std::unique_ptr<Component> impl;
 };
+
+inline Vae& vae_of(void* self) { return dynamic_cast<Vae&>(*static_cast<ComponentBox*>(self)->impl); }
+
+// The typed VAE service of a box whose component is a Vae.
+inline void fill_vae_service(ComponentBox& box) {
+  yeto_vae_service& v = box.vae;
+  v.struct_size = sizeof v;
+  v.abi_version = YETO_ABI_VERSION;
+  v.self = &box;
+  v.encode = [](void* self, yeto_tensor pixels, std::uint32_t flags, yeto_tensor* mean, yeto_tensor* logvar,
+                yeto_error* err) {
+    return guard(err, [&] {
+      if (!pixels || !mean || !logvar) fail(YETO_ERR_INVALID_ARGUMENT, "VAE encode: null pixels or result pointer");
+      c10::AutoGradMode grad((flags & YETO_SERVICE_GRAD) != 0);
+      auto p = vae_of(self).encode(borrow(pixels));
+      *mean = to_handle(std::move(p.mean));
+      *logvar = to_handle(std::move(p.logvar));
+    });
+  };
+  v.decode = [](void* self, yeto_tensor latents, const yeto_named_tensors* extra, std::uint32_t flags,
+                yeto_tensor* sample, yeto_error* err) {
+    return guard(err, [&] {
+      if (!latents || !sample) fail(YETO_ERR_INVALID_ARGUMENT, "VAE decode: null latents or result pointer");
+      c10::AutoGradMode grad((flags & YETO_SERVICE_GRAD) != 0);
+      *sample = to_handle(vae_of(self).decode(borrow(latents), from_c(extra)));
+    });
+  };
+  box.table.vae = &v;
+}
 
 inline const yeto_component_v1* box_component(std::unique_ptr<Component> impl, const std::string& class_name) {
   auto box = std::make_unique<ComponentBox>();
@@ -284,6 +539,7 @@ inline const yeto_component_v1* box_component(std::unique_ptr<Component> impl, c
     });
   };
   t.destroy = &box_destroy;
+  if (dynamic_cast<Vae*>(box->impl.get())) fill_vae_service(*box);
   return &box.release()->table;
 }
 

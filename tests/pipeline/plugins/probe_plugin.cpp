@@ -1,15 +1,22 @@
-// A test plugin that looks at its pipeline from the plugin side (ABI 1.1): it reaches the
-// host's components through yeto::sdk::Host::component, gets its own denoiser object back
-// from the component the host built (ComponentRef::as), and serves init-model presets.
+// A test plugin that looks at its pipeline from the plugin side: it reaches the host's
+// components through their typed services (ABI 1.2: yeto::sdk::Host::vae, tokenizer,
+// text_encoder, scheduler) and through the ABI 1.1 form that older plugins use
+// (Host::component(...).forward with {"method": ...}), gets its own denoiser object back from
+// the component the host built (ComponentRef::as), and serves init-model presets.
 //
-// generate(request) runs one probe, named by request {"op": ...}:
-//   "encode"    pixel_values -> the host VAE's "encode" outputs (mean, logvar)
-//   "text"      {"prompts": [...]} -> tokenizer "tokenize", then text encoder "encode" with
-//               hidden states: input_ids, attention_mask, last_hidden_state, pooler_output, ...
-//   "schedule"  {"steps": N} -> the host scheduler's "set_timesteps" outputs
-//   "own"       the denoiser's weight as the plugin's own object holds it ("proj.weight"),
-//               and a forward through that object ("sample")
-//   "missing"   asks for a component the pipeline does not have (fails with its message)
+// generate(request) runs one probe, named by request {"op": ...}; "form": "json" takes the
+// ABI 1.1 route, anything else the typed services:
+//   "encode"      pixel_values -> the host VAE's encode outputs (mean, logvar)
+//   "decode"      latents -> the host VAE's decode output (sample)
+//   "text"        {"prompts": [...]} -> tokenized (max_length 77), then encoded with hidden
+//                 states: input_ids, attention_mask, last_hidden_state, pooler_output, ...
+//   "schedule"    {"steps": N} -> set_timesteps(N, mu 0.5): timesteps, sigmas
+//   "step"        model_output, sample -> set_timesteps(N) then one step at the first
+//                 timestep: prev_sample
+//   "wrong_kind"  asks for the VAE service of the transformer (fails with its message)
+//   "own"         the denoiser's weight as the plugin's own object holds it ("proj.weight"),
+//                 and a forward through that object ("sample")
+//   "missing"     asks for a component the pipeline does not have (fails with its message)
 // load_artifact(dir) returns {"prepare": <options prepare() got>, "own": bool, "tensors":
 // [component names the plugin saw at prepare()]}.
 #include <torch/torch.h>
@@ -80,23 +87,59 @@ class ProbePlugin : public yeto::sdk::Plugin {
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
     const json r = json::parse(request_json);
     const std::string op = r.value("op", "");
-    if (op == "encode")
-      return Host::component("vae").forward({{"sample", yeto::sdk::get(inputs, "pixel_values")}},
-                                            R"({"method": "encode"})");
+    const bool json_form = r.value("form", "") == "json";
+    using yeto::sdk::get;
+    if (op == "encode") {
+      if (json_form)
+        return Host::component("vae").forward({{"sample", get(inputs, "pixel_values")}}, R"({"method": "encode"})");
+      const auto p = Host::vae("vae").encode(get(inputs, "pixel_values"));
+      return {{"mean", p.mean}, {"logvar", p.logvar}};
+    }
+    if (op == "decode") {
+      if (json_form)
+        return Host::component("vae").forward({{"latents", get(inputs, "latents")}}, R"({"method": "decode"})");
+      return {{"sample", Host::vae("vae").decode(get(inputs, "latents"))}};
+    }
     if (op == "text") {
-      const json tok_options = {{"method", "tokenize"}, {"text", r["prompts"]}, {"max_length", 77},
-                                {"padding", "max_length"}, {"truncation", true}};
-      NamedTensors tokens = Host::component("tokenizer").forward({}, tok_options.dump());
-      NamedTensors out = Host::component("text_encoder")
-                             .forward({{"input_ids", yeto::sdk::get(tokens, "input_ids")}},
-                                      R"({"method": "encode", "output_hidden_states": true})");
-      out.insert(out.begin(), tokens.begin(), tokens.end());
+      if (json_form) {
+        const json tok_options = {{"method", "tokenize"}, {"text", r["prompts"]}, {"max_length", 77},
+                                  {"padding", "max_length"}, {"truncation", true}};
+        NamedTensors tokens = Host::component("tokenizer").forward({}, tok_options.dump());
+        NamedTensors out = Host::component("text_encoder")
+                               .forward({{"input_ids", get(tokens, "input_ids")}},
+                                        R"({"method": "encode", "output_hidden_states": true})");
+        out.insert(out.begin(), tokens.begin(), tokens.end());
+        return out;
+      }
+      yeto::sdk::TokenizeOptions o;
+      o.max_length = 77;
+      const auto t = Host::tokenizer("tokenizer").tokenize(r["prompts"].get<std::vector<std::string>>(), o);
+      NamedTensors out = Host::text_encoder("text_encoder").encode(t.input_ids, {}, /*hidden_states=*/true);
+      out.insert(out.begin(), {{"input_ids", t.input_ids}, {"attention_mask", t.attention_mask}});
       return out;
     }
     if (op == "schedule") {
-      const json o = {{"method", "set_timesteps"}, {"num_inference_steps", r.value("steps", 4)}, {"mu", 0.5}};
-      return Host::component("scheduler").forward({}, o.dump());
+      if (json_form) {
+        const json o = {{"method", "set_timesteps"}, {"num_inference_steps", r.value("steps", 4)}, {"mu", 0.5}};
+        return Host::component("scheduler").forward({}, o.dump());
+      }
+      const auto s = Host::scheduler("scheduler").set_timesteps({r.value("steps", 4), {}, 0.5});
+      return {{"timesteps", s.timesteps}, {"sigmas", s.sigmas}};
     }
+    if (op == "step") {
+      const std::int64_t steps = r.value("steps", 4);
+      if (json_form) {
+        const auto sched = Host::component("scheduler");
+        const json o = {{"method", "set_timesteps"}, {"num_inference_steps", steps}, {"mu", 0.5}};
+        const auto t = get(sched.forward({}, o.dump()), "timesteps")[0];
+        return sched.forward({{"model_output", get(inputs, "model_output")}, {"timestep", t}, {"sample", get(inputs, "sample")}},
+                             R"({"method": "step"})");
+      }
+      const auto sched = Host::scheduler("scheduler");
+      const auto t = sched.set_timesteps({steps, {}, 0.5}).timesteps[0];
+      return {{"prev_sample", sched.step(get(inputs, "model_output"), t, get(inputs, "sample"))}};
+    }
+    if (op == "wrong_kind") return {{"sample", Host::vae("transformer").decode(get(inputs, "latents"))}};
     if (op == "own") {
       if (!own_) yeto::sdk::fail(YETO_ERR_INTERNAL, "prepare() did not find the plugin's own denoiser");
       return {{"proj.weight", own_->proj->weight},

@@ -6,8 +6,9 @@
  *   TEST_VERSION="x"     its descriptor claims another version than its manifest
  *   TEST_SMALL           its hook table is smaller than ABI 1.0's
  *   TEST_V10             it was built against ABI 1.0 (table ends before `presets`)
- *   TEST_PRESETS         ABI 1.1: a presets hook, and its trainable parameters are those of
- *                        the pipeline component "weights" (yeto_host_api.component_get)
+ *   TEST_PRESETS         built against ABI 1.1: a presets hook, and its trainable parameters
+ *                        are those of the pipeline component "weights"
+ *                        (yeto_host_api.component_get, the 1.1 way to reach components)
  * Every variant's constructor appends a line to $YETO_TEST_MARKER when that is set, so a
  * test can tell whether the library was ever opened. */
 #include <stdio.h>
@@ -24,6 +25,8 @@
 #define TEST_ABI YETO_MAKE_ABI_VERSION(TEST_ABI_MAJOR, 7)
 #elif defined(TEST_V10)
 #define TEST_ABI YETO_MAKE_ABI_VERSION(TEST_ABI_MAJOR, 0)
+#elif defined(TEST_PRESETS)
+#define TEST_ABI YETO_MAKE_ABI_VERSION(TEST_ABI_MAJOR, 1)
 #else
 #define TEST_ABI YETO_MAKE_ABI_VERSION(TEST_ABI_MAJOR, YETO_ABI_VERSION_MINOR)
 #endif

@@ -5,7 +5,7 @@
 // training path: pipeline planning, trainable parameters under canonical names, media and
 // prompt encoders (stand-ins for a VAE and a text encoder, so the generic learner trains it
 // from raw images and captions), denoiser keyword contributions and forward, prediction/target
-// alignment, a complete rows->loss step, and artifact save/load. The learner, island, sync,
+// alignment, and artifact save/load. The learner, island, sync,
 // cache, pipeline and trust suites train it with exact, small numbers; plugin authors start
 // from sdk/examples/template instead (a real DiT family on the installed kit).
 #include <torch/torch.h>
@@ -182,18 +182,6 @@ class TinyDenPlugin : public yeto::sdk::Plugin {
     if (prediction.sizes() != target.sizes())
       yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "prediction and target shapes differ");
     return {prediction.flatten(1), target.flatten(1)};
-  }
-
-  torch::Tensor loss_step(const std::string& /*rows*/, const NamedTensors& batch, std::string& metrics) override {
-    const auto& latents = yeto::sdk::get(batch, "latents");
-    const auto& noise = yeto::sdk::get(batch, "noise");
-    const auto t = yeto::sdk::get(batch, "timesteps").to(torch::kFloat) / 1000.0;
-    const auto s = t.view({-1, 1, 1, 1});
-    const auto noisy = (1 - s) * latents + s * noise;              // flow matching
-    const auto pred = denoiser().model()->forward(noisy, t);
-    const auto loss = torch::mse_loss(pred, noise - latents);
-    metrics = "{\"loss\": " + std::to_string(loss.item<double>()) + "}";
-    return loss;
   }
 
   void save_artifact(const std::string& dir, const std::string& metadata_json) override {

@@ -71,25 +71,24 @@ Placement prepare_placement(const nlohmann::json& options, const std::string& ke
 
 // ---- host components ------------------------------------------------------------------------
 
-// forward() of the host component `component` with `options` (its "method" names the call);
-// a failure is re-raised as "<component>: <method>: <message>" with the component's status.
-NamedTensors call(const std::string& component, const NamedTensors& inputs, const nlohmann::json& options);
 // The output tensor `name` of a call; a missing one fails "<component> returned no '<name>' tensor".
 const at::Tensor& output(const NamedTensors& out, const std::string& name, const std::string& component);
 
-// A batch of prompts through the host's tokenizer and text encoder components: tokenized with
-// padding to max_length and truncation (plus `tokenize`'s options, e.g. add_special_tokens or
-// clean), then encoded from the ids (and, with_mask, the tokenizer's attention mask).
+// A batch of prompts through the host's tokenizer and text encoder services: tokenized with
+// `tokenize` (padding to max_length and truncation unless it says otherwise; its max_length is
+// this call's), then encoded from the ids (and, with_mask, the tokenizer's attention mask);
+// hidden_states: the encoder also returns every "hidden_states.<i>".
 struct TextEncoderCall {
   std::string tokenizer = "tokenizer";
   std::string encoder = "text_encoder";
   std::int64_t max_length = 77;
   bool with_mask = false;
-  nlohmann::json tokenize = nlohmann::json::object();
+  sdk::TokenizeOptions tokenize = {};
+  bool hidden_states = false;
 };
 struct EncodedText {
   at::Tensor input_ids;       // [B, max_length] int64
-  at::Tensor attention_mask;  // [B, max_length] int64; undefined when the tokenizer returns none
+  at::Tensor attention_mask;  // [B, max_length] int64
   NamedTensors outputs;       // the encoder's: last_hidden_state, pooler_output, text_embeds, ...
   std::string encoder;
   // An encoder output as float32; a missing one fails "<encoder> returned no '<name>' tensor".

@@ -25,15 +25,15 @@ struct Schedule {
   at::Tensor timesteps;
   at::Tensor sigmas;
 };
-// `options` is the set_timesteps call ({"num_inference_steps": N} or {"sigmas": [...], "mu": m});
-// "method" is added. The tensors are recorded as "timesteps" and "sigmas".
 // The image size of a generation: the request's height and width, or `native` for an unset (0)
 // one; both must be multiples of `multiple` (the VAE scale factor x the patch size), else it
 // fails "generate: height and width must be multiples of <m> (VAE scale factor x patch size), got HxW".
 std::pair<std::int64_t, std::int64_t> generation_size(std::int64_t height, std::int64_t width, std::int64_t native,
                                                       std::int64_t multiple);
 
-Schedule set_timesteps(const nlohmann::json& options, Trace& record, const std::string& scheduler = "scheduler");
+// set_timesteps(request) on the host scheduler service `scheduler` ({N steps} or {sigmas, mu});
+// the tensors are recorded as "timesteps" and "sigmas".
+Schedule set_timesteps(const sdk::TimestepRequest& request, Trace& record, const std::string& scheduler = "scheduler");
 
 struct SamplingHooks {
   // The denoiser on one model batch: `model_input` is the latents (twice, [uncond; cond], with
