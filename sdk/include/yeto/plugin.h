@@ -434,9 +434,23 @@ typedef struct yeto_plugin_v1 {
   yeto_status (*create)(const char* config_json, void** instance, yeto_error* error);
   void (*destroy)(void* instance);
 
-  /* Load/prepare. load_pipeline gets the model directory and its model_index.json text and
-   * writes a JSON plan {"components": {name: {"class": ..., "dir": ...}}, ...}; prepare
-   * gets {"lora": {...}, "precision": ..., "device": ...} once the components exist. */
+  /* Load/prepare (capability pipeline).
+   * load_pipeline gets the model directory and its model_index.json text and writes a JSON plan
+   *   {"components": {"<name>": {"class": "<_class_name>", "dir": "<folder, relative to the model
+   *   directory or absolute>", "kind": "denoiser" | "vae" | "text_encoder" | "tokenizer" |
+   *   "scheduler" | ...} or null}, "boundary_ratio": <number, optional>}.
+   *   The host starts from model_index.json's components ({"class", "dir"} each; a [null, null]
+   *   entry is absent) and lays each plan entry over its namesake, key by key; null removes one.
+   *   "kind" defaults from the name (transformer*, unet*, prior, model: denoiser; vae*: vae;
+   *   text_encoder*: text_encoder; tokenizer*: tokenizer; scheduler: scheduler). The host then
+   *   builds every component (host classes natively, the plugin's own through its constructor)
+   *   and streams each folder's weights in. "boundary_ratio" (also read from model_index.json)
+   *   times num_train_timesteps is the timestep that routes rows between two denoisers.
+   * prepare gets, once the components exist (component_get answers from here on):
+   *   {"lora": {"targets": [names or a preset such as "auto"], "r": int, "alpha": number,
+   *   "dropout": number}, "tuning": "lora" | "full", "precision": "float32" | "bf16" | "fp16",
+   *   "device": "cpu" | "cuda:N"}. Sampling and export open the pipeline without calling
+   *   prepare when they need no trainable layout (sample), and with it when they do (export). */
   yeto_status (*load_pipeline)(void* instance, const char* model_dir, const char* model_index_json,
                                const yeto_text_out* plan_json, yeto_error* error);
   yeto_status (*prepare)(void* instance, const char* options_json, yeto_error* error);
@@ -502,12 +516,31 @@ typedef struct yeto_plugin_v1 {
   yeto_status (*loss_step)(void* instance, const char* rows_json, const yeto_named_tensors* batch,
                            yeto_tensor* loss, const yeto_text_out* metrics_json, yeto_error* error);
 
-  /* Artifacts: write/read the plugin's own files in a directory the host chose. */
+  /* Artifacts (capability artifacts): the trained state in the plugin's own format, next to the
+   * host's PEFT / Diffusers files, for what those cannot carry (trainables that are no LoRA of a
+   * denoiser, a format the family's own tools read).
+   * save_artifact: called by `yeto-host export` after the host wrote the adapter directory, on a
+   *   prepared pipeline whose trainable tensors (trainable_parameters) hold the checkpoint's
+   *   values; the frozen base is not loaded. dir: an empty directory that the host renames to
+   *   <output>/plugin when the call succeeds (a failure leaves no partial folder). metadata_json:
+   *   the adapter's record (yeto_diffusion_adapter.json: base model, plugin, lora, provenance).
+   * load_artifact: called by `yeto-host sample --adapter-dir DIR` for a DIR/plugin folder, after
+   *   the host folded DIR's LoRA weights into the base and before any generate; the pipeline is
+   *   loaded and not prepared. Writes a JSON object describing what it restored (logged);
+   *   a failure ends the command naming the folder. */
   yeto_status (*save_artifact)(void* instance, const char* dir, const char* metadata_json, yeto_error* error);
   yeto_status (*load_artifact)(void* instance, const char* dir, const yeto_text_out* metadata_json,
                                yeto_error* error);
 
-  /* Generation/sampling: request JSON + inputs -> outputs ("images", "video", ...). */
+  /* Generation/sampling (capability generate), on an unprepared pipeline. `yeto-host sample`
+   * sends request_json {"prompts": [one string], "seed": uint64, "steps": int >= 1,
+   * "guidance": number, "height": int, "width": int, and when the user gave them
+   * "guidance_2": number (a second denoiser's), "max_sequence_length": int, "num_frames": int,
+   * "fps": number} and no input tensors; a plugin may accept more keys ("negative_prompts",
+   * "output_type") for its own callers (check-parity sends the recorded pipeline call); keys a
+   * family does not use are ignored, a bad value is refused naming its key. Outputs: "images" [B, 3, H, W] or "video"
+   * [B, 3, F, H, W], float32 in [0, 1] on any device; other named tensors may follow (the host
+   * ignores them). The same request and seed must give the same bytes. */
   yeto_status (*generate)(void* instance, const char* request_json, const yeto_named_tensors* inputs,
                           const yeto_named_tensors_out* outputs, yeto_error* error);
 

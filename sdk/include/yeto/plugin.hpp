@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -755,6 +756,75 @@ void fill_hooks(yeto_plugin_v1& t, std::uint64_t caps) {
   }
 }
 
+// ---- capabilities, stated once ----
+// A C++ plugin states its capabilities in one place (yeto_add_plugin's CAPABILITIES or the
+// family file's "capabilities"); the descriptor and the signed manifest are generated from it,
+// fill_hooks sets exactly those hooks, and CapabilityCheck (instantiated by YETO_PLUGIN) holds the
+// class against it at compile time: a declared capability whose hook the class (or a base between
+// it and Plugin, such as the kit's DiffusersFamily) does not override, or an overridden hook whose
+// capability is not declared, stops the build with a message naming both.
+enum class HookState { inherited, overridden, hidden };
+
+#define YETO_DETAIL_HOOK_STATE(hook)                                                                     \
+  template <class P, class = void>                                                                       \
+  struct hook_state_##hook {                                                                             \
+    static constexpr HookState value = HookState::hidden; /* a non-public override: cannot be told */    \
+  };                                                                                                     \
+  template <class P>                                                                                     \
+  struct hook_state_##hook<P, std::void_t<decltype(&P::hook)>> {                                         \
+    static constexpr HookState value =                                                                   \
+        std::is_same_v<decltype(&P::hook), decltype(&Plugin::hook)> ? HookState::inherited              \
+                                                                     : HookState::overridden;            \
+  };
+YETO_DETAIL_HOOK_STATE(load_pipeline)
+YETO_DETAIL_HOOK_STATE(prepare)
+YETO_DETAIL_HOOK_STATE(register_components)
+YETO_DETAIL_HOOK_STATE(trainable_parameters)
+YETO_DETAIL_HOOK_STATE(encode_media)
+YETO_DETAIL_HOOK_STATE(encode_conditioning)
+YETO_DETAIL_HOOK_STATE(denoiser_kwargs)
+YETO_DETAIL_HOOK_STATE(denoise)
+YETO_DETAIL_HOOK_STATE(align)
+YETO_DETAIL_HOOK_STATE(loss_step)
+YETO_DETAIL_HOOK_STATE(save_artifact)
+YETO_DETAIL_HOOK_STATE(load_artifact)
+YETO_DETAIL_HOOK_STATE(generate)
+YETO_DETAIL_HOOK_STATE(presets)
+#undef YETO_DETAIL_HOOK_STATE
+
+// Both ways for a hook the capability needs; only "overridden => declared" for a hook whose
+// default is harmless (prepare, denoiser_kwargs).
+#define YETO_DETAIL_NEEDS(cap, cap_name, hook)                                                           \
+  static_assert(!(Caps & (cap)) || hook_state_##hook<P>::value != HookState::inherited,                  \
+                "capability '" cap_name "' is declared (CAPABILITIES or the family file's capabilities) " \
+                "but the plugin class does not override " #hook "()");                                  \
+  YETO_DETAIL_USES(cap, cap_name, hook)
+#define YETO_DETAIL_USES(cap, cap_name, hook)                                                            \
+  static_assert((Caps & (cap)) || hook_state_##hook<P>::value != HookState::overridden,                  \
+                "the plugin class overrides " #hook "() but capability '" cap_name "' is not declared, "  \
+                "so the host would never call it: add it to CAPABILITIES or the family file's capabilities");
+
+template <class P, std::uint64_t Caps>
+struct CapabilityCheck {
+  YETO_DETAIL_NEEDS(YETO_CAP_PIPELINE, "pipeline", load_pipeline)
+  YETO_DETAIL_USES(YETO_CAP_PIPELINE, "pipeline", prepare)
+  YETO_DETAIL_NEEDS(YETO_CAP_COMPONENTS, "components", register_components)
+  YETO_DETAIL_NEEDS(YETO_CAP_TRAINABLE, "trainable", trainable_parameters)
+  YETO_DETAIL_NEEDS(YETO_CAP_ENCODE_MEDIA, "encode_media", encode_media)
+  YETO_DETAIL_NEEDS(YETO_CAP_ENCODE_CONDITIONING, "encode_conditioning", encode_conditioning)
+  YETO_DETAIL_NEEDS(YETO_CAP_DENOISER, "denoiser", denoise)
+  YETO_DETAIL_USES(YETO_CAP_DENOISER, "denoiser", denoiser_kwargs)
+  YETO_DETAIL_NEEDS(YETO_CAP_ALIGN, "align", align)
+  YETO_DETAIL_NEEDS(YETO_CAP_LOSS_STEP, "loss_step", loss_step)
+  YETO_DETAIL_NEEDS(YETO_CAP_ARTIFACTS, "artifacts", save_artifact)
+  YETO_DETAIL_NEEDS(YETO_CAP_ARTIFACTS, "artifacts", load_artifact)
+  YETO_DETAIL_NEEDS(YETO_CAP_GENERATE, "generate", generate)
+  YETO_DETAIL_NEEDS(YETO_CAP_PRESETS, "presets", presets)
+  static constexpr bool ok = true;
+};
+#undef YETO_DETAIL_NEEDS
+#undef YETO_DETAIL_USES
+
 // The entry point's body: checks the host, publishes the descriptor and the hook table.
 template <class P>
 yeto_status entry(const yeto_host_api* host, const yeto_plugin_v1** out, const yeto_plugin_descriptor* descriptor,
@@ -804,5 +874,7 @@ yeto_status entry(const yeto_host_api* host, const yeto_plugin_v1** out, const y
                                                       YETO_PLUGIN_INFO_TORCH_VERSION,                    \
                                                       YETO_PLUGIN_INFO_LICENSE_NOTICE,                   \
                                                       YETO_PLUGIN_INFO_LICENSE_MUST_ACKNOWLEDGE};        \
+    static_assert(::yeto::sdk::detail::CapabilityCheck<PluginClass, YETO_PLUGIN_INFO_CAPABILITIES>::ok,   \
+                  "the plugin class agrees with its declared capabilities");                             \
     return ::yeto::sdk::detail::entry<PluginClass>(host, out, &descriptor, err);                         \
   }
