@@ -5,10 +5,15 @@
 // contradicts it is refused.
 #include <ctime>
 #include <iostream>
+#include <map>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
 
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "artifacts/adapter.hpp"
 #include "artifacts/export.hpp"
 #include "artifacts/export_settings.hpp"
 #include "artifacts/merge.hpp"
@@ -45,6 +50,50 @@ json config_section(const json& all, const std::vector<std::string>& prefixes) {
     for (const auto& p : prefixes)
       if (k.rfind(p, 0) == 0) out[k] = v.at("value");
   return out;
+}
+
+bool lora_layout(const std::vector<artifacts::TrainableTensor>& tensors) {
+  for (const auto& t : tensors)
+    if (!t.name.ends_with(".lora_A.weight") && !t.name.ends_with(".lora_B.weight")) return false;
+  return true;
+}
+
+// Capability artifacts: the checkpoint's values go into the plugin's trainable tensors, then the
+// plugin writes its own files into a fresh folder that becomes OUTPUT/plugin only when it
+// succeeded (a failure leaves no partial folder and the files written before it untouched).
+void save_plugin_artifact(pipeline::Pipeline& pipe, const artifacts::ExportRequest& rq) {
+  const auto values = artifacts::read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings);
+  std::map<std::string, const artifacts::CheckpointTensor*> by_name;
+  for (const auto& v : values) by_name[v.name] = &v;
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [name, t] : pipe.plugin().trainable_parameters()) {
+      const auto it = by_name.find(name);
+      if (it == by_name.end())
+        throw Error("export: the checkpoint has no tensor '" + name + "' that the plugin trains", ExitCode::bad_input);
+      const auto src = at::from_blob(const_cast<float*>(it->second->values.data()), it->second->shape, at::kFloat);
+      if (src.sizes() != t.sizes())
+        throw Error("export: checkpoint tensor '" + name + "' has shape " + c10::str(src.sizes()) +
+                        ", the plugin's has " + c10::str(t.sizes()),
+                    ExitCode::bad_input);
+      t.copy_(src);
+    }
+  }
+  const fs::path out = fs::path(rq.output_dir) / artifacts::kPluginArtifactDir;
+  const fs::path tmp = fs::path(rq.output_dir) / ("." + std::string(artifacts::kPluginArtifactDir) + ".tmp-" +
+                                                  std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    pipe.plugin().save_artifact(tmp.string(), rq.record.dump());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  fs::remove_all(out);
+  fs::rename(tmp, out);
+  fsync_directory(rq.output_dir);
 }
 
 int run_export(CommandContext& ctx) {
@@ -121,9 +170,31 @@ int run_export(CommandContext& ctx) {
                       {"config_hash", cfg.hash()}};
   rq.record = record;
 
-  const artifacts::ExportReport r = artifacts::export_adapter(rq);
-  std::cout << "exported " << r.modules << " LoRA modules of " << r.component << " (r " << rq.settings.r << ", alpha "
-            << rq.settings.alpha << ") to " << output << ": " << join(r.files, ", ") << "\n";
+  const bool own_files = pipe->plugin().has(YETO_CAP_ARTIFACTS);
+  if (lora_layout(rq.expected) || !own_files) {
+    const artifacts::ExportReport r = artifacts::export_adapter(rq);
+    std::vector<std::string> files = r.files;
+    if (own_files) {
+      save_plugin_artifact(*pipe, rq);
+      files.push_back(std::string(artifacts::kPluginArtifactDir) + "/");
+    }
+    std::cout << "exported " << r.modules << " LoRA modules of " << r.component << " (r " << rq.settings.r
+              << ", alpha " << rq.settings.alpha << ") to " << output << ": " << join(files, ", ") << "\n";
+    return 0;
+  }
+  // Trainables that are no LoRA (full tuning, a full-step model's own tensors): no Diffusers or
+  // PEFT file can hold them, so the record and the plugin's own files carry the trained state.
+  fs::create_directories(output);
+  save_plugin_artifact(*pipe, rq);
+  json rec = record;
+  rec["checkpoint"] = checkpoint.string();
+  rec["trainable"] = json::array();
+  for (const auto& t : rq.expected) rec["trainable"].push_back({{"name", t.name}, {"shape", t.shape}});
+  rec["artifact"] = artifacts::kPluginArtifactDir;
+  atomic_write(fs::path(output) / artifacts::kRecordFile, rec.dump(2) + "\n");
+  std::cout << "exported " << rq.expected.size() << " trained tensors through plugin '"
+            << pipe->loaded_plugin().manifest.name << "' to " << output << ": " << artifacts::kRecordFile << ", "
+            << artifacts::kPluginArtifactDir << "/\n";
   return 0;
 }
 

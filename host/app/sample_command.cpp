@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "app/commands.hpp"
+#include "artifacts/adapter.hpp"
 #include "artifacts/merge.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
@@ -149,9 +150,27 @@ int run_sample(CommandContext& ctx) {
     throw Error("sample: plugin '" + pipe->loaded_plugin().manifest.name + "' does not implement generation",
                 ExitCode::not_available);
   for (const auto& a : adapter_dirs) {
-    const FoldReport folded = fold_adapter(*pipe, cfg, a.path, a.component);
-    spdlog::info("sample: folded {} LoRA modules of {} from {} into the model", folded.modules, folded.components,
-                 a.path.string());
+    // An adapter directory may hold the plugin's own files (capability artifacts) next to its
+    // LoRA weights, or instead of them (trainables that no LoRA file holds).
+    const std::filesystem::path own = a.path / artifacts::kPluginArtifactDir;
+    const bool has_own = std::filesystem::is_directory(own);
+    const bool has_lora = !std::filesystem::is_directory(a.path) ||
+                          std::filesystem::exists(a.path / artifacts::kDiffusersFile) ||
+                          std::filesystem::exists(a.path / artifacts::kPeftWeightsFile);
+    if (has_lora || !has_own) {
+      const FoldReport folded = fold_adapter(*pipe, cfg, a.path, a.component);
+      spdlog::info("sample: folded {} LoRA modules of {} from {} into the model", folded.modules, folded.components,
+                   a.path.string());
+    }
+    if (has_own) {
+      const std::string name = pipe->loaded_plugin().manifest.name;
+      if (!pipe->plugin().has(YETO_CAP_ARTIFACTS))
+        throw Error("sample: " + own.string() + " holds plugin files, but plugin '" + name +
+                        "' does not read them (no capability artifacts); sample with the plugin that exported it",
+                    ExitCode::bad_input);
+      const std::string what = pipe->plugin().load_artifact(own.string());
+      spdlog::info("sample: plugin '{}' loaded its files from {}: {}", name, own.string(), what.substr(0, 400));
+    }
   }
 
   // One generation per prompt, each from its own seed (the prompts file's, else --seed): a

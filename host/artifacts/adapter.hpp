@@ -48,6 +48,9 @@ inline constexpr const char* kDiffusersFile = "pytorch_lora_weights.safetensors"
 inline constexpr const char* kPeftConfigFile = "adapter_config.json";
 inline constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
 inline constexpr const char* kRecordFile = "yeto_diffusion_adapter.json";
+// The family plugin's own files of the trained state (capability artifacts: save_artifact at
+// export, load_artifact at sample), a folder inside the adapter directory.
+inline constexpr const char* kPluginArtifactDir = "plugin";
 inline constexpr const char* kComfyFile = "comfyui_lora.safetensors";
 inline constexpr const char* kRecordFormat = "yeto-diffusion-adapter";
 inline constexpr int kRecordVersion = 1;

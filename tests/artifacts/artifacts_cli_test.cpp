@@ -1,8 +1,11 @@
 // `yeto-host merge` as a user runs it: a bad --max-shard-size is a usage error (exit 2) naming
-// the flag; a merge writes a valid sharded one-model directory.
+// the flag; a merge writes a valid sharded one-model directory. `export` and `sample` with a
+// plugin that keeps its trained state in its own files (capability artifacts, the tinyden test
+// plugin).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -52,7 +55,94 @@ void write_learner_run(const fs::path& run) {
   yeto::io::write_safetensors(run / "checkpoints" / "step-00000003" / "trainable.safetensors", entries);
   yeto::atomic_write(run / "checkpoints" / "latest", "step-00000003\n");
 }
+// A Diffusers directory the tinyden test plugin serves (one 4-channel YetoTinyDenoiser), a run
+// file naming it, and a learner run whose checkpoint holds tinyden's trainable tensors (its
+// whole denoiser: no LoRA, so no Diffusers or PEFT file can hold them).
+struct TinyDenRun {
+  yeto::test::TempDir t;
+  TinyDenRun() {
+    fs::create_directories(t / "model/transformer");
+    t.write("model/model_index.json",
+            R"({"_class_name": "YetoTinyPipeline", "transformer": ["yeto", "YetoTinyDenoiser"]})");
+    t.write("model/transformer/config.json", R"({"_class_name": "YetoTinyDenoiser", "in_channels": 4})");
+    std::vector<float> w(16, 0.1f), b(4, 0.0f), e(4, 0.0f);
+    auto bytes = [](const std::vector<float>& v) { return std::as_bytes(std::span<const float>(v)); };
+    yeto::io::write_safetensors(t / "model/transformer/diffusion_pytorch_model.safetensors",
+                                {{"proj.weight", yeto::io::DType::F32, {4, 4}, bytes(w)},
+                                 {"proj.bias", yeto::io::DType::F32, {4}, bytes(b)},
+                                 {"time_embed", yeto::io::DType::F32, {4}, bytes(e)}},
+                                {});
+    t.write("run.toml", "[model]\nid = \"" + (t / "model").string() +
+                            "\"\nadapter = \"tinyden\"\n[run]\ndevice = \"cpu\"\nthreads = 1\n");
+    // The trained values: a strong channel mix that moves every generated pixel.
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = (i % 5 == 0 ? -2.0f : 0.3f);
+    b = {0.5f, -0.5f, 0.25f, 0.0f};
+    e = {1.0f, -1.0f, 0.5f, 0.0f};
+    yeto::io::write_safetensors(t / "run/checkpoints/step-00000004/trainable.safetensors",
+                                {{"transformer.time_embed", yeto::io::DType::F32, {4}, bytes(e)},
+                                 {"transformer.proj.weight", yeto::io::DType::F32, {4, 4}, bytes(w)},
+                                 {"transformer.proj.bias", yeto::io::DType::F32, {4}, bytes(b)}});
+    yeto::atomic_write(t / "run/checkpoints/latest", "step-00000004\n");
+  }
+  yeto::test::ProcessResult sample(const std::string& output, const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> args = {"sample", "--config", (t / "run.toml").string(), "--prompt", "a red cat",
+                                     "--height", "16", "--width", "16", "--steps", "3", "--seed", "11",
+                                     "--output", (t / output).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return yeto::test::run_host(args);
+  }
+};
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 }  // namespace
+
+TEST(PluginArtifacts, ExportWritesThePluginsOwnFilesAndSampleLoadsThem) {
+  TinyDenRun run;
+  const fs::path out = run.t / "adapter";
+  auto r = yeto::test::run_host({"export", "--config", (run.t / "run.toml").string(), "--checkpoint",
+                                 (run.t / "run").string(), "--output-dir", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("3 trained tensors through plugin 'tinyden'"), std::string::npos) << r.out;
+  // No LoRA: the record and the plugin's folder, written by save_artifact with the record as metadata.
+  EXPECT_FALSE(fs::exists(out / "adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "pytorch_lora_weights.safetensors"));
+  const auto record = nlohmann::json::parse(file_bytes(out / "yeto_diffusion_adapter.json"));
+  EXPECT_EQ(record.at("artifact"), "plugin");
+  ASSERT_EQ(record.at("trainable").size(), 3u);
+  EXPECT_EQ(record.at("trainable")[0].at("name"), "transformer.time_embed");
+  EXPECT_TRUE(fs::is_regular_file(out / "plugin/tinyden_weights.pt"));
+  const auto meta = nlohmann::json::parse(file_bytes(out / "plugin/tinyden_meta.json"));
+  EXPECT_EQ(meta.at("plugin").at("name"), "tinyden");
+  for (const auto& e : fs::directory_iterator(out))
+    EXPECT_EQ(e.path().filename().string().rfind(".plugin.tmp", 0), std::string::npos) << "left behind: " << e.path();
+
+  // Sampling: the base model, then with the adapter directory: the plugin reads its files back
+  // (the trained denoiser) and the picture changes; the same call gives the same bytes.
+  r = run.sample("base.png");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  r = run.sample("tuned.png", {"--adapter-dir", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("plugin 'tinyden' loaded its files from " + (out / "plugin").string()), std::string::npos)
+      << r.all();
+  EXPECT_EQ(r.all().find("folded"), std::string::npos) << r.all();  // no LoRA file to fold
+  r = run.sample("tuned-again.png", {"--adapter-dir", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::string base = file_bytes(run.t / "base.png"), tuned = file_bytes(run.t / "tuned.png");
+  ASSERT_FALSE(base.empty());
+  EXPECT_NE(base, tuned);
+  EXPECT_EQ(tuned, file_bytes(run.t / "tuned-again.png"));
+
+  // A damaged plugin folder fails the command naming the plugin's call, and writes no picture.
+  fs::remove(out / "plugin/tinyden_weights.pt");
+  r = run.sample("broken.png", {"--adapter-dir", out.string()});
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("load_artifact"), std::string::npos) << r.all();
+  EXPECT_FALSE(fs::exists(run.t / "broken.png"));
+}
 
 TEST(ExportCommand, ExportsALearnerRunThroughTheFluxPluginAndNamesMismatches) {
   yeto::test::TempDir tmp;

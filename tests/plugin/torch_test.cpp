@@ -138,7 +138,8 @@ TEST(PluginTorch, TheHooksOfACxxPluginCrossTheAbi) {
 
   // Hooks the plugin does not declare are refused by the host, not called.
   try {
-    inst.generate("{}", {});
+    std::string metrics;
+    inst.loss_step("[]", {}, metrics);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::not_available);

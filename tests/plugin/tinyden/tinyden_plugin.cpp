@@ -5,9 +5,10 @@
 // training path: pipeline planning, trainable parameters under canonical names, media and
 // prompt encoders (stand-ins for a VAE and a text encoder, so the generic learner trains it
 // from raw images and captions), denoiser keyword contributions and forward, prediction/target
-// alignment, and artifact save/load. The learner, island, sync,
-// cache, pipeline and trust suites train it with exact, small numbers; plugin authors start
-// from sdk/examples/template instead (a real DiT family on the installed kit).
+// alignment, artifact save/load (its trained tensors in its own file, which `export` writes
+// and `sample` reads) and a few-step generate. The learner, island, sync, cache, pipeline,
+// trust and artifact suites train it with exact, small numbers; plugin authors start from
+// sdk/examples/template instead (a real DiT family on the installed kit).
 #include <torch/torch.h>
 
 #include <yeto/plugin.hpp>
@@ -191,7 +192,32 @@ class TinyDenPlugin : public yeto::sdk::Plugin {
     std::ofstream(dir + "/tinyden_meta.json") << metadata_json;
   }
 
+  // A few Euler steps of the flow the denoiser learned (x_t = (1 - t) x0 + t noise, prediction
+  // noise - x0), from seeded noise at half the requested size; the colour channels, upsampled 2x,
+  // are the image in [0, 1]. Request: "prompts" (one string), "seed", "steps", "height", "width".
+  NamedTensors generate(const std::string& request_json, const NamedTensors& /*inputs*/) override {
+    if (!denoiser_) prepare("{}");
+    const int steps = std::max(1, json_int(request_json, "steps", 4));
+    const int h = std::max(1, json_int(request_json, "height", 16) / 2);
+    const int w = std::max(1, json_int(request_json, "width", 16) / 2);
+    const auto key = request_json.find("\"prompts\"");
+    const auto open = key == std::string::npos ? key : request_json.find('[', key);
+    const auto close = open == std::string::npos ? open : request_json.find(']', open);
+    if (close == std::string::npos) yeto::sdk::fail(YETO_ERR_INVALID_ARGUMENT, "tinyden generate: no \"prompts\" array");
+    const auto embeds = yeto::sdk::get(encode_conditioning(request_json.substr(open, close - open + 1), {}), "prompt_embeds");
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(json_int(request_json, "seed", 0)));
+    torch::NoGradGuard no_grad;
+    auto x = at::randn({embeds.size(0), denoiser().channels(), h, w}, gen, torch::kFloat);
+    for (int i = 0; i < steps; ++i) {
+      const auto t = torch::full({x.size(0)}, 1.0 - static_cast<double>(i) / steps);
+      x = x - denoiser().model()->forward(x, t, embeds) / static_cast<double>(steps);
+    }
+    const auto rgb = torch::upsample_nearest2d(x.narrow(1, 0, 3).clamp(-1, 1), {2 * h, 2 * w});
+    return {{"images", rgb / 2 + 0.5}};
+  }
+
   std::string load_artifact(const std::string& dir) override {
+    if (!denoiser_) prepare("{}");  // at sample the pipeline is not prepared
     torch::serialize::InputArchive archive;
     archive.load_from(dir + "/tinyden_weights.pt");
     NamedTensors weights;
