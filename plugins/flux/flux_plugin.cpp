@@ -133,8 +133,7 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
     const auto r = yeto::family::parse_request(request_json, flux::parse_generate_request);
-    at::NoGradGuard no_grad;
-    yeto::family::Trace record(r.trace);
+    yeto::family::GenerationTrace record(r.trace);
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
 
@@ -230,8 +229,6 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
     const auto vsf = vae_scale_factor();
     return flux::unpack_latents(packed, h * vsf, w * vsf, vsf);
   }
-
-  std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
 
   std::int64_t clip_max_length_ = 77;
 };

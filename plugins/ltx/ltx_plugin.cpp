@@ -239,8 +239,7 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
   // from the video sequence length, the scheduler's shift_terminal stretch, denormalised decode.
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
     auto r = yeto::family::parse_request(request_json, ltx::parse_generate_request);
-    at::NoGradGuard no_grad;
-    yeto::family::Trace record(r.trace);
+    yeto::family::GenerationTrace record(r.trace);
     const auto& cfg = transformer()->config();
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto st = vae_config_.spatial_ratio(), tt = vae_config_.temporal_ratio();

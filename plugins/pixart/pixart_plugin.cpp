@@ -169,13 +169,9 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
     const auto r = yeto::family::parse_request(request_json, pixart::parse_generate_request);
-    at::NoGradGuard no_grad;
-    yeto::family::Trace record(r.trace);
+    yeto::family::GenerationTrace record(r.trace);
     const auto& cfg = transformer()->config();
-    const auto batch = static_cast<std::int64_t>(r.prompts.size());
-    const auto vsf = vae_scale_factor();
-    const auto size = yeto::family::generation_size(r.height, r.width, cfg.sample_size * vsf, vsf * cfg.patch_size);
-    const auto height = size.first, width = size.second;
+    const auto [batch, height, width, vsf] = image_grid(r, cfg.sample_size, cfg.patch_size);
     const auto max_len = r.max_sequence_length > 0 ? r.max_sequence_length : default_max_length_;
     const bool cfg_guidance = r.guidance > 1.0;
 
@@ -280,8 +276,6 @@ class PixArtPlugin : public yeto::family::DiffusersFamily {
     const auto& cfg = transformer()->config();
     yeto::family::check_image_latents(x, name, "pixart", cfg.in_channels, cfg.patch_size);
   }
-
-  std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
 
   std::int64_t default_max_length_ = 120;
 };

@@ -97,13 +97,9 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
     const auto r = yeto::family::parse_request(request_json, sd35::parse_generate_request);
-    at::NoGradGuard no_grad;
-    yeto::family::Trace record(r.trace);
+    yeto::family::GenerationTrace record(r.trace);
     const auto& cfg = transformer()->config();
-    const auto batch = static_cast<std::int64_t>(r.prompts.size());
-    const auto vsf = vae_scale_factor();
-    const auto size = yeto::family::generation_size(r.height, r.width, cfg.sample_size * vsf, vsf * cfg.patch_size);
-    const auto height = size.first, width = size.second;
+    const auto [batch, height, width, vsf] = image_grid(r, cfg.sample_size, cfg.patch_size);
     const bool cfg_on = r.guidance > 1.0;  // StableDiffusion3Pipeline.do_classifier_free_guidance
 
     // 1. Text conditioning: the prompts, then (for guidance) the negative prompts ("" by default).
@@ -234,8 +230,6 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
     const auto& cfg = transformer()->config();
     yeto::family::check_image_latents(x, name, "sd35", cfg.in_channels, cfg.patch_size);
   }
-
-  std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
 
   bool has_t5_ = true;
   std::int64_t clip_max_length_ = 77;

@@ -159,11 +159,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
 
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
     auto r = yeto::family::parse_request(request_json, wan::parse_generate_request);
-    at::NoGradGuard no_grad;
-    NamedTensors trace;
-    auto record = [&](const std::string& name, const at::Tensor& t) {
-      if (r.trace) trace.emplace_back(name, t.detach().clone());
-    };
+    yeto::family::GenerationTrace record(r.trace);
     const auto batch = static_cast<std::int64_t>(r.prompts.size());
     const auto sf = vae_config_.spatial_factor() * 2;  // VAE x patch: WanPipeline wants multiples of 16
     if (r.height % sf != 0 || r.width % sf != 0)
@@ -263,8 +259,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     if (frames == 1) out.emplace_back("images", post.select(2, 0));
     else out.emplace_back("video", post);
     out.emplace_back("num_frames", at::full({1}, frames, at::kLong));
-    for (auto& nt : trace) out.push_back(std::move(nt));
-    return out;
+    return record.outputs(std::move(out));
   }
 
  protected:

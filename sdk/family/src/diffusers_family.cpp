@@ -1,5 +1,7 @@
 #include "yeto/family/diffusers_family.hpp"
 
+#include <tuple>
+
 #include "yeto/family/sampling.hpp"
 
 namespace yeto::family {
@@ -61,6 +63,16 @@ NamedTensors DiffusersFamily::encode_conditioning(const std::string& prompts_jso
 std::pair<at::Tensor, at::Tensor> DiffusersFamily::align(const at::Tensor& prediction, const at::Tensor& target,
                                                          const std::string& /*step_json*/) {
   return same_layout_align(prediction, target, description_.plugin());
+}
+
+DiffusersFamily::ImageGrid DiffusersFamily::image_grid(const GenerateSettings& request, std::int64_t sample_size,
+                                                       std::int64_t patch_size) const {
+  ImageGrid g;
+  g.batch = static_cast<std::int64_t>(request.prompts.size());
+  g.vae_scale_factor = vae_scale_factor();
+  std::tie(g.height, g.width) = generation_size(request.height, request.width, sample_size * g.vae_scale_factor,
+                                                g.vae_scale_factor * patch_size);
+  return g;
 }
 
 }  // namespace yeto::family

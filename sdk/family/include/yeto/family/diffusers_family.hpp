@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "yeto/family/config.hpp"
 #include "yeto/family/description.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/repository.hpp"
@@ -79,6 +80,17 @@ class DiffusersFamily : public sdk::Plugin {
   // (Not description(): inside a family class that name would hide the family's own
   // description() function, and a constructor passing it to this base would read garbage.)
   const FamilyDescription& family_description() const { return description_; }
+
+  // 2^(len(block_out_channels) - 1) of the repository's VAE, 8 without one.
+  std::int64_t vae_scale_factor() const { return configs_.vae_scale_factor(); }
+  // The geometry of an image generation: the prompts' count, the image size (the request's
+  // height and width, else the denoiser's native sample_size, in latent pixels, times the VAE
+  // scale factor; both must be multiples of the VAE scale factor x patch_size, refused as
+  // generation_size says) and the VAE scale factor.
+  struct ImageGrid {
+    std::int64_t batch = 0, height = 0, width = 0, vae_scale_factor = 8;
+  };
+  ImageGrid image_grid(const GenerateSettings& request, std::int64_t sample_size, std::int64_t patch_size) const;
 
   // Final latents -> images [B, 3, H, W] in [0, 1] through the host's VAE with the repository's
   // latent normalisation (family::decode_images).

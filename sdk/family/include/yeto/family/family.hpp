@@ -261,6 +261,16 @@ class Trace {
   NamedTensors items_;
 };
 
+// The trace of one generate() call that also keeps autograd off while it lives (sampling never
+// records a graph): what a family's generate starts with.
+class GenerationTrace : public Trace {
+ public:
+  explicit GenerationTrace(bool on) : Trace(on) {}
+
+ private:
+  at::NoGradGuard no_grad_;
+};
+
 // ---- latents ---------------------------------------------------------------------------------
 
 // The latent of a diagonal-Gaussian VAE posterior: the mean, or with encode_media options
