@@ -7,6 +7,8 @@
 #include <boost/asio/signal_set.hpp>
 
 #include <chrono>
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -14,6 +16,10 @@
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -99,15 +105,61 @@ struct Syncer::Impl {
 
   std::filesystem::path ckpt_path() const { return o.state_dir / "checkpoint.bin"; }
 
+  // The state directory's lock: an exclusive flock held for the syncer's lifetime (the kernel
+  // drops it when the process ends, kill -9 included). The file names its holder.
+  int lock_fd = -1;
+  std::filesystem::path lock_path() const { return o.state_dir / "syncer.lock"; }
+
   explicit Impl(SyncerOptions opts) : o(std::move(opts)) {
     o.validate();
     key = run_key_from_secret(o.run_secret);
     run_id = run_id_from_name(o.run_name);
     std::filesystem::create_directories(o.state_dir);
+    lock_state_dir();  // before the tape, the checkpoint or the port file is touched
     tape = std::make_unique<Tape>(o.state_dir / "tape.jsonl");
     if (tape->opened().repaired) tape->write("tape_repair", -1, -1, {}, {{"note", "a torn last record was cut"}});
     if (std::filesystem::exists(ckpt_path())) restore();
     else tape->write("start", -1, -1, {}, {{"run_id", o.run_name}});
+  }
+
+  ~Impl() {
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
+
+  // A second syncer on the same state would append to the live tape, overwrite `port` and, on
+  // its way out, write a final cut into the live run: it is refused before it changes a file.
+  void lock_state_dir() {
+    const auto path = lock_path();
+    lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0)
+      throw Error("syncer: cannot open the state directory's lock file " + path.string() + ": " +
+                  std::strerror(errno));
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      std::string holder(256, '\0');
+      const ssize_t n = ::pread(lock_fd, holder.data(), holder.size(), 0);
+      holder.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      ::close(lock_fd);
+      lock_fd = -1;
+      if (err == EWOULDBLOCK)
+        throw Error("syncer: the state directory " + o.state_dir.string() + " belongs to a running syncer (" +
+                        (holder.empty() ? std::string("its holder has not said who it is yet") : holder) +
+                        "; lock " + path.string() +
+                        "). Stop that syncer first, or give this one its own --state-dir.",
+                    ExitCode::usage);
+      throw Error("syncer: cannot lock " + path.string() + ": " + std::strerror(err));
+    }
+    write_lock_holder("");
+  }
+
+  // "pid N[, listening on HOST:PORT]" into the lock file (only its holder writes it).
+  void write_lock_holder(const std::string& address) {
+    const std::string text =
+        "pid " + std::to_string(::getpid()) + (address.empty() ? "" : ", listening on " + address) + "\n";
+    if (::ftruncate(lock_fd, 0) != 0 ||
+        ::pwrite(lock_fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+      spdlog::warn("syncer: could not note the holder in {}: {}", lock_path().string(), std::strerror(errno));
   }
 
   void restore() {
@@ -757,6 +809,7 @@ struct Syncer::Impl {
     acceptor.bind(ep);
     acceptor.listen();
     bound_port = acceptor.local_endpoint().port();
+    write_lock_holder(o.listen_host + ":" + std::to_string(bound_port));
     atomic_write(o.state_dir / "port", std::to_string(bound_port) + "\n");
     tape->write("listen", -1, -1, {}, {{"address", o.listen_host + ":" + std::to_string(bound_port)}});
     spdlog::info("syncer: listening on {}:{}", o.listen_host, bound_port);

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -53,6 +54,7 @@ class Proc {
     if (running()) kill9();
   }
   bool running() const { return pid_ > 0 && !status_; }
+  pid_t pid() const { return pid_; }
   // Exit code, 128+signal, or -1 when still running after `seconds`.
   int wait(double seconds) {
     if (status_) return *status_;
@@ -313,6 +315,41 @@ TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) {
   EXPECT_EQ(m["versions"][0].get<std::uint64_t>(), last[0]);
   EXPECT_EQ(m["versions"][1].get<std::uint64_t>(), last[1]);
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+}
+
+// ---------------------------------------------------------------- one syncer per state
+
+TEST(SyncMultiProcess, ASecondSyncerOnTheSameStateIsRefusedAndChangesNothing) {
+  RunDir run;
+  auto first = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(run.state))
+      files[e.path().filename().string()] = yeto::test::read_text(e.path());
+    return files;
+  };
+  const auto before = snapshot();
+  const std::string holder =
+      "pid " + std::to_string(first->pid()) + ", listening on 127.0.0.1:" + std::to_string(run.port);
+  ASSERT_TRUE(before.count("syncer.lock")) << run.logs();
+  EXPECT_EQ(before.at("syncer.lock"), holder + "\n");
+  // On another port and on the same one: refused naming the holder, and no file of the live
+  // state changes (tape, checkpoint, port, lock).
+  for (const std::uint16_t listen : {std::uint16_t{0}, run.port}) {
+    auto argv = run.syncer_argv(listen);
+    const auto r = yeto::test::run_host(std::vector<std::string>(argv.begin() + 1, argv.end()));
+    EXPECT_EQ(r.exit_code, 2) << r.all();
+    EXPECT_NE(r.all().find("belongs to a running syncer (" + holder), std::string::npos) << r.all();
+    EXPECT_EQ(snapshot(), before);
+  }
+  EXPECT_TRUE(first->running());
+  // kill -9 drops the lock with the process: the next syncer takes the state over.
+  first->kill9();
+  auto second = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  EXPECT_EQ(yeto::test::read_text(run.state / "syncer.lock"),
+            "pid " + std::to_string(second->pid()) + ", listening on 127.0.0.1:" + std::to_string(run.port) + "\n");
 }
 
 // ---------------------------------------------------------------- (d) hostile peers
