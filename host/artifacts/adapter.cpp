@@ -461,6 +461,14 @@ Adapter read_adapter(const fs::path& where, const ReadOptions& o) {
   auto finish = [&](Adapter a, std::optional<Layout> l = std::nullopt) {
     if (l) a.layout = *l;
     a.record = record;
+    // A NaN or infinite weight would fold into the base and poison every generated pixel.
+    for (const auto& [module, m] : a.modules)
+      for (const auto& [which, t] : {std::pair<const char*, const at::Tensor*>{"lora_A", &m.A}, {"lora_B", &m.B}})
+        if (t->defined() && !at::isfinite(*t).all().item<bool>())
+          throw Error(a.file.string() + ": tensor " + module + "." + which +
+                          ".weight holds a non-finite value (NaN or infinity); the adapter is damaged or its run "
+                          "diverged: export it again from an earlier checkpoint",
+                      ExitCode::bad_input);
     if (a.implicit_component && o.denoisers.size() > 1) {
       std::string pass;
       for (const auto& d : o.denoisers) pass += (pass.empty() ? "" : " or ") + where.string() + ":" + d;

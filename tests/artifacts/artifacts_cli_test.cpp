@@ -4,6 +4,7 @@
 // plugin).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -98,6 +99,26 @@ std::string file_bytes(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Sets the first float32 value of a safetensors file to NaN (its tensors hold float32 here).
+void poison_first_value(const fs::path& file) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  std::uint64_t header = 0;
+  f.read(reinterpret_cast<char*>(&header), sizeof header);
+  ASSERT_TRUE(f.good());
+  const auto meta = nlohmann::json::parse(yeto::test::read_text(file).substr(8, header));
+  for (const auto& [name, t] : meta.items()) {
+    if (name == "__metadata__") continue;
+    ASSERT_EQ(t.at("dtype"), "F32") << name;
+    const std::uint64_t at = 8 + header + t.at("data_offsets")[0].get<std::uint64_t>();
+    const float nan = std::nanf("");
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+    ASSERT_TRUE(f.good());
+    return;
+  }
+  FAIL() << file << " holds no tensor";
+}
+
 }  // namespace
 
 TEST(PluginArtifacts, ExportWritesThePluginsOwnFilesAndSampleLoadsThem) {
@@ -183,6 +204,24 @@ TEST(ExportCommand, ExportsALearnerRunThroughTheFluxPluginAndNamesMismatches) {
                                            (tmp / "adapter").string(), "--output-dir", (tmp / "m2").string()});
   EXPECT_EQ(other.exit_code, 30) << other.all();
   EXPECT_NE(other.all().find("trained on another base"), std::string::npos) << other.all();
+
+  // A NaN in the adapter is refused by merge and sample, naming the file and the tensor, and
+  // neither writes anything.
+  fs::copy(tmp / "adapter", tmp / "nan", fs::copy_options::recursive);
+  poison_first_value(tmp / "nan" / "adapter_model.safetensors");
+  const auto nan_merge = yeto::test::run_host({"merge", "--model", kFluxTiny.string(), "--adapter-dir",
+                                               (tmp / "nan").string(), "--output-dir", (tmp / "nan-merged").string()});
+  EXPECT_EQ(nan_merge.exit_code, 30) << nan_merge.all();
+  EXPECT_NE(nan_merge.all().find("adapter_model.safetensors: tensor transformer."), std::string::npos)
+      << nan_merge.all();
+  EXPECT_NE(nan_merge.all().find("holds a non-finite value"), std::string::npos) << nan_merge.all();
+  EXPECT_FALSE(fs::exists(tmp / "nan-merged"));
+  const auto nan_sample = yeto::test::run_host(
+      {"sample", "--model", kFluxTiny.string(), "--diffusion-adapter", "flux", "--adapter-dir", (tmp / "nan").string(),
+       "--prompt", "a cat", "--height", "32", "--width", "32", "--steps", "1", "--output", (tmp / "nan.png").string()});
+  EXPECT_EQ(nan_sample.exit_code, 30) << nan_sample.all();
+  EXPECT_NE(nan_sample.all().find("holds a non-finite value"), std::string::npos) << nan_sample.all();
+  EXPECT_FALSE(fs::exists(tmp / "nan.png"));
 }
 
 TEST(MergeCommand, RefusesBadShardSizesAndWritesShards) {
