@@ -65,6 +65,11 @@ class ClientError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// A handshake that no retry can fix (the run secrets or the layouts differ).
+class RefusedError : public ClientError {
+ public:
+  using ClientError::ClientError;
+};
 }  // namespace
 
 struct SyncClient::Impl {
@@ -244,11 +249,22 @@ struct SyncClient::Impl {
     h.tag = mac(key, Hello::signed_text(run_id, ch.server_nonce, h.client_nonce, h.learner_id, h.layout_fp));
     co_await write_raw(*l, encode_frame(MsgType::hello, run_id, h.encode()));
     f = co_await read_frame(*l, dec, buf, received);
-    if (f.type == MsgType::error) throw ClientError("syncer refused: " + ErrorMsg::decode(f.payload).message);
+    if (f.type == MsgType::error) {
+      const ErrorMsg e = ErrorMsg::decode(f.payload);
+      if (e.code == kErrorAuthentication)
+        throw RefusedError("authentication failed: the syncer at " + o.host + ":" + std::to_string(o.port) +
+                           " holds another run secret than this learner (both must read the same run secret file)");
+      if (e.code == kErrorLayoutMismatch)
+        throw RefusedError("the syncer at " + o.host + ":" + std::to_string(o.port) +
+                           " refused this learner: layout mismatch (its trainable tensors, fragments or fragment "
+                           "pattern differ from the run's)");
+      throw ClientError("syncer refused: " + e.message);
+    }
     if (f.type != MsgType::welcome) throw ClientError("expected welcome, got " + std::string(msg_name(f.type)));
     const Welcome w = Welcome::decode(f.payload);
     if (!mac_ok(key, Welcome::signed_text(run_id, ch.server_nonce, h.client_nonce), w.tag.data()))
-      throw ClientError("the syncer failed authentication (wrong run secret?)");
+      throw RefusedError("authentication failed: the syncer at " + o.host + ":" + std::to_string(o.port) +
+                         " does not hold this learner's run secret (wrong run secret file, or another run's syncer)");
     l->session.emplace(session_key(key, ch.server_nonce, h.client_nonce), 'L', 'S');
     dec.set_max_frame(o.max_frame);
     connected = true;
@@ -334,12 +350,23 @@ struct SyncClient::Impl {
     double backoff = o.backoff_initial_s;
     double last_ok = steady_now();
     for (;;) {
-      bool connected = false;
+      bool connected = false, refused = false;
       std::string why;
       try {
         co_await session(connected);
+      } catch (const RefusedError& e) {
+        why = e.what();
+        refused = true;
       } catch (const std::exception& e) {
         why = e.what();
+      }
+      if (refused) {
+        event("refused", {{"reason", why}});
+        spdlog::error("sync client {}: {}; not retrying", o.learner_id, why);
+        std::lock_guard lk(mu);
+        failed = true;
+        cv.notify_all();
+        break;
       }
       {
         std::lock_guard lk(mu);

@@ -34,7 +34,7 @@ struct StepResult {
   std::vector<AppliedFragment> applied;
   std::vector<std::uint32_t> pushed;  // fragments whose pseudo-gradient was queued at this step
   bool finished = false;  // the final cut was applied: the tensors now equal it; save and stop
-  bool failed = false;    // the reconnect budget is spent: the syncer is gone
+  bool failed = false;    // the reconnect budget is spent (the syncer is gone), or it refused the handshake
 };
 
 struct ClientStats {
@@ -79,7 +79,7 @@ class SyncClient {
   // (no-op before it was applied, or when it was already queued).
   void acknowledge_final();
   bool final_cut_available() const;  // the final cut has arrived (applied or not)
-  bool gave_up() const;              // the reconnect budget is spent
+  bool gave_up() const;              // the reconnect budget is spent, or the handshake was refused
   // Sends what is queued (the final acknowledgement, bounded by timeout_s), then stops.
   void close(double timeout_s = 5.0);
   ClientStats stats() const;

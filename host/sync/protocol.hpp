@@ -225,6 +225,11 @@ struct FinalAck {
   static FinalAck decode(std::string_view p);
 };
 
+// The codes of `error`, the unsealed refusal the syncer sends before it drops a peer. Both are
+// final: a learner does not retry a refused handshake.
+inline constexpr std::uint16_t kErrorLayoutMismatch = 1;
+inline constexpr std::uint16_t kErrorAuthentication = 2;
+
 struct ErrorMsg {
   std::uint16_t code = 0;
   std::string message;

@@ -56,6 +56,9 @@ struct Conn {
   std::string learner_id;  // set once authenticated
   std::deque<std::string> outq;
   bool closed = false;
+  // Refused with an `error` frame: nothing more is read, and the writer closes the connection
+  // once the frame is out (closing at once would drop it unsent).
+  bool refusing = false;
 };
 using ConnPtr = std::shared_ptr<Conn>;
 
@@ -220,6 +223,12 @@ struct Syncer::Impl {
     if (c->closed || !c->session) return;
     send_raw(c, c->session->seal(t, run_id, payload));
   }
+  // Sends the unsealed refusal `e`, then drops the peer.
+  void refuse(const ConnPtr& c, const ErrorMsg& e) {
+    send_raw(c, encode_frame(MsgType::error, run_id, e.encode()));
+    c->refusing = true;
+    c->wake.cancel();
+  }
   void close(const ConnPtr& c) {
     if (c->closed) return;
     c->closed = true;
@@ -264,6 +273,10 @@ struct Syncer::Impl {
         }
         c->outq.pop_front();
       }
+      if (c->refusing) {
+        close(c);
+        break;
+      }
       if (c->closed) break;
       boost::system::error_code ec;
       co_await c->wake.async_wait(asio::redirect_error(use_awaitable, ec));
@@ -300,12 +313,12 @@ struct Syncer::Impl {
           break;
         }
         c->dec.feed(buf.data(), n);
-        while (!c->closed) {
+        while (!c->closed && !c->refusing) {
           auto f = c->dec.next();
           if (!f) break;
           handle(c, *f);
         }
-        if (c->closed) break;
+        if (c->closed || c->refusing) break;
       }
     } catch (const ProtocolError& e) {
       reject(c, std::string("protocol: ") + e.what());
@@ -314,7 +327,7 @@ struct Syncer::Impl {
     } catch (const std::exception& e) {
       reject(c, std::string("error: ") + e.what());
     }
-    close(c);
+    if (!c->refusing) close(c);  // a refused peer is closed by its writer once the refusal is out
     conns.erase(c);
     if (!c->learner_id.empty()) {
       tape->write("disconnect", -1, -1, {c->learner_id}, {{"peer", c->peer}});
@@ -373,7 +386,9 @@ struct Syncer::Impl {
     if (!mac_ok(key, Hello::signed_text(run_id, c->server_nonce, h.client_nonce, h.learner_id, h.layout_fp),
                 h.tag.data())) {
       reject(c, "authentication failed (wrong run secret)");
-      close(c);
+      // Says only what the peer already knows (its tag was wrong), so an honest learner with the
+      // wrong secret file stops at once with the right diagnosis instead of retrying.
+      refuse(c, ErrorMsg{kErrorAuthentication, "authentication failed"});
       return;
     }
     if (h.learner_id.empty()) {
@@ -384,9 +399,8 @@ struct Syncer::Impl {
     c->learner_id = h.learner_id;
     if (st.initialised && h.layout_fp != st.layout.fingerprint()) {
       reject(c, "layout fingerprint differs from the run's (other tensors, fragments or pattern)");
-      send_raw(c, encode_frame(MsgType::error, run_id, ErrorMsg{1, "layout mismatch"}.encode()));
+      refuse(c, ErrorMsg{kErrorLayoutMismatch, "layout mismatch"});
       c->learner_id.clear();
-      close(c);
       return;
     }
     // Authenticated: only now does the peer touch any state.

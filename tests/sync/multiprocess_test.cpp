@@ -317,6 +317,35 @@ TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) {
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
 }
 
+// A learner whose run secret differs is told so at once: it stops with an authentication
+// failure instead of retrying for sync.reconnect_budget_s and reporting "no syncer".
+TEST(SyncMultiProcess, AWrongSecretIsReportedAsAnAuthenticationFailureAtOnce) {
+  RunDir run;
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const fs::path wrong = run.dir.write("wrong.secret", "another-run-secret-fedcba9876543210\n");
+  const auto start = Clock::now();
+  std::vector<std::string> a = {SYNC_LEARNER_DRIVER, "--syncer", "127.0.0.1:" + std::to_string(run.port), "--secret",
+                                wrong.string(), "--id", "eve", "--seed", "1", "--tensors", kTensors, "--heartbeat",
+                                "0.1", "--learner-timeout", "0.8", "--grace-max", "1.0", "--round-deadline", "2.0",
+                                "--reconnect-budget", "15", "--step-ms", "4"};
+  Proc eve(a, run.dir / "eve.log");
+  EXPECT_EQ(eve.wait(10), 4) << yeto::test::read_text(run.dir / "eve.log");  // no global state
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0) << "retried instead of stopping";
+  const std::string log = yeto::test::read_text(run.dir / "eve.log");
+  EXPECT_NE(log.find("authentication failed: the syncer at 127.0.0.1:" + std::to_string(run.port) +
+                     " holds another run secret than this learner"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("not retrying"), std::string::npos) << log;
+  EXPECT_EQ(log.find("giving up"), std::string::npos) << log;
+  bool taped = false;
+  for (const auto& r : run.tape())
+    if (r["event"] == "reject" && r["reason"] == "authentication failed (wrong run secret)") taped = true;
+  EXPECT_TRUE(taped);
+  EXPECT_TRUE(syncer->running());
+}
+
 // ---------------------------------------------------------------- one syncer per state
 
 TEST(SyncMultiProcess, ASecondSyncerOnTheSameStateIsRefusedAndChangesNothing) {
