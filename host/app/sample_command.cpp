@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,13 @@ using sample::write_frames;
 using sample::write_mp4;
 using sample::write_png;
 
+// The largest --height / --width: a typo such as 100000 would otherwise ask for a latent grid
+// that no machine holds and die allocating it.
+constexpr std::int64_t kMaxSide = 16384;
+
 template <class T>
-T number(const CommandContext& ctx, const std::string& option, T fallback, T min) {
+T number(const CommandContext& ctx, const std::string& option, T fallback, T min,
+         T max = std::numeric_limits<T>::max()) {
   if (!ctx.has(option)) return fallback;
   const std::string v = ctx.value(option);
   T out{};
@@ -47,6 +53,7 @@ T number(const CommandContext& ctx, const std::string& option, T fallback, T min
   if (ec != std::errc() || end != v.data() + v.size())
     throw UsageError("--" + option + ": '" + v + "' is not a number");
   if (out < min) throw UsageError("--" + option + ": must be at least " + std::to_string(min) + ", got " + v);
+  if (out > max) throw UsageError("--" + option + ": must be at most " + std::to_string(max) + ", got " + v);
   return out;
 }
 
@@ -119,8 +126,8 @@ int run_sample(CommandContext& ctx) {
   const std::uint64_t seed = number<std::uint64_t>(ctx, "seed", 0, 0);
   nlohmann::json request = {{"steps", number<std::int64_t>(ctx, "steps", 28, 1)},
                             {"guidance", real(ctx, "guidance", 3.5)},
-                            {"height", number<std::int64_t>(ctx, "height", 1024, 16)},
-                            {"width", number<std::int64_t>(ctx, "width", 1024, 16)}};
+                            {"height", number<std::int64_t>(ctx, "height", 1024, 16, kMaxSide)},
+                            {"width", number<std::int64_t>(ctx, "width", 1024, 16, kMaxSide)}};
   if (ctx.has("guidance-2")) request["guidance_2"] = real(ctx, "guidance-2", 3.5);
   if (ctx.has("max-sequence-length"))
     request["max_sequence_length"] = number<std::int64_t>(ctx, "max-sequence-length", 512, 1);
@@ -246,8 +253,8 @@ void register_sample_command(Registry& r) {
                {"guidance", "G", "Guidance scale (default 3.5)."},
                {"guidance-2", "G", "Guidance of the second (low-noise) denoiser of two-denoiser models such as Wan 2.2 "
                                    "(default: --guidance)."},
-               {"height", "H", "Height in pixels (default 1024)."},
-               {"width", "W", "Width in pixels (default 1024)."},
+               {"height", "H", "Height in pixels (default 1024, at most 16384)."},
+               {"width", "W", "Width in pixels (default 1024, at most 16384)."},
                {"num-frames", "F", "Frames to generate (video families; the plugin may round it, which is logged)."},
                {"fps", "R", "Frame rate of the clip (forwarded to the plugin; MP4 default 16)."},
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 
 #include <stb_image.h>
@@ -220,6 +221,17 @@ TEST(Sample, ErrorsNameWhatIsWrong) {
   r = yeto::test::run_host(a);
   EXPECT_EQ(r.exit_code, 2) << r.all();
   EXPECT_NE(r.all().find("--seed"), std::string::npos) << r.all();
+  EXPECT_FALSE(fs::exists(tmp / "x.png"));
+
+  // Sizes are bounded before anything is loaded.
+  for (const char* side : {"--height", "--width"}) {
+    a = args(tmp / "x.png");
+    *(std::find(a.begin(), a.end(), side) + 1) = "100000";
+    r = yeto::test::run_host(a);
+    EXPECT_EQ(r.exit_code, 2) << r.all();
+    EXPECT_NE(r.all().find(std::string(side) + ": must be at most 16384, got 100000"), std::string::npos) << r.all();
+    EXPECT_EQ(r.all().find("pipeline"), std::string::npos) << r.all();
+  }
   EXPECT_FALSE(fs::exists(tmp / "x.png"));
 }
 
