@@ -109,6 +109,29 @@ TEST(DataImage, PixelBudgetIsCheckedBeforeDecoding) {
     EXPECT_THAT(e.what(), HasSubstr("20000x15000 = 300000000 pixels"));
     EXPECT_THAT(e.what(), HasSubstr("refused before decoding"));
   }
+  // Beyond what the decoder's own probe accepts (30000 x 30000 x 3 bytes > 1 GiB): still the
+  // data.max_pixels message, not "unknown image type".
+  for (int i = 0; i < 2; ++i)
+    for (int b = 0; b < 4; ++b) bytes[ihdr + 4 + i * 4 + b] = static_cast<char>((30000u >> (24 - 8 * b)) & 0xFF);
+  try {
+    decode_image(bytes, "huge.png", 64LL << 20);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("huge.png: image declares 30000x30000 = 900000000 pixels, above data.max_pixels"));
+  }
+  // The same header read for JPEG, GIF and BMP (a header alone: refused on its size first).
+  std::string jpeg = std::string("\xFF\xD8\xFF\xE0\x00\x04xx\xFF\xC0\x00\x11\x08", 13) + std::string("\x75\x30\x75\x30", 4) +
+                     std::string(20, '\0');
+  std::string gif = std::string("GIF89a") + std::string("\x30\x75\x30\x75", 4) + std::string(20, '\0');
+  std::string bmp = "BM" + std::string(16, '\0') + std::string("\x30\x75\x00\x00\xd0\x8a\xff\xff", 8) + std::string(20, '\0');
+  for (const auto& [name, data] : {std::pair<std::string, std::string>{"huge.jpg", jpeg}, {"huge.gif", gif}, {"huge.bmp", bmp}}) {
+    try {
+      decode_image(data, name, 64LL << 20);
+      FAIL() << name;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(name + ": image declares 30000x30000 = 900000000 pixels")) << name;
+    }
+  }
 }
 
 TEST(DataImage, CorruptTruncatedAndEmptyImagesAreErrors) {
