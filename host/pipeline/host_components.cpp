@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -192,6 +193,22 @@ std::pair<at::Tensor, at::Tensor> tokenize(text::TokenizerComponent& c, std::vec
   if (args.prompt_clean)
     for (auto& t : texts) t = text::prompt_clean(t);
   const auto enc = c.tokenizer().encode_batch(texts, args.encode);
+  // A cut prompt is said, as Diffusers pipelines say it: the model never sees the rest. Once per
+  // component and text length (a training run encodes the same long caption every epoch).
+  for (std::size_t i = 0; i < enc.size(); ++i) {
+    if (enc[i].truncated <= 0) continue;
+    const auto kept = static_cast<std::int64_t>(std::count(enc[i].attention_mask.begin(), enc[i].attention_mask.end(), 1));
+    static std::mutex mu;
+    static std::set<std::pair<std::string, std::int64_t>> said;
+    std::lock_guard lock(mu);
+    if (!said.insert({where, kept}).second) continue;
+    std::size_t from = texts[i].size() > 40 ? texts[i].size() - 40 : 0;  // not inside a UTF-8 sequence
+    while (from < texts[i].size() && (static_cast<unsigned char>(texts[i][from]) & 0xC0) == 0x80) ++from;
+    spdlog::warn("{}: a text of {} bytes was cut to {} tokens, {} token(s) dropped (the text length is "
+                   "model.max_sequence_length or the tokenizer's maximum); the model never sees its end: \"...{}\" "
+                   "(said once per tokenizer and length)",
+                   where, texts[i].size(), kept, enc[i].truncated, texts[i].substr(from));
+  }
   const std::size_t len = enc.front().input_ids.size();
   for (const auto& e : enc)
     if (e.input_ids.size() != len)

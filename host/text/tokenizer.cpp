@@ -16,12 +16,17 @@ Encoding Tokenizer::encode(std::string_view text, const EncodeOptions& options) 
   // neither truncates nor pads to max_length.
   const bool unbounded = !options.max_length && model_max_length() >= kUnboundedLength;
   const std::int64_t specials = options.add_special_tokens ? num_special_tokens() : 0;
+  std::int64_t truncated = 0;
   if (options.truncation && !unbounded) {
     const std::int64_t keep = std::max<std::int64_t>(0, max_length - specials);
-    if (static_cast<std::int64_t>(ids.size()) > keep) ids.resize(static_cast<std::size_t>(keep));
+    if (static_cast<std::int64_t>(ids.size()) > keep) {
+      truncated = static_cast<std::int64_t>(ids.size()) - keep;
+      ids.resize(static_cast<std::size_t>(keep));
+    }
   }
   if (options.add_special_tokens) ids = with_special_tokens(std::move(ids));
   Encoding out;
+  out.truncated = truncated;
   out.attention_mask.assign(ids.size(), 1);
   out.input_ids = std::move(ids);
   if (options.padding == Padding::max_length && !unbounded) {

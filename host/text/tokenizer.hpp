@@ -33,6 +33,7 @@ struct EncodeOptions {
 struct Encoding {
   std::vector<std::int64_t> input_ids;
   std::vector<std::int64_t> attention_mask;
+  std::int64_t truncated = 0;  // tokens of the text that truncation cut off
 };
 
 // A token matched verbatim in the text before the model sees it (transformers' added tokens:

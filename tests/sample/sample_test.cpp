@@ -198,6 +198,28 @@ TEST(Sample, PromptsFileWritesOnePngPerPrompt) {
   EXPECT_NE(read_bytes(tmp / "out-000.png"), read_bytes(tmp / "out-001.png"));
 }
 
+// A prompt longer than the text encoders take is cut, and the user is told, once per tokenizer.
+TEST(Sample, ACutPromptIsReported) {
+  yeto::test::TempDir tmp;
+  std::string prompt;
+  for (int i = 0; i < 300; ++i) prompt += "a red cat sits on a blue mat ";
+  prompt += "and this end is lost";
+  auto a = args(tmp / "long.png");
+  *(std::find(a.begin(), a.end(), "--prompt") + 1) = prompt;
+  const auto r = yeto::test::run_host(a);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::string clip = "host component CLIPTokenizer: a text of " + std::to_string(prompt.size()) +
+                           " bytes was cut to 77 tokens";
+  EXPECT_NE(r.all().find(clip), std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("was cut to 32 tokens"), std::string::npos) << r.all();  // T5 at --max-sequence-length 32
+  EXPECT_NE(r.all().find("never sees its end: \"...") , std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("and this end is lost\""), std::string::npos) << r.all();
+  // A prompt that fits says nothing.
+  const auto s = yeto::test::run_host(args(tmp / "short.png"));
+  ASSERT_EQ(s.exit_code, 0) << s.all();
+  EXPECT_EQ(s.all().find("was cut to"), std::string::npos) << s.all();
+}
+
 TEST(Sample, ErrorsNameWhatIsWrong) {
   yeto::test::TempDir tmp;
   auto a = args(tmp / "x.png");
