@@ -94,21 +94,51 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return dir;
 }
 
+std::vector<fs::path> resume_candidates(const fs::path& run_dir) {
+  const fs::path root = run_dir / "checkpoints";
+  const fs::path pointer = root / "latest";
+  std::error_code ec;
+  if (!fs::exists(pointer, ec)) return {};
+  std::string name = read_file(pointer);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  std::vector<fs::path> out;
+  if (!name.empty() && name.find('/') == std::string::npos && fs::is_directory(root / name, ec))
+    out.push_back(root / name);
+  // Older ones kept, newest first (step directory names sort by step).
+  std::vector<fs::path> older;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && (name.empty() || n < name)) older.push_back(e.path());
+  }
+  std::sort(older.rbegin(), older.rend());
+  out.insert(out.end(), older.begin(), older.end());
+  return out;
+}
+
 TrainState load_checkpoint(const fs::path& dir, const NamedParams& trainable, AdamW& optimizer) {
   const fs::path state_path = dir / "state.json";
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_file(state_path));
   } catch (const nlohmann::json::exception& e) {
-    throw Error(state_path.string() + ": unreadable checkpoint state (" + e.what() + ")", ExitCode::bad_input);
+    throw CheckpointDamaged(state_path.string() + ": unreadable checkpoint state (" + e.what() + ")");
+  } catch (const Error& e) {
+    throw CheckpointDamaged(state_path.string() + ": unreadable checkpoint state (" + e.what() + ")");
   }
-  auto state = train_state_from_json(j, state_path.string());
+  TrainState state;
+  try {
+    state = train_state_from_json(j, state_path.string());
+  } catch (const Error& e) {
+    throw CheckpointDamaged(e.what());
+  }
   for (const char* file : {"trainable", "optimizer"}) {
     const fs::path p = dir / (std::string(file) + ".safetensors");
     const std::string want = j.value(std::string(file) + "_sha256", std::string());
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) throw CheckpointDamaged(p.string() + ": missing; the checkpoint is damaged");
     if (sha256_file(p) != want)
-      throw Error(p.string() + ": contents do not match the hash recorded in state.json; the checkpoint is damaged",
-                  ExitCode::bad_input);
+      throw CheckpointDamaged(p.string() + ": contents do not match the hash recorded in state.json; the checkpoint "
+                              "is damaged");
   }
   const auto weights = io::load_safetensors(dir / "trainable.safetensors");
   {

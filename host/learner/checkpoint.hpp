@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
+
 #include "learner/adamw.hpp"
 
 namespace yeto::learner {
@@ -46,9 +48,20 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, cons
 // The latest checkpoint directory, if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
 
+// What a resume tries, in order: the checkpoint `latest` names (when it names a directory),
+// then the older ones kept, newest first. Empty when there is no `latest`.
+std::vector<std::filesystem::path> resume_candidates(const std::filesystem::path& run_dir);
+
+// A checkpoint whose files are missing, unreadable or do not match the hashes its state.json
+// records (bad_input): a resume falls back to an older one.
+class CheckpointDamaged : public Error {
+ public:
+  explicit CheckpointDamaged(std::string message) : Error(std::move(message), ExitCode::bad_input) {}
+};
+
 // Restores trainable tensors (in place, under no_grad) and the optimizer from `dir`; verifies
-// the files' hashes and that every trainable tensor is present with its shape. Throws
-// yeto::Error (bad_input) naming the file and tensor otherwise.
+// the files' hashes (CheckpointDamaged before anything is restored) and that every trainable
+// tensor is present with its shape. Throws yeto::Error (bad_input) naming the file and tensor.
 TrainState load_checkpoint(const std::filesystem::path& dir, const NamedParams& trainable, AdamW& optimizer);
 
 }  // namespace yeto::learner

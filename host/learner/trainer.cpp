@@ -533,10 +533,33 @@ void Loop::choose_micro_batch_size() {
 
 bool Loop::resume() {
   if (!opt_.resume) return false;
-  const auto dir = latest_checkpoint(opt_.run_dir);
-  if (!dir) return false;
+  const auto candidates = resume_candidates(opt_.run_dir);
+  if (candidates.empty()) return false;
   const auto hash = state_.config_hash;
-  state_ = load_checkpoint(*dir, trainable_, *adam_);
+  // The newest checkpoint whose files are intact: a damaged one (a disk error, a torn copy)
+  // falls back to the older one kept instead of ending the run.
+  std::optional<fs::path> dir;
+  std::string damage;
+  for (const auto& c : candidates) {
+    try {
+      state_ = load_checkpoint(c, trainable_, *adam_);
+      dir = c;
+      break;
+    } catch (const CheckpointDamaged& e) {
+      spdlog::warn("resume: {}", e.what());
+      if (damage.empty()) damage = e.what();
+    }
+  }
+  const fs::path pointer = opt_.run_dir / "checkpoints" / "latest";
+  if (!dir)
+    throw Error("resume: no intact checkpoint in " + (opt_.run_dir / "checkpoints").string() + " (" + damage +
+                    "); remove " + pointer.string() + " to start over",
+                ExitCode::bad_input);
+  std::string named = read_file(pointer);
+  while (!named.empty() && (named.back() == '\n' || named.back() == ' ')) named.pop_back();
+  if (dir->filename().string() != named)
+    spdlog::warn("resume: falling back to the older checkpoint {} (the newer one is damaged or missing)",
+                 dir->string());
   if (state_.config_hash != hash)
     spdlog::warn("resuming {} written with a different configuration (hash {} vs {})", dir->string(),
                  state_.config_hash.substr(0, 12), hash.substr(0, 12));

@@ -198,6 +198,47 @@ TEST(LearnerLoop, SaveQuitFileThenResumeIsBitIdentical) {
   EXPECT_EQ(losses(full.out(), "val_loss"), losses(split.out(), "val_loss"));
 }
 
+// A damaged newest checkpoint (one byte of its weights changed, or its directory gone) is
+// passed over: the run resumes from the older one kept and still ends bit-identical.
+TEST(LearnerLoop, ADamagedLatestCheckpointFallsBackToTheOlderOne) {
+  TrialRun full(run_toml(10));
+  full.train();
+  for (const bool remove_dir : {false, true}) {
+    SCOPED_TRACE(remove_dir ? "latest removed" : "latest damaged");
+    TrialRun split(run_toml(10));
+    DropFileAtStep drop(split.out(), 6);
+    split.train(&drop);
+    const fs::path newest = split.out() / "checkpoints/step-00000006";
+    ASSERT_TRUE(fs::exists(newest / "state.json"));
+    ASSERT_TRUE(fs::exists(split.out() / "checkpoints/step-00000004/state.json"));
+    if (remove_dir) {
+      fs::remove_all(newest);
+    } else {
+      std::string bytes = read_file(newest / "trainable.safetensors");
+      bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x40);
+      atomic_write(newest / "trainable.safetensors", bytes);
+    }
+    const auto second = split.train();
+    EXPECT_EQ(second.steps, 10);
+    EXPECT_EQ(read_file(full.out() / "lora.safetensors"), read_file(split.out() / "lora.safetensors"));
+    EXPECT_EQ(losses(full.out()), losses(split.out()));
+  }
+  // With nothing intact the resume is refused, naming the damage, and nothing is trained.
+  TrialRun broken(run_toml(10));
+  DropFileAtStep drop(broken.out(), 6);
+  broken.train(&drop);
+  for (const char* step : {"step-00000004", "step-00000006"})
+    atomic_write(broken.out() / "checkpoints" / step / "optimizer.safetensors", "damaged");
+  try {
+    broken.train();
+    FAIL() << "resumed from damaged checkpoints";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::bad_input);
+    EXPECT_TRUE(contains(e.what(), "no intact checkpoint")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "step-00000006/optimizer.safetensors: contents do not match")) << e.what();
+  }
+}
+
 // The same, through a separate process: SIGTERM (graceful) and SIGKILL after checkpoint 4.
 TEST(LearnerLoop, SigtermAndKillNineThenResumeAreBitIdentical) {
   TrialRun full(run_toml(10)), term(run_toml(10)), kill(run_toml(10));
