@@ -37,6 +37,10 @@ RunMetrics::RunMetrics(const std::filesystem::path& run_dir, bool tensorboard)
 
 RunMetrics::~RunMetrics() = default;
 
+void RunMetrics::restart_at(std::int64_t step) {
+  if (tb_) tb_->session_start(step, "resumed from step " + std::to_string(step - 1));
+}
+
 std::filesystem::path RunMetrics::tensorboard_path() const { return tb_ ? tb_->path() : std::filesystem::path{}; }
 
 void RunMetrics::record(const nlohmann::json& rec) {

@@ -43,6 +43,9 @@ class RunMetrics {
   ~RunMetrics();
   // `record` must be an object with an integer "step".
   void record(const nlohmann::json& record);
+  // A resumed run continues at `step`: TensorBoard is told to drop what earlier event files hold
+  // from that step on (metrics.jsonl is cut back by the learner itself).
+  void restart_at(std::int64_t step);
   const std::filesystem::path& jsonl_path() const { return jsonl_.path(); }
   std::filesystem::path tensorboard_path() const;
 

@@ -104,4 +104,16 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, std::int64_
   write_record(e);
 }
 
+void TensorBoardWriter::session_start(std::int64_t step, const std::string& message) {
+  // SessionLog { SessionStatus status = 1 (START = 1); string checkpoint_path = 2; string msg = 3; }
+  std::string log;
+  put_tag(log, 1, 0);
+  put_varint(log, 1);
+  put_bytes(log, 3, message);
+  std::string e = event(now_seconds(), step);
+  put_bytes(e, 7, log);  // Event.session_log
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_record(e);
+}
+
 }  // namespace yeto

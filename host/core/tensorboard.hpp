@@ -25,6 +25,10 @@ class TensorBoardWriter {
 
   // Appends one scalar summary and flushes. Thread-safe.
   void scalar(const std::string& tag, double value, std::int64_t step, double wall_time = -1);
+  // A SessionLog START event at `step` (a resumed run's first step): TensorBoard then drops the
+  // events of earlier files at this step and later, so a resume does not draw a step twice.
+  // `message` is the event's text.
+  void session_start(std::int64_t step, const std::string& message);
   const std::filesystem::path& path() const { return path_; }
 
  private:

@@ -588,6 +588,7 @@ void Loop::start(const std::function<void(io::Provenance&)>& record_provenance, 
   if (lead_) {
     write_outputs_start(record_provenance);
     metrics_.emplace(opt_.run_dir, s_.tensorboard);
+    if (resumed) metrics_->restart_at(state_.step + 1);
   }
   decode_validation_batches();
   spdlog::info("training {}: {} trainable tensors ({} parameters), {} rows ({} held out), micro batch {} x {} "

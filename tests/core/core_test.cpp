@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+
+#include <thread>
+
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -148,7 +152,14 @@ struct Scalar {
   float value;
 };
 
-std::vector<Scalar> read_scalars(const std::string& file, std::string* file_version) {
+struct SessionStart {
+  std::int64_t step;
+  std::uint64_t status;
+  std::string message;
+};
+
+std::vector<Scalar> read_scalars(const std::string& file, std::string* file_version,
+                                 std::vector<SessionStart>* sessions = nullptr) {
   std::vector<Scalar> out;
   std::size_t pos = 0;
   while (pos < file.size()) {
@@ -168,6 +179,16 @@ std::vector<Scalar> read_scalars(const std::string& file, std::string* file_vers
       if (field == 1) ev.fixed(8);
       else if (field == 2) step = static_cast<std::int64_t>(ev.varint());
       else if (field == 3) *file_version = std::string(ev.bytes());
+      else if (field == 7) {
+        Reader log{ev.bytes()};
+        SessionStart st{step, 0, ""};
+        while (!log.done()) {
+          const auto k = log.varint();
+          if ((k >> 3) == 1) st.status = log.varint();
+          else st.message = std::string(log.bytes());
+        }
+        if (sessions) sessions->push_back(st);
+      }
       else if (field == 5) {
         Reader sum{ev.bytes()};
         while (!sum.done()) {
@@ -224,6 +245,36 @@ TEST(TensorBoard, RunMetricsWritesJsonlAndDecodableEvents) {
   const auto lines = yeto::split(yeto::test::read_text(t / "metrics.jsonl"), '\n');
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(nlohmann::json::parse(lines[1])["step"], 2);
+}
+
+// A resumed run opens a new event file whose session START at the resumed step makes
+// TensorBoard drop what the earlier file holds from that step on (no step drawn twice).
+TEST(TensorBoard, ARestartWritesASessionStartAtTheResumedStep) {
+  TempDir t;
+  fs::path second;
+  {
+    yeto::RunMetrics first(t.path(), true);
+    for (int s = 1; s <= 5; ++s) first.record({{"step", s}, {"loss", 1.0 / s}});
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // event file names carry seconds
+  {
+    yeto::RunMetrics resumed(t.path(), true);
+    resumed.restart_at(4);
+    resumed.record({{"step", 4}, {"loss", 0.3}});
+    second = resumed.tensorboard_path();
+  }
+  std::string version;
+  std::vector<SessionStart> sessions;
+  const auto scalars = read_scalars(yeto::test::read_text(second), &version, &sessions);
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].step, 4);
+  EXPECT_EQ(sessions[0].status, 1u);  // SessionLog.START
+  EXPECT_EQ(sessions[0].message, "resumed from step 3");
+  ASSERT_EQ(scalars.size(), 1u);
+  EXPECT_EQ(scalars[0].step, 4);
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(t / "tensorboard")) files += e.is_regular_file();
+  EXPECT_EQ(files, 2u);
 }
 
 TEST(Crc32c, SlicedMatchesBytewiseOnEveryLengthAndAlignment) {

@@ -196,6 +196,11 @@ TEST(LearnerLoop, SaveQuitFileThenResumeIsBitIdentical) {
   EXPECT_EQ(read_file(full.out() / "lora.safetensors"), read_file(split.out() / "lora.safetensors"));
   EXPECT_EQ(losses(full.out()), losses(split.out()));
   EXPECT_EQ(losses(full.out(), "val_loss"), losses(split.out(), "val_loss"));
+  // TensorBoard is told the run resumed at step 7 (a session START there), so steps 7.. of the
+  // first part are not drawn twice.
+  std::string events;
+  for (const auto& e : fs::directory_iterator(split.out() / "tensorboard")) events += read_file(e.path());
+  EXPECT_TRUE(contains(events, "resumed from step 6"));
 }
 
 // A damaged newest checkpoint (one byte of its weights changed, or its directory gone) is
