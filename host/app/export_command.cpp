@@ -3,6 +3,7 @@
 // exact trainable layout through its plugin and writes the checkpoint's adapter directory.
 // The run's recorded configuration (RUN_DIR/config.toml) supplies every setting; a flag that
 // contradicts it is refused.
+#include <algorithm>
 #include <ctime>
 #include <iostream>
 #include <map>
@@ -52,17 +53,11 @@ json config_section(const json& all, const std::vector<std::string>& prefixes) {
   return out;
 }
 
-bool lora_layout(const std::vector<artifacts::TrainableTensor>& tensors) {
-  for (const auto& t : tensors)
-    if (!t.name.ends_with(".lora_A.weight") && !t.name.ends_with(".lora_B.weight")) return false;
-  return true;
-}
-
 // Capability artifacts: the checkpoint's values go into the plugin's trainable tensors, then the
 // plugin writes its own files into a fresh folder that becomes OUTPUT/plugin only when it
 // succeeded (a failure leaves no partial folder and the files written before it untouched).
-void save_plugin_artifact(pipeline::Pipeline& pipe, const artifacts::ExportRequest& rq) {
-  const auto values = artifacts::read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings);
+void save_plugin_artifact(pipeline::Pipeline& pipe, const artifacts::ExportRequest& rq,
+                          const std::vector<artifacts::CheckpointTensor>& values) {
   std::map<std::string, const artifacts::CheckpointTensor*> by_name;
   for (const auto& v : values) by_name[v.name] = &v;
   {
@@ -171,11 +166,16 @@ int run_export(CommandContext& ctx) {
   rq.record = record;
 
   const bool own_files = pipe->plugin().has(YETO_CAP_ARTIFACTS);
-  if (lora_layout(rq.expected) || !own_files) {
-    const artifacts::ExportReport r = artifacts::export_adapter(rq);
+  const bool lora = std::all_of(rq.expected.begin(), rq.expected.end(),
+                                [](const artifacts::TrainableTensor& t) { return artifacts::is_lora_weight(t.name); });
+  // The checkpoint is read once, for the adapter files and the plugin's own (capability artifacts).
+  auto values = artifacts::read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings);
+  if (lora || !own_files) {
+    const artifacts::ExportReport r =
+        own_files ? artifacts::export_adapter(rq, values) : artifacts::export_adapter(rq, std::move(values));
     std::vector<std::string> files = r.files;
     if (own_files) {
-      save_plugin_artifact(*pipe, rq);
+      save_plugin_artifact(*pipe, rq, values);
       files.push_back(std::string(artifacts::kPluginArtifactDir) + "/");
     }
     std::cout << "exported " << r.modules << " LoRA modules of " << r.component << " (r " << rq.settings.r
@@ -185,7 +185,7 @@ int run_export(CommandContext& ctx) {
   // Trainables that are no LoRA (full tuning, a full-step model's own tensors): no Diffusers or
   // PEFT file can hold them, so the record and the plugin's own files carry the trained state.
   fs::create_directories(output);
-  save_plugin_artifact(*pipe, rq);
+  save_plugin_artifact(*pipe, rq, values);
   json rec = record;
   rec["checkpoint"] = checkpoint.string();
   rec["trainable"] = json::array();

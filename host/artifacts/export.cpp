@@ -223,8 +223,15 @@ std::vector<CheckpointTensor> read_trainable_checkpoint(const fs::path& checkpoi
   return out;
 }
 
+bool is_lora_weight(std::string_view name) {
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
+}
+
 ExportReport export_adapter(const ExportRequest& rq) {
-  auto tensors = read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings);
+  return export_adapter(rq, read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings));
+}
+
+ExportReport export_adapter(const ExportRequest& rq, std::vector<CheckpointTensor> tensors) {
   AdapterExport e;
   std::set<std::string> comps;
   for (const auto& t : tensors) comps.insert(component_of(t.name));
@@ -245,13 +252,12 @@ ExportReport export_adapter(const ExportRequest& rq) {
   const std::string prefix = e.component + ".";
   for (const auto& t : tensors) {
     const std::string rest = t.name.substr(prefix.size());
-    const bool is_a = rest.size() > 14 && rest.compare(rest.size() - 14, 14, ".lora_A.weight") == 0;
-    const bool is_b = rest.size() > 14 && rest.compare(rest.size() - 14, 14, ".lora_B.weight") == 0;
-    if (!is_a && !is_b) {
+    if (rest.size() <= 14 || !is_lora_weight(rest)) {
       throw Error("export: trainable tensor " + t.name + " is not a LoRA lora_A/lora_B weight (full fine-tuning "
                                                          "exports are not adapters)",
                   ExitCode::bad_input);
     }
+    const bool is_a = rest.ends_with(".lora_A.weight");
     const std::string module = rest.substr(0, rest.size() - 14);
     at::Tensor v = at::from_blob(const_cast<float*>(t.values.data()), t.shape, at::kFloat).clone();
     (is_a ? e.modules[module].A : e.modules[module].B) = v;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,7 +69,12 @@ struct ExportReport {
   std::vector<std::string> files;
 };
 
+// True for a LoRA weight under its canonical name ("....lora_A.weight" / "....lora_B.weight").
+bool is_lora_weight(std::string_view name);
+
 // read_trainable_checkpoint + write_adapter_dir. One denoiser component per adapter.
 ExportReport export_adapter(const ExportRequest& request);
+// The same from tensors read_trainable_checkpoint already returned for `request`.
+ExportReport export_adapter(const ExportRequest& request, std::vector<CheckpointTensor> tensors);
 
 }  // namespace yeto::artifacts
