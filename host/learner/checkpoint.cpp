@@ -80,13 +80,25 @@ fs::path save_checkpoint(const fs::path& run_dir, const TrainState& state, const
   return dir;
 }
 
-std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
+namespace {
+// What checkpoints/latest names (trimmed), nullopt without the pointer.
+std::optional<std::string> latest_name(const fs::path& run_dir) {
   const fs::path pointer = run_dir / "checkpoints" / "latest";
   std::error_code ec;
   if (!fs::exists(pointer, ec)) return std::nullopt;
   std::string name = read_file(pointer);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+}  // namespace
+
+std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
+  const fs::path pointer = run_dir / "checkpoints" / "latest";
+  const auto named = latest_name(run_dir);
+  if (!named) return std::nullopt;
+  const std::string& name = *named;
   const fs::path dir = run_dir / "checkpoints" / name;
+  std::error_code ec;
   if (name.empty() || name.find('/') != std::string::npos || !fs::exists(dir / "state.json", ec))
     throw Error(pointer.string() + ": points at '" + name + "', which is not a complete checkpoint; remove " +
                     pointer.string() + " to start over",
@@ -94,16 +106,16 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return dir;
 }
 
-std::vector<fs::path> resume_candidates(const fs::path& run_dir) {
+ResumeCandidates resume_candidates(const fs::path& run_dir) {
   const fs::path root = run_dir / "checkpoints";
-  const fs::path pointer = root / "latest";
+  const auto named = latest_name(run_dir);
+  if (!named) return {};
+  const std::string& name = *named;
+  ResumeCandidates out;
+  out.latest = root / name;
   std::error_code ec;
-  if (!fs::exists(pointer, ec)) return {};
-  std::string name = read_file(pointer);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  std::vector<fs::path> out;
   if (!name.empty() && name.find('/') == std::string::npos && fs::is_directory(root / name, ec))
-    out.push_back(root / name);
+    out.dirs.push_back(root / name);
   // Older ones kept, newest first (step directory names sort by step).
   std::vector<fs::path> older;
   for (const auto& e : fs::directory_iterator(root, ec)) {
@@ -111,7 +123,7 @@ std::vector<fs::path> resume_candidates(const fs::path& run_dir) {
     if (e.is_directory() && n.rfind("step-", 0) == 0 && (name.empty() || n < name)) older.push_back(e.path());
   }
   std::sort(older.rbegin(), older.rend());
-  out.insert(out.end(), older.begin(), older.end());
+  out.dirs.insert(out.dirs.end(), older.begin(), older.end());
   return out;
 }
 

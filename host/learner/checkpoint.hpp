@@ -50,7 +50,11 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 
 // What a resume tries, in order: the checkpoint `latest` names (when it names a directory),
 // then the older ones kept, newest first. Empty when there is no `latest`.
-std::vector<std::filesystem::path> resume_candidates(const std::filesystem::path& run_dir);
+struct ResumeCandidates {
+  std::filesystem::path latest;             // what `latest` names (it may be gone)
+  std::vector<std::filesystem::path> dirs;  // in the order to try
+};
+ResumeCandidates resume_candidates(const std::filesystem::path& run_dir);
 
 // A checkpoint whose files are missing, unreadable or do not match the hashes its state.json
 // records (bad_input): a resume falls back to an older one.

@@ -534,13 +534,15 @@ void Loop::choose_micro_batch_size() {
 bool Loop::resume() {
   if (!opt_.resume) return false;
   const auto candidates = resume_candidates(opt_.run_dir);
-  if (candidates.empty()) return false;
+  if (candidates.latest.empty()) return false;  // no checkpoint was ever written
   const auto hash = state_.config_hash;
   // The newest checkpoint whose files are intact: a damaged one (a disk error, a torn copy)
   // falls back to the older one kept instead of ending the run.
   std::optional<fs::path> dir;
-  std::string damage;
-  for (const auto& c : candidates) {
+  std::string damage = candidates.dirs.empty() || candidates.dirs.front() != candidates.latest
+                           ? candidates.latest.string() + " is missing"
+                           : std::string();
+  for (const auto& c : candidates.dirs) {
     try {
       state_ = load_checkpoint(c, trainable_, *adam_);
       dir = c;
@@ -550,14 +552,11 @@ bool Loop::resume() {
       if (damage.empty()) damage = e.what();
     }
   }
-  const fs::path pointer = opt_.run_dir / "checkpoints" / "latest";
   if (!dir)
     throw Error("resume: no intact checkpoint in " + (opt_.run_dir / "checkpoints").string() + " (" + damage +
-                    "); remove " + pointer.string() + " to start over",
+                    "); remove " + (opt_.run_dir / "checkpoints" / "latest").string() + " to start over",
                 ExitCode::bad_input);
-  std::string named = read_file(pointer);
-  while (!named.empty() && (named.back() == '\n' || named.back() == ' ')) named.pop_back();
-  if (dir->filename().string() != named)
+  if (*dir != candidates.latest)
     spdlog::warn("resume: falling back to the older checkpoint {} (the newer one is damaged or missing)",
                  dir->string());
   if (state_.config_hash != hash)

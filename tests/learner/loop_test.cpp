@@ -242,6 +242,15 @@ TEST(LearnerLoop, ADamagedLatestCheckpointFallsBackToTheOlderOne) {
     EXPECT_TRUE(contains(e.what(), "no intact checkpoint")) << e.what();
     EXPECT_TRUE(contains(e.what(), "step-00000006/optimizer.safetensors: contents do not match")) << e.what();
   }
+  // `latest` naming a checkpoint that is gone, with none older: refused too, not a fresh start.
+  for (const char* step : {"step-00000004", "step-00000006"}) fs::remove_all(broken.out() / "checkpoints" / step);
+  try {
+    broken.train();
+    FAIL() << "started over although checkpoints/latest names a checkpoint";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::bad_input);
+    EXPECT_TRUE(contains(e.what(), "step-00000006 is missing")) << e.what();
+  }
 }
 
 // The same, through a separate process: SIGTERM (graceful) and SIGKILL after checkpoint 4.
