@@ -7,6 +7,13 @@
 namespace yeto::plugin {
 namespace {
 
+// A borrowed handle of `t` for one call (NULL for an undefined tensor), and the owned tensor of
+// a handle a call returned (undefined for NULL).
+yeto_tensor borrowed_handle(const at::Tensor& t) {
+  return t.defined() ? reinterpret_cast<yeto_tensor>(t.unsafeGetTensorImpl()) : nullptr;
+}
+at::Tensor take(yeto_tensor t) { return t ? sdk::adopt(t) : at::Tensor(); }
+
 // Borrowed C views of named tensors; the NamedTensors keep them alive for the call.
 struct CInputs {
   std::vector<const char*> names;
@@ -15,7 +22,7 @@ struct CInputs {
   explicit CInputs(const NamedTensors& in) {
     for (const auto& [n, t] : in) {
       names.push_back(n.c_str());
-      tensors.push_back(t.defined() ? reinterpret_cast<yeto_tensor>(t.unsafeGetTensorImpl()) : nullptr);
+      tensors.push_back(borrowed_handle(t));
     }
     view.struct_size = sizeof view;
     view.abi_version = YETO_ABI_VERSION;
@@ -231,9 +238,6 @@ const yeto_vae_service* component_vae(const yeto_component_v1& c) {
 }
 
 namespace {
-yeto_tensor borrowed_handle(const at::Tensor& t) {
-  return t.defined() ? reinterpret_cast<yeto_tensor>(t.unsafeGetTensorImpl()) : nullptr;
-}
 const yeto_vae_service& need_vae(const yeto_component_v1& c) {
   const auto* v = component_vae(c);
   if (!v) throw Error(std::string("component ") + c.class_name + " offers no VAE service", ExitCode::not_available);
@@ -246,7 +250,7 @@ std::pair<at::Tensor, at::Tensor> vae_encode(const yeto_component_v1& c, const a
   sdk::ErrorBuffer err;
   yeto_tensor mean = nullptr, logvar = nullptr;
   const yeto_status s = v.encode(v.self, borrowed_handle(pixels), 0u, &mean, &logvar, err.get());
-  std::pair<at::Tensor, at::Tensor> out{mean ? sdk::adopt(mean) : at::Tensor(), logvar ? sdk::adopt(logvar) : at::Tensor()};
+  std::pair<at::Tensor, at::Tensor> out{take(mean), take(logvar)};
   if (s != YETO_OK) throw Error(std::string("component ") + c.class_name + " encode failed: " + err.message());
   return out;
 }
@@ -257,7 +261,7 @@ at::Tensor vae_decode(const yeto_component_v1& c, const at::Tensor& latents, con
   CInputs in(extra);
   yeto_tensor sample = nullptr;
   const yeto_status s = v.decode(v.self, borrowed_handle(latents), &in.view, 0u, &sample, err.get());
-  at::Tensor out = sample ? sdk::adopt(sample) : at::Tensor();
+  at::Tensor out = take(sample);
   if (s != YETO_OK) throw Error(std::string("component ") + c.class_name + " decode failed: " + err.message());
   return out;
 }
