@@ -1,6 +1,7 @@
 #include "core/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +27,39 @@ fs::path temp_name_for(const fs::path& target) {
 }
 
 }  // namespace
+
+namespace {
+// The PID of a temporary's name "NAME.tmp.PID.N", or -1 when the name is not one.
+long temporary_pid(const std::string& name) {
+  const auto at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0) return -1;
+  const std::string rest = name.substr(at + 5);
+  const auto dot = rest.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == rest.size()) return -1;
+  for (std::size_t i = 0; i < rest.size(); ++i)
+    if (i != dot && (rest[i] < '0' || rest[i] > '9')) return -1;
+  if (dot > 9) return -1;
+  return std::stol(rest.substr(0, dot));
+}
+}  // namespace
+
+std::size_t remove_stale_temporaries(const fs::path& dir, int depth) {
+  std::size_t removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto& p = it->path();
+    if (it->is_directory(ec)) {
+      if (depth > 0) removed += remove_stale_temporaries(p, depth - 1);
+      continue;
+    }
+    const long pid = temporary_pid(p.filename().string());
+    if (pid <= 0) continue;
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;
+    std::error_code rec;
+    if (fs::remove(p, rec)) ++removed;
+  }
+  return removed;
+}
 
 void fsync_directory(const fs::path& dir) {
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -42,4 +42,9 @@ std::string read_file(const std::filesystem::path& path);
 // fsyncs a directory so a rename inside it is durable.
 void fsync_directory(const std::filesystem::path& dir);
 
+// Removes the temporaries (NAME.tmp.PID.N) that writers killed mid-write left in `dir` and,
+// to `depth` levels, its subdirectories; a temporary whose PID is still a running process is
+// kept. Returns how many were removed. Best effort: unreadable entries are skipped.
+std::size_t remove_stale_temporaries(const std::filesystem::path& dir, int depth = 0);
+
 }  // namespace yeto

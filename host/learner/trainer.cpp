@@ -423,6 +423,9 @@ void Loop::truncate_metrics(std::int64_t after_step) {
 
 void Loop::write_outputs_start(const std::function<void(io::Provenance&)>& record_provenance) {
   fs::create_directories(opt_.run_dir);
+  // Temporaries of writes a kill interrupted (the run dir, checkpoints/, checkpoints/step-*/).
+  if (const std::size_t n = remove_stale_temporaries(opt_.run_dir, 2))
+    spdlog::info("removed {} temporary file(s) left by an interrupted write in {}", n, opt_.run_dir.string());
   atomic_write(opt_.run_dir / "config.toml", cfg_.to_toml(true));
   io::Provenance prov;
   prov.set_config(cfg_);

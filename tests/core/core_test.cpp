@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 
 #include <thread>
@@ -65,6 +68,31 @@ TEST(AtomicFile, UncommittedWriterLeavesTargetUntouched) {
   std::size_t n = 0;
   for (const auto& e : fs::directory_iterator(t.path())) (void)e, ++n;
   EXPECT_EQ(n, 1u);
+}
+
+// A writer killed mid-write leaves NAME.tmp.PID.N; the next start removes those of dead
+// processes (to the given depth) and keeps a live writer's and every other file.
+TEST(AtomicFile, StaleTemporariesOfDeadWritersAreRemoved) {
+  TempDir t;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int st = 0;
+  ::waitpid(child, &st, 0);  // `child` is now a PID of no process
+  const std::string dead = std::to_string(child), alive = std::to_string(::getpid());
+  fs::create_directories(t / "checkpoints" / "step-00000004");
+  for (const auto& p : {t / ("state.json.tmp." + dead + ".0"), t / "checkpoints" / ("latest.tmp." + dead + ".3"),
+                        t / "checkpoints" / "step-00000004" / ("trainable.safetensors.tmp." + dead + ".7"),
+                        t / ("metrics.jsonl.tmp." + alive + ".1"), t / "notes.tmp.txt", t / "x.tmp.12a.1",
+                        t / "state.json"})
+    yeto::atomic_write(p, "x");
+  EXPECT_EQ(yeto::remove_stale_temporaries(t.path(), 0), 1u);
+  EXPECT_TRUE(fs::exists(t / "checkpoints" / ("latest.tmp." + dead + ".3")));  // below the depth
+  EXPECT_EQ(yeto::remove_stale_temporaries(t.path(), 2), 2u);
+  EXPECT_FALSE(fs::exists(t / "checkpoints" / "step-00000004" / ("trainable.safetensors.tmp." + dead + ".7")));
+  EXPECT_TRUE(fs::exists(t / ("metrics.jsonl.tmp." + alive + ".1")));  // its writer is running
+  EXPECT_TRUE(fs::exists(t / "notes.tmp.txt"));
+  EXPECT_TRUE(fs::exists(t / "x.tmp.12a.1"));
+  EXPECT_TRUE(fs::exists(t / "state.json"));
 }
 
 TEST(AtomicFile, ReadMissingFileNamesItAndIsNotFound) {
