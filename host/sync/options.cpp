@@ -45,6 +45,10 @@ void SyncerOptions::validate() const {
   if (heloco_params.block < 1) throw UsageError("sync.heloco_block must be at least 1");
   if (expected_learners < 1) throw UsageError("sync.islands must be at least 1");
   if (expect_window_s < 0) throw UsageError("sync.join_timeout_s must not be negative");
+  if (max_pending < 1) throw UsageError("sync.max_pending_peers must be at least 1");
+  if (max_pending_per_address < 1) throw UsageError("sync.max_pending_per_address must be at least 1");
+  if (!(accept_rate > 0)) throw UsageError("sync.accept_rate must be positive");
+  if (!(reject_log_interval_s > 0)) throw UsageError("the reject log interval must be positive");
 }
 
 void ClientOptions::validate() const {
@@ -105,6 +109,12 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.budget_seconds = c.get_number("sync.budget_seconds");
   o.expected_learners = static_cast<std::uint32_t>(c.get_int("sync.islands"));
   o.expect_window_s = c.get_number("sync.join_timeout_s");
+  o.max_pending = static_cast<std::uint32_t>(c.get_int("sync.max_pending_peers"));
+  o.max_pending_per_address = static_cast<std::uint32_t>(c.get_int("sync.max_pending_per_address"));
+  o.accept_rate = c.get_number("sync.accept_rate");
+  o.reject_log_burst = static_cast<std::uint32_t>(c.get_int("sync.reject_log_burst"));
+  o.tape_max_bytes = static_cast<std::uint64_t>(c.get_number("sync.tape_max_mb") * 1048576.0);
+  o.tape_keep = static_cast<std::uint32_t>(c.get_int("sync.tape_keep"));
   return o;
 }
 

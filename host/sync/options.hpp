@@ -58,6 +58,22 @@ struct SyncerOptions {
   // distinct learners have joined, or until expect_window_s after the syncer started.
   std::uint32_t expected_learners = 1;
   double expect_window_s = 60.0;
+  // Peers that have not authenticated yet ("strangers"): at most max_pending at a time and
+  // max_pending_per_address from one address (the oldest is dropped to make room), accepted at
+  // no more than accept_rate connections per second; the cap shrinks to what the process's
+  // file-descriptor limit leaves after the syncer's own files and the expected learners.
+  std::uint32_t max_pending = 64;
+  std::uint32_t max_pending_per_address = 16;
+  double accept_rate = 1000;
+  // Refused strangers are logged and taped one by one up to reject_log_burst per
+  // reject_log_interval_s; the rest are counted into one summary line and record per interval.
+  std::uint32_t reject_log_burst = 20;
+  double reject_log_interval_s = 10;
+  // The tape is rotated at a checkpoint once it exceeds this many bytes (0: never): tape.jsonl
+  // becomes tape.1.jsonl (older ones shift up, tape_keep are kept) and the new tape starts with a
+  // `tape_rotated` record carrying every fragment's version.
+  std::uint64_t tape_max_bytes = 256ull << 20;
+  std::uint32_t tape_keep = 4;
   void validate() const;
 };
 

@@ -17,8 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/atomic_file.hpp"
@@ -39,17 +41,35 @@ using json = nlohmann::json;
 
 namespace {
 
+// A durable write (checkpoint, tape, final cut, marker) failed twice: the syncer stops with
+// exit code 1 before anything of the failed transition is visible to a learner, and a restart
+// resumes from the last durable state. Thrown to unwind the handler that was running.
+class PersistFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Read buffer of a peer that has not authenticated: enough for a challenge-sized control frame.
+constexpr std::size_t kStrangerBuffer = 4096 + kHeaderBytes;
+constexpr std::size_t kLearnerBuffer = 1 << 16;
+// File descriptors kept free for the syncer's own files (checkpoint and marker temporaries,
+// directory syncs, the tape's rotation, the log) whatever the peers do.
+constexpr long kOwnFdReserve = 12;
+
 struct Conn {
-  explicit Conn(tcp::socket s, std::uint64_t run_id)
-      : sock(std::move(s)), wake(sock.get_executor()), dec(run_id, kControlCap) {
+  explicit Conn(tcp::socket s, std::uint64_t run_id, std::uint64_t serial)
+      : sock(std::move(s)), wake(sock.get_executor()), dec(run_id, kControlCap), serial(serial) {
     wake.expires_at(asio::steady_timer::time_point::max());
     boost::system::error_code ec;
     auto ep = sock.remote_endpoint(ec);
-    peer = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    address = ec ? "?" : ep.address().to_string();
+    peer = ec ? "?" : address + ":" + std::to_string(ep.port());
   }
   tcp::socket sock;
   asio::steady_timer wake;
   FrameDecoder dec;
+  std::uint64_t serial;  // accept order: the oldest stranger is dropped first
+  std::string address;
   std::string peer;
   Nonce server_nonce{};
   std::optional<Session> session;
@@ -59,6 +79,7 @@ struct Conn {
   // Refused with an `error` frame: nothing more is read, and the writer closes the connection
   // once the frame is out (closing at once would drop it unsent).
   bool refusing = false;
+  bool accounted = false;  // a stranger that was refused or dropped (counted where that happened)
 };
 using ConnPtr = std::shared_ptr<Conn>;
 
@@ -105,6 +126,21 @@ struct Syncer::Impl {
   bool missing_logged = false;
   int exit_code = 0;
   bool done = false;
+  bool failed = false;  // a durable write failed: nothing more is persisted or made visible
+
+  // Strangers: connections not authenticated yet, by accept order, and per source address.
+  std::map<std::uint64_t, ConnPtr> strangers;
+  std::map<std::string, std::size_t> strangers_by_address;
+  std::uint64_t next_serial = 0;
+  std::size_t stranger_cap = 0;     // sync.max_pending_peers, shrunk to the fd budget
+  std::size_t connection_cap = 0;   // every connection together, from the fd limit
+  double accept_tokens = 0, accept_refill_at = 0;
+  // Refused strangers per interval: the first reject_log_burst one by one, the rest counted.
+  double reject_window_start = 0;
+  std::uint64_t reject_window_logged = 0;
+  std::map<std::string, std::uint64_t> reject_window_counts;
+  std::uint64_t strangers_dropped = 0;  // dropped to make room (counted in the summary)
+  std::uint64_t strangers_left = 0;     // closed by the peer before authenticating
 
   std::filesystem::path ckpt_path() const { return o.state_dir / "checkpoint.bin"; }
 
@@ -119,6 +155,8 @@ struct Syncer::Impl {
     run_id = run_id_from_name(o.run_name);
     std::filesystem::create_directories(o.state_dir);
     lock_state_dir();  // before the tape, the checkpoint or the port file is touched
+    if (const std::size_t n = remove_stale_temporaries(o.state_dir))
+      spdlog::info("syncer: removed {} temporary file(s) left by an interrupted write in {}", n, o.state_dir.string());
     tape = std::make_unique<Tape>(o.state_dir / "tape.jsonl");
     if (tape->opened().repaired) tape->write("tape_repair", -1, -1, {}, {{"note", "a torn last record was cut"}});
     if (std::filesystem::exists(ckpt_path())) restore();
@@ -237,16 +275,124 @@ struct Syncer::Impl {
     c->sock.close(ec);
     c->wake.cancel();
   }
-  // A refused message or peer: logged and taped, never touching merge state.
+  // A refused message or peer: logged and taped, never touching merge state. Strangers are
+  // logged one by one only up to the interval's burst; the rest are counted by kind of reason
+  // into the interval's summary (flush_reject_summary), so a flood grows the log and the tape
+  // by a bounded amount.
   void reject(const ConnPtr& c, const std::string& reason, std::int64_t fragment = -1) {
+    if (failed) return;
+    c->accounted = true;
+    if (c->learner_id.empty() && !c->session) {
+      if (reject_window_logged >= o.reject_log_burst) {
+        ++reject_window_counts[reason_kind(reason)];
+        return;
+      }
+      ++reject_window_logged;
+    }
     spdlog::warn("syncer: rejected {} ({}): {}", c->peer, c->learner_id.empty() ? "unauthenticated" : c->learner_id,
                  reason);
     std::vector<std::string> who;
     if (!c->learner_id.empty()) who.push_back(c->learner_id);
-    tape->write("reject", fragment, fragment >= 0 && fragment < static_cast<std::int64_t>(st.fragments.size())
-                                        ? static_cast<std::int64_t>(st.fragments[fragment].version)
-                                        : -1,
-                who, {{"reason", reason}, {"peer", c->peer}});
+    taped("reject", fragment, fragment >= 0 && fragment < static_cast<std::int64_t>(st.fragments.size())
+                                  ? static_cast<std::int64_t>(st.fragments[fragment].version)
+                                  : -1,
+          who, {{"reason", reason}, {"peer", c->peer}});
+  }
+
+  // "protocol: bad magic (...)" -> "protocol: bad magic": the reason without its details.
+  static std::string reason_kind(const std::string& reason) {
+    std::size_t end = reason.find_first_of("(0123456789");
+    std::string k = reason.substr(0, end == std::string::npos ? reason.size() : end);
+    while (!k.empty() && (k.back() == ' ' || k.back() == ':')) k.pop_back();
+    return k.size() > 80 ? k.substr(0, 80) : k;
+  }
+
+  void flush_reject_summary(double now, bool force = false) {
+    if (!force && now - reject_window_start < o.reject_log_interval_s) return;
+    std::uint64_t n = 0;
+    for (const auto& [k, v] : reject_window_counts) n += v;
+    if (n > 0 || strangers_dropped > 0 || strangers_left > 0) {
+      json by = json::object();
+      for (const auto& [k, v] : reject_window_counts) by[k] = v;
+      spdlog::warn("syncer: in the last {:.0f} s, {} more unauthenticated peer(s) refused (not logged one by one), "
+                   "{} dropped to make room, {} left before authenticating: {}",
+                   now - reject_window_start, n, strangers_dropped, strangers_left, by.dump());
+      taped("reject_summary", -1, -1, {},
+            {{"refused", n}, {"dropped", strangers_dropped}, {"left", strangers_left}, {"by_reason", by},
+             {"interval_s", now - reject_window_start}, {"logged_one_by_one", reject_window_logged}});
+    }
+    reject_window_start = now;
+    reject_window_logged = 0;
+    reject_window_counts.clear();
+    strangers_dropped = 0;
+    strangers_left = 0;
+  }
+
+  // ---------------------------------------------------------------- durable writes
+
+  // Runs a durable write. A failure is retried once after the strangers' connections are
+  // closed (an fd limit reached by peers frees at once; a full disk does not); a second
+  // failure stops the syncer (fatal).
+  template <class F>
+  void persist(const char* what, F&& write) {
+    if (failed) throw PersistFailure(what);
+    try {
+      write();
+      return;
+    } catch (const std::exception& e) {
+      const std::size_t shed = shed_strangers();
+      spdlog::warn("syncer: {} failed ({}); retrying once after closing {} unauthenticated connection(s)", what,
+                   e.what(), shed);
+    }
+    try {
+      write();
+    } catch (const std::exception& e) {
+      fatal(std::string(what) + ": " + e.what());
+    }
+  }
+
+  [[noreturn]] void fatal(const std::string& why) {
+    failed = true;
+    spdlog::critical("syncer: cannot persist its state ({}). Stopping with exit code 1 before anything unsaved "
+                     "reaches a learner; restarted, the syncer resumes from its last checkpoint ({}).",
+                     why, ckpt_path().string());
+    shutdown(static_cast<int>(ExitCode::failure));
+    throw PersistFailure(why);
+  }
+
+  json taped(const std::string& event, std::int64_t fragment, std::int64_t version,
+             const std::vector<std::string>& learners, json extra = json::object()) {
+    json out;
+    persist("writing the event tape", [&] { out = tape->write(event, fragment, version, learners, extra); });
+    return out;
+  }
+  void taped_raw(const json& record) {
+    persist("writing the event tape", [&] { tape->write_raw(record); });
+  }
+
+  // Closes every connection that has not authenticated; returns how many.
+  std::size_t shed_strangers() {
+    std::size_t n = 0;
+    for (const auto& [serial, c] : std::map<std::uint64_t, ConnPtr>(strangers)) {
+      drop_stranger(c);
+      ++n;
+    }
+    return n;
+  }
+  void add_stranger(const ConnPtr& c) {
+    strangers.emplace(c->serial, c);
+    ++strangers_by_address[c->address];
+  }
+  void forget_stranger(const ConnPtr& c) {
+    if (strangers.erase(c->serial) == 0) return;
+    auto it = strangers_by_address.find(c->address);
+    if (it != strangers_by_address.end() && --it->second == 0) strangers_by_address.erase(it);
+  }
+  void drop_stranger(const ConnPtr& c) {
+    c->accounted = true;
+    forget_stranger(c);
+    ++strangers_dropped;
+    close(c);
   }
 
   void send_fragment(const ConnPtr& c, std::uint32_t p, const std::string* payload = nullptr) {
@@ -296,13 +442,20 @@ struct Syncer::Impl {
 
   awaitable<void> serve(ConnPtr c) {
     conns.insert(c);
+    add_stranger(c);
     asio::co_spawn(io, writer(c), asio::detached);
     asio::co_spawn(io, handshake_deadline(c), asio::detached);
     c->server_nonce = random_nonce();
     send_raw(c, encode_frame(MsgType::challenge, run_id, Challenge{c->server_nonce}.encode()));
-    std::vector<char> buf(1 << 16);
+    // A stranger gets a small read buffer (its frames are capped at kControlCap anyway); an
+    // authenticated learner a large one.
+    std::vector<char> buf(kStrangerBuffer);
     try {
       for (;;) {
+        if (c->session && buf.size() < kLearnerBuffer) {
+          forget_stranger(c);
+          buf.resize(kLearnerBuffer);
+        }
         boost::system::error_code ec;
         const std::size_t n =
             co_await c->sock.async_read_some(asio::buffer(buf), asio::redirect_error(use_awaitable, ec));
@@ -320,6 +473,8 @@ struct Syncer::Impl {
         }
         if (c->closed || c->refusing) break;
       }
+    } catch (const PersistFailure&) {
+      // fatal() has stopped the syncer; nothing more is written.
     } catch (const ProtocolError& e) {
       reject(c, std::string("protocol: ") + e.what());
     } catch (const WireError& e) {
@@ -329,21 +484,114 @@ struct Syncer::Impl {
     }
     if (!c->refusing) close(c);  // a refused peer is closed by its writer once the refusal is out
     conns.erase(c);
-    if (!c->learner_id.empty()) {
-      tape->write("disconnect", -1, -1, {c->learner_id}, {{"peer", c->peer}});
+    forget_stranger(c);
+    if (!c->session && !c->accounted) ++strangers_left;  // went away before it authenticated
+    if (!c->learner_id.empty() && !failed) {
+      try {
+        taped("disconnect", -1, -1, {c->learner_id}, {{"peer", c->peer}});
+      } catch (const PersistFailure&) {
+      }
     }
   }
 
+  // The file-descriptor budget: what RLIMIT_NOFILE leaves after the descriptors open now and
+  // kOwnFdReserve for the syncer's own files. Strangers get at most what is left after room for
+  // every expected learner (twice: a reconnecting learner briefly holds two).
+  void size_connection_caps() {
+    rlimit rl{};
+    long limit = 1024;
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      if (rl.rlim_cur < rl.rlim_max && rl.rlim_cur < 65536) {
+        rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, 65536);
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+        ::getrlimit(RLIMIT_NOFILE, &rl);
+      }
+      limit = rl.rlim_cur == RLIM_INFINITY ? 65536 : static_cast<long>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+    }
+    long open_now = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      while (::readdir(d)) ++open_now;
+      ::closedir(d);
+      open_now -= 3;  // ".", ".." and the directory's own descriptor
+    } else {
+      open_now = 16;
+    }
+    const long budget = limit - open_now - kOwnFdReserve;
+    const long learners = 2 * static_cast<long>(std::max<std::uint32_t>(o.expected_learners, 4));
+    connection_cap = static_cast<std::size_t>(std::max<long>(budget, 2));
+    stranger_cap = static_cast<std::size_t>(
+        std::clamp<long>(budget - learners, 1, static_cast<long>(o.max_pending)));
+    if (stranger_cap < o.max_pending)
+      spdlog::warn("syncer: the file-descriptor limit ({}) leaves room for {} unauthenticated connection(s) at once "
+                   "(sync.max_pending_peers = {}); raise `ulimit -n` for more",
+                   limit, stranger_cap, o.max_pending);
+    taped("limits", -1, -1, {},
+          {{"fd_limit", limit}, {"fds_open", open_now}, {"connections", connection_cap},
+           {"pending_peers", stranger_cap}, {"pending_per_address", o.max_pending_per_address},
+           {"accept_rate", o.accept_rate}});
+  }
+
+  // Makes room for one more stranger from `address`: drops the oldest stranger of that address
+  // when it is at its cap, then the oldest of all when the global cap or the fd budget is
+  // reached. False when there is no room (every connection is an authenticated learner).
+  bool make_room(const std::string& address) {
+    auto oldest_of = [&](const std::string* addr) -> ConnPtr {
+      for (const auto& [serial, c] : strangers)
+        if (!addr || c->address == *addr) return c;
+      return nullptr;
+    };
+    if (auto it = strangers_by_address.find(address);
+        it != strangers_by_address.end() && it->second >= o.max_pending_per_address)
+      if (auto c = oldest_of(&address)) drop_stranger(c);
+    while (strangers.size() >= stranger_cap || conns.size() >= connection_cap) {
+      auto c = oldest_of(nullptr);
+      if (!c) return conns.size() < connection_cap;
+      drop_stranger(c);
+    }
+    return true;
+  }
+
   awaitable<void> accept_loop() {
+    asio::steady_timer pause(io);
+    accept_tokens = o.accept_rate;
+    accept_refill_at = steady_now();
     for (;;) {
+      // Token bucket: at most accept_rate connections per second (burst: one second's worth).
+      // Without a token the loop waits; further connections queue in the kernel's backlog.
+      const double now = steady_now();
+      accept_tokens = std::min(o.accept_rate, accept_tokens + (now - accept_refill_at) * o.accept_rate);
+      accept_refill_at = now;
+      if (accept_tokens < 1) {
+        pause.expires_after(secs((1 - accept_tokens) / o.accept_rate));
+        boost::system::error_code ec;
+        co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
+        if (done) co_return;
+        continue;
+      }
       boost::system::error_code ec;
       tcp::socket s = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || done) co_return;
+        if (ec == asio::error::no_descriptors || ec.value() == ENFILE || ec == asio::error::no_buffer_space ||
+            ec == asio::error::no_memory) {
+          // Out of descriptors: the oldest stranger makes room, and the loop backs off briefly
+          // instead of spinning on a listening socket that stays readable.
+          if (auto it = strangers.begin(); it != strangers.end()) drop_stranger(it->second);
+          pause.expires_after(std::chrono::milliseconds(10));
+          co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
+          if (done) co_return;
+        }
         continue;
       }
+      accept_tokens -= 1;
       s.set_option(tcp::no_delay(true), ec);
-      asio::co_spawn(io, serve(std::make_shared<Conn>(std::move(s), run_id)), asio::detached);
+      auto c = std::make_shared<Conn>(std::move(s), run_id, next_serial++);
+      if (!make_room(c->address)) {
+        ++strangers_dropped;
+        c->sock.close(ec);
+        continue;
+      }
+      asio::co_spawn(io, serve(std::move(c)), asio::detached);
     }
   }
 
@@ -378,7 +626,7 @@ struct Syncer::Impl {
     r.last_seen = steady_now();
     if (!r.live && !finishing) {
       r.live = true;
-      tape->write("revive", -1, -1, {id});
+      taped("revive", -1, -1, {id});
     }
   }
 
@@ -408,7 +656,7 @@ struct Syncer::Impl {
     c->dec.set_max_frame(o.max_frame);
     for (const auto& other : conns)
       if (other != c && other->learner_id == h.learner_id && other->session) {
-        tape->write("superseded", -1, -1, {h.learner_id}, {{"peer", other->peer}});
+        taped("superseded", -1, -1, {h.learner_id}, {{"peer", other->peer}});
         other->learner_id.clear();
         close(other);
       }
@@ -424,7 +672,7 @@ struct Syncer::Impl {
     ++r.joins;
     r.live = !finishing || r.live;
     r.last_seen = steady_now();
-    tape->write(rejoin ? "rejoin" : "join", -1, -1, {h.learner_id},
+    taped(rejoin ? "rejoin" : "join", -1, -1, {h.learner_id},
                 {{"peer", c->peer}, {"live", live_ids().size()}, {"joins", r.joins}});
     if (st.initialised) {
       // Catch-up: the current global state right away, not at the next round boundary.
@@ -437,7 +685,7 @@ struct Syncer::Impl {
     if (st.initialised) {
       // Several learners may have been told "needs init" before the first init arrived; the
       // layout was checked in the handshake, so this is a race, not an error.
-      tape->write("init_ignored", -1, -1, {c->learner_id}, {{"note", "the run already has its state"}});
+      taped("init_ignored", -1, -1, {c->learner_id}, {{"note", "the run already has its state"}});
       return;
     }
     Layout l;
@@ -469,8 +717,8 @@ struct Syncer::Impl {
     }
     st.initialised = true;
     rounds.assign(st.fragments.size(), Round{});
-    save_checkpoint(ckpt_path(), st);
-    tape->write("init", -1, 0, {c->learner_id},
+    persist("writing the checkpoint", [&] { save_checkpoint(ckpt_path(), st); });
+    taped("init", -1, 0, {c->learner_id},
                 {{"tensors", st.layout.tensors.size()}, {"fragments", st.fragments.size()},
                  {"numel", st.layout.total_numel()}, {"pattern", pattern_name(st.layout.pattern)},
                  {"fingerprint", std::to_string(st.layout.fingerprint())}});
@@ -542,19 +790,20 @@ struct Syncer::Impl {
     }
     r.last = now;
     ++st.registry[id].pushes;
-    ack(c, p, PushStatus::accepted);
-    tape->write("push", p, static_cast<std::int64_t>(frag.version), {id},
+    // Taped before it is acknowledged: a push the learner was told is accepted is on the tape.
+    taped("push", p, static_cast<std::int64_t>(frag.version), {id},
                 {{"base_version", m.base_version}, {"staleness", stale}, {"samples", m.samples},
                  {"inner_steps", m.inner_steps}, {"bytes", bytes + kHeaderBytes + kTagBytes},
                  {"encoding", m.encoding == DeltaEncoding::q4 ? "q4" : "f32"}, {"replaced", replaced},
                  {"pending", r.pushes.size()}});
+    ack(c, p, PushStatus::accepted);
     try_close(p, now);
   }
 
   void on_leave(const ConnPtr& c) {
     auto& r = st.registry[c->learner_id];
     r.live = false;
-    tape->write("leave", -1, -1, {c->learner_id}, {{"live", live_ids().size()}});
+    taped("leave", -1, -1, {c->learner_id}, {{"live", live_ids().size()}});
     const std::string id = c->learner_id;
     c->learner_id.clear();
     close(c);
@@ -563,7 +812,7 @@ struct Syncer::Impl {
 
   void on_done(const ConnPtr& c, const Heartbeat& h) {
     if (!done_learners.insert(c->learner_id).second) return;
-    tape->write("done", -1, -1, {c->learner_id},
+    taped("done", -1, -1, {c->learner_id},
                 {{"step", h.step}, {"samples", h.samples}, {"active", active_ids().size()}});
     const double now = steady_now();
     for (std::uint32_t p = 0; p < rounds.size(); ++p) try_close(p, now);
@@ -580,7 +829,7 @@ struct Syncer::Impl {
       if (now - started < o.expect_window_s) return;
       if (!missing_logged) {
         missing_logged = true;
-        tape->write("missing_learners", -1, -1, live_ids(),
+        taped("missing_learners", -1, -1, live_ids(),
                     {{"expected", o.expected_learners}, {"joined", st.registry.size()},
                      {"window_s", o.expect_window_s}});
         spdlog::warn("syncer: {} of {} expected islands joined within sync.join_timeout_s = {} s; taking the final "
@@ -603,7 +852,7 @@ struct Syncer::Impl {
       return;
     }
     const bool ok = a.digest == final_cut.digest;
-    tape->write("final_ack", -1, -1, {c->learner_id},
+    taped("final_ack", -1, -1, {c->learner_id},
                 {{"ok", ok}, {"digest", hex(a.digest.data(), a.digest.size())}});
     if (ok) {
       acked.insert(c->learner_id);
@@ -687,7 +936,7 @@ struct Syncer::Impl {
     // Durable before visible: the checkpoint (when due) is written before the tape record and
     // before any learner sees the new version.
     if (++merges_since_ckpt >= o.checkpoint_every) checkpoint();
-    tape->write_raw(rec);
+    taped_raw(rec);
     broadcast_fragment(p);
     check_budget();
   }
@@ -695,8 +944,24 @@ struct Syncer::Impl {
   void checkpoint() {
     st.wall_seconds += steady_now() - started;
     started = steady_now();
-    save_checkpoint(ckpt_path(), st);
+    persist("writing the checkpoint", [&] { save_checkpoint(ckpt_path(), st); });
     merges_since_ckpt = 0;
+    if (o.tape_max_bytes > 0 && tape->bytes() > o.tape_max_bytes) rotate_tape();
+  }
+
+  // Right after a checkpoint: the new tape's first record carries every fragment's version (a
+  // restart reads them from it), and the rotated tapes keep the history.
+  void rotate_tape() {
+    std::vector<std::uint64_t> versions;
+    for (const auto& f : st.fragments) versions.push_back(f.version);
+    const std::uint64_t bytes = tape->bytes();
+    persist("rotating the event tape", [&] {
+      tape->rotate(o.tape_keep, {{"event", "tape_rotated"}, {"time", unix_now()}, {"fragment", -1}, {"version", -1},
+                                 {"learners", json::array()}, {"versions", versions},
+                                 {"outer_steps", st.outer_steps}, {"previous_bytes", bytes},
+                                 {"previous", rotated_tape_path(tape->path(), 1).filename().string()}});
+    });
+    spdlog::info("syncer: event tape rotated at {} bytes ({} kept)", bytes, o.tape_keep);
   }
 
   void check_budget() {
@@ -718,7 +983,7 @@ struct Syncer::Impl {
       std::vector<std::string> who;
       for (const auto& q : rounds[p].pushes) who.push_back(q.learner);
       if (!who.empty())
-        tape->write("discard", p, static_cast<std::int64_t>(st.fragments[p].version), who,
+        taped("discard", p, static_cast<std::int64_t>(st.fragments[p].version), who,
                     {{"note", "pending pushes after the final cut"}});
       rounds[p] = Round{};
     }
@@ -733,7 +998,7 @@ struct Syncer::Impl {
     write_final_tensors();
     expect_acks.clear();
     for (const auto& id : live_ids()) expect_acks.insert(id);
-    tape->write("final_cut", -1, -1, live_ids(),
+    taped("final_cut", -1, -1, live_ids(),
                 {{"reason", reason}, {"digest", hex(final_cut.digest.data(), 32)}, {"versions", final_cut.versions},
                  {"outer_steps", st.outer_steps}, {"samples", st.samples_merged}});
     spdlog::info("syncer: final cut ({}) at outer step {}", reason, st.outer_steps);
@@ -750,9 +1015,11 @@ struct Syncer::Impl {
     for (const auto& s : st.layout.tensors) t.emplace_back(s.numel);
     for (auto& v : t) spans.emplace_back(v);
     for (std::uint32_t p = 0; p < st.fragments.size(); ++p) apply_fragment(st.layout, p, st.fragments[p].params, spans);
-    AtomicFile out(o.state_dir / "final_cut.bin");
-    for (const auto& v : t) out.write(v.data(), v.size() * 4);
-    out.commit();
+    persist("writing final_cut.bin", [&] {
+      AtomicFile out(o.state_dir / "final_cut.bin");
+      for (const auto& v : t) out.write(v.data(), v.size() * 4);
+      out.commit();
+    });
   }
 
   void finish_if_done(double now) {
@@ -761,22 +1028,63 @@ struct Syncer::Impl {
     for (const auto& id : expect_acks)
       if (!acked.count(id) && st.registry[id].live) all = false;
     if (!all && now - final_started < o.timeouts.final_timeout_s) return;
-    std::vector<std::string> missing;
+    std::set<std::string> missing_set;
     for (const auto& id : expect_acks)
-      if (!acked.count(id)) missing.push_back(id);
+      if (!acked.count(id)) missing_set.insert(id);
+    for (const auto& id : previous_missing)
+      if (!acked.count(id)) missing_set.insert(id);
+    const std::vector<std::string> missing(missing_set.begin(), missing_set.end());
+    const std::vector<std::string> acks(acked.begin(), acked.end());
+    if (previous_acked && *previous_acked == acked) {
+      // A restart after the marker was written, and nobody new acknowledged: the marker stays
+      // exactly as it was (a restart never rewrites it with fewer acknowledgements).
+      taped("final", -1, -1, acks,
+            {{"digest", hex(final_cut.digest.data(), 32)}, {"missing", missing}, {"marker", "unchanged"}});
+      spdlog::info("syncer: the final marker stands ({} acknowledged, {} missing)", acked.size(), missing.size());
+      return shutdown(0);
+    }
     json marker = {{"run_id", o.run_name}, {"reason", final_reason}, {"digest", hex(final_cut.digest.data(), 32)},
                    {"versions", final_cut.versions}, {"outer_steps", st.outer_steps}, {"samples", st.samples_merged},
-                   {"acked", std::vector<std::string>(acked.begin(), acked.end())}, {"missing", missing},
-                   {"time", unix_now()}};
-    atomic_write(o.state_dir / "final.json", marker.dump(2) + "\n");
-    tape->write("final", -1, -1, std::vector<std::string>(acked.begin(), acked.end()),
-                {{"digest", hex(final_cut.digest.data(), 32)}, {"missing", missing}});
+                   {"acked", acks}, {"missing", missing}, {"time", unix_now()}};
+    persist("writing final.json", [&] { atomic_write(o.state_dir / "final.json", marker.dump(2) + "\n"); });
+    taped("final", -1, -1, acks, {{"digest", hex(final_cut.digest.data(), 32)}, {"missing", missing}});
     spdlog::info("syncer: final marker written ({} acknowledged, {} missing)", acked.size(), missing.size());
     shutdown(0);
   }
 
+  // Restarted after the final cut: a marker already written for the same cut keeps its
+  // acknowledgements and reason; new acknowledgements only add to it.
+  std::optional<std::set<std::string>> previous_acked;
+  std::set<std::string> previous_missing;
+  void adopt_previous_marker() {
+    const auto path = o.state_dir / "final.json";
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return;
+    try {
+      const json m = json::parse(read_file(path));
+      if (m.value("digest", "") != hex(final_cut.digest.data(), 32)) {
+        spdlog::warn("syncer: {} belongs to another cut than the checkpoint's; it will be replaced", path.string());
+        return;
+      }
+      std::set<std::string> a;
+      for (const auto& x : m.at("acked")) a.insert(x.get<std::string>());
+      for (const auto& x : m.at("missing")) previous_missing.insert(x.get<std::string>());
+      acked.insert(a.begin(), a.end());
+      previous_acked = a;
+      final_reason = m.value("reason", final_reason);
+    } catch (const std::exception& e) {
+      spdlog::warn("syncer: cannot read {} ({}); it will be replaced", path.string(), e.what());
+    }
+  }
+
   void shutdown(int code) {
     if (done) return;
+    if (!failed) {
+      try {
+        flush_reject_summary(steady_now(), true);  // the last interval's count is not lost
+      } catch (const PersistFailure&) {
+      }
+    }
     done = true;
     exit_code = code;
     boost::system::error_code ec;
@@ -787,7 +1095,21 @@ struct Syncer::Impl {
 
   // ---------------------------------------------------------------- housekeeping
 
+  // The housekeeping loop cannot die silently: a failure in it stops the syncer with exit code 1
+  // (and a log line saying why), so a supervisor restarts it from its checkpoint.
   awaitable<void> ticker() {
+    try {
+      co_await ticker_loop();
+    } catch (const PersistFailure&) {
+      // fatal() has said why and stopped the syncer.
+    } catch (const std::exception& e) {
+      spdlog::critical("syncer: housekeeping failed: {}; stopping with exit code 1", e.what());
+      failed = true;
+      shutdown(static_cast<int>(ExitCode::failure));
+    }
+  }
+
+  awaitable<void> ticker_loop() {
     asio::steady_timer t(io);
     const double period = std::clamp(o.timeouts.heartbeat_s / 4, 0.005, 0.05);
     double last_tick = steady_now();
@@ -807,12 +1129,13 @@ struct Syncer::Impl {
       for (auto& [id, r] : st.registry)
         if (r.live && now - r.last_seen > o.timeouts.learner_timeout_s) {
           r.live = false;
-          tape->write("timeout", -1, -1, {id}, {{"silent_s", now - r.last_seen}, {"live", live_ids().size()}});
+          taped("timeout", -1, -1, {id}, {{"silent_s", now - r.last_seen}, {"live", live_ids().size()}});
         }
       for (std::uint32_t p = 0; p < rounds.size(); ++p) try_close(p, now);
       check_budget();
       check_all_done(now);
       finish_if_done(now);
+      flush_reject_summary(now);
     }
   }
 
@@ -823,16 +1146,26 @@ struct Syncer::Impl {
     acceptor.bind(ep);
     acceptor.listen();
     bound_port = acceptor.local_endpoint().port();
-    write_lock_holder(o.listen_host + ":" + std::to_string(bound_port));
-    atomic_write(o.state_dir / "port", std::to_string(bound_port) + "\n");
-    tape->write("listen", -1, -1, {}, {{"address", o.listen_host + ":" + std::to_string(bound_port)}});
-    spdlog::info("syncer: listening on {}:{}", o.listen_host, bound_port);
-    if (st.finished) {
-      // Restarted during the terminal handshake: offer the same cut again.
-      finishing = false;
-      begin_final("restart_after_final_cut");
-    }
+    // Installed before the port file says the syncer is up: a SIGTERM from then on takes the
+    // final cut (asio keeps a signal that arrives before the handler is waiting).
     asio::signal_set signals(io, SIGINT, SIGTERM);
+    write_lock_holder(o.listen_host + ":" + std::to_string(bound_port));
+    reject_window_start = steady_now();
+    try {
+      persist("writing the port file",
+              [&] { atomic_write(o.state_dir / "port", std::to_string(bound_port) + "\n"); });
+      size_connection_caps();
+      taped("listen", -1, -1, {}, {{"address", o.listen_host + ":" + std::to_string(bound_port)}});
+      spdlog::info("syncer: listening on {}:{}", o.listen_host, bound_port);
+      if (st.finished) {
+        // Restarted during (or after) the terminal handshake: offer the same cut again.
+        finishing = false;
+        begin_final("restart_after_final_cut");
+        adopt_previous_marker();
+      }
+    } catch (const PersistFailure&) {
+      return exit_code;
+    }
     std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
                                                                                    int sig) {
       if (ec) return;
@@ -849,7 +1182,15 @@ struct Syncer::Impl {
     signals.async_wait(on_signal);
     asio::co_spawn(io, accept_loop(), asio::detached);
     asio::co_spawn(io, ticker(), asio::detached);
-    io.run();
+    for (;;) {
+      try {
+        io.run();
+        break;
+      } catch (const PersistFailure&) {
+        // Raised by a handler after fatal() stopped the syncer; the loop drains what is left.
+        if (done) break;
+      }
+    }
     return exit_code;
   }
 };
