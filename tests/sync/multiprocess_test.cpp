@@ -483,9 +483,7 @@ TEST(SyncMultiProcess, HostilePeersAreRejectedAndOthersKeepTraining) {
     h.learner_id = id;
     h.client_nonce = ys::random_nonce();
     h.layout_fp = layout.fingerprint();
-    h.tag = ys::mac(ys::run_key_from_secret(secret), ys::Hello::signed_text(run_id, c.server_nonce, h.client_nonce, id,
-                                                                            h.layout_fp));
-    send_all(fd, ys::encode_frame(ys::MsgType::hello, run_id, h.encode()));
+    send_all(fd, h.seal(ys::run_key_from_secret(secret), run_id, c.server_nonce));
     auto w = read_frame(fd, d);
     if (!w || w->type != ys::MsgType::welcome) return false;
     base0 = ys::Welcome::decode(w->payload).versions.at(0);
