@@ -145,7 +145,8 @@ struct Challenge {
 };
 
 // The learner's hello: the client nonce in clear, then a box sealed with XChaCha20-Poly1305
-// under hello_key(K, Ns, Nc) (nonce 'H' and zeros; additional data the header bytes 0..19)
+// under hello_key(K, Ns, Nc) (nonce 'H' and zeros; additional data the header bytes 0..19
+// and the client nonce)
 // holding the learner id and the layout fingerprint, zero-padded to a fixed size so that the
 // frame's length does not tell the id's length either. Only a holder of the run secret can
 // seal a box that opens, and the box is bound to this connection's server nonce, so opening it
@@ -163,8 +164,9 @@ struct Hello {
   // The client nonce of a hello frame (readable without the key); WireError when the payload
   // does not have the hello's size.
   static Nonce client_nonce_of(const Frame& f);
-  // Opens a hello frame: nullopt when the box does not open (another run secret, or tampered),
-  // WireError when it opens but its contents are malformed.
+  // Opens a hello frame: nullopt when the box does not open (another run secret, another
+  // connection's hello, or tampered); WireError when the payload does not have the hello's size
+  // or the box opens but its contents are malformed.
   static std::optional<Hello> open(const Key& run_key, const Nonce& server, const Frame& f);
 };
 
