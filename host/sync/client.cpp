@@ -246,8 +246,7 @@ struct SyncClient::Impl {
     h.learner_id = o.learner_id;
     h.client_nonce = random_nonce();
     h.layout_fp = layout.fingerprint();
-    h.tag = mac(key, Hello::signed_text(run_id, ch.server_nonce, h.client_nonce, h.learner_id, h.layout_fp));
-    co_await write_raw(*l, encode_frame(MsgType::hello, run_id, h.encode()));
+    co_await write_raw(*l, h.seal(key, run_id, ch.server_nonce));  // id and fingerprint sealed
     f = co_await read_frame(*l, dec, buf, received);
     if (f.type == MsgType::error) {
       const ErrorMsg e = ErrorMsg::decode(f.payload);
@@ -292,7 +291,7 @@ struct SyncClient::Impl {
       for (;;) {
         received = 0;
         Frame m = co_await read_frame(*l, dec, buf, received);
-        const std::string p = l->session->open(m);
+        const std::string p = l->session->open(std::move(m));  // decrypted in place (takes m.payload)
         {
           std::lock_guard lk(mu);
           st.bytes_received += received;

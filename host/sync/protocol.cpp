@@ -162,60 +162,117 @@ bool mac_ok(const Key& key, std::string_view message, const unsigned char* tag) 
          0;
 }
 
-Key session_key(const Key& run_key, const Nonce& server, const Nonce& client) {
-  sodium_ready();
-  unsigned char in[2 * kNonceBytes + 8];
-  std::memcpy(in, "session:", 8);
-  std::memcpy(in + 8, server.data(), kNonceBytes);
-  std::memcpy(in + 8 + kNonceBytes, client.data(), kNonceBytes);
-  Key k;
-  crypto_generichash(k.data(), k.size(), in, sizeof in, run_key.data(), run_key.size());
-  return k;
-}
-
 namespace {
-// Keyed BLAKE2b-256 (libsodium crypto_generichash with the session key) over (direction,
-// sequence number, header bytes 0..19, body), streamed so a large payload is never copied.
-// BLAKE2b rather than HMAC-SHA-512 here because bulk frames (whole fragments) go through it
-// and it is several times faster; the handshake tags stay HMAC (crypto_auth).
-Tag frame_tag(const Key& key, char dir, std::uint64_t seq, std::string_view header20, std::string_view body) {
+Key derive(const Key& run_key, std::string_view label, const Nonce& server, const Nonce& client) {
+  sodium_ready();
   crypto_generichash_state st;
-  crypto_generichash_init(&st, key.data(), key.size(), kTagBytes);
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&dir), 1);
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&seq), 8);
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(header20.data()), 20);
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(body.data()), body.size());
-  Tag t;
-  crypto_generichash_final(&st, t.data(), t.size());
-  return t;
+  crypto_generichash_init(&st, run_key.data(), run_key.size(), 32);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(label.data()), label.size());
+  crypto_generichash_update(&st, server.data(), server.size());
+  crypto_generichash_update(&st, client.data(), client.size());
+  Key k;
+  crypto_generichash_final(&st, k.data(), k.size());
+  return k;
 }
 }  // namespace
 
-std::string Session::seal(MsgType type, std::uint64_t run_id, std::string_view payload) {
-  // The header's length and CRC cover the tag, so compute the header first with the final length.
-  const std::size_t len = payload.size() + kTagBytes;
+Key session_key(const Key& run_key, const Nonce& server, const Nonce& client) {
+  return derive(run_key, "session:", server, client);
+}
+
+Key hello_key(const Key& run_key, const Nonce& server, const Nonce& client) {
+  return derive(run_key, "hello:", server, client);
+}
+
+namespace {
+static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == sizeof(Key));
+static_assert(crypto_aead_xchacha20poly1305_ietf_ABYTES == kSealBytes);
+using AeadNonce = std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>;
+
+// Direction byte, then the little-endian u64 sequence number, then zeros. Unique per key: every
+// session key is fresh (both nonces), and each direction counts its own frames.
+AeadNonce frame_nonce(char dir, std::uint64_t seq) {
+  AeadNonce n{};
+  n[0] = static_cast<unsigned char>(dir);
+  for (int i = 0; i < 8; ++i) n[1 + i] = static_cast<unsigned char>(seq >> (8 * i));
+  return n;
+}
+
+// The 20 header bytes that precede the CRC, for a payload of `len` bytes (ciphertext and tag).
+std::string header20(MsgType type, std::uint64_t run_id, std::size_t len) {
+  if (len > 0xFFFFFFFFu) throw ProtocolError(std::string(msg_name(type)) + " payload does not fit a frame");
   ByteWriter h;
   h.u32(kMagic);
   h.u16(kProtocolVersion);
   h.u16(static_cast<std::uint16_t>(type));
   h.u64(run_id);
   h.u32(static_cast<std::uint32_t>(len));
-  const Tag t = frame_tag(key_, send_dir_, send_seq_++, h.data(), payload);
-  std::string body(payload);
-  body.append(reinterpret_cast<const char*>(t.data()), t.size());
-  return encode_frame(type, run_id, body);
+  return h.take();
 }
 
-std::string Session::open(const Frame& f) {
-  if (f.payload.size() < kTagBytes) throw ProtocolError(std::string(msg_name(f.type)) + " frame has no tag");
-  const std::string_view body(f.payload.data(), f.payload.size() - kTagBytes);
-  const auto* tag = reinterpret_cast<const unsigned char*>(f.payload.data() + body.size());
-  const Tag want = frame_tag(key_, recv_dir_, recv_seq_, f.header, body);
-  if (sodium_memcmp(want.data(), tag, kTagBytes) != 0)
-    throw ProtocolError(std::string(msg_name(f.type)) + " frame failed authentication");
-  ++recv_seq_;
-  return std::string(body);
+// A frame whose payload is `clear` (sent as is), then `plain` encrypted under `key` and `nonce`,
+// then the tag. The additional data is the header bytes 0..19 followed by `clear`. The plaintext
+// is encrypted straight into the frame; the CRC is set last.
+std::string seal_frame(const Key& key, const AeadNonce& nonce, MsgType type, std::uint64_t run_id,
+                       std::string_view clear, std::string_view plain) {
+  const std::size_t len = clear.size() + plain.size() + kSealBytes;
+  std::string out;
+  out.resize(kHeaderBytes + len);
+  const std::string h = header20(type, run_id, len);
+  std::memcpy(out.data(), h.data(), h.size());
+  if (!clear.empty()) std::memcpy(out.data() + kHeaderBytes, clear.data(), clear.size());
+  const std::string ad = h + std::string(clear);
+  auto* c = reinterpret_cast<unsigned char*>(out.data() + kHeaderBytes + clear.size());
+  crypto_aead_xchacha20poly1305_ietf_encrypt_detached(c, c + plain.size(), nullptr,
+                                                      reinterpret_cast<const unsigned char*>(plain.data()),
+                                                      plain.size(), reinterpret_cast<const unsigned char*>(ad.data()),
+                                                      ad.size(), nullptr, nonce.data(), key.data());
+  const std::uint32_t crc = frame_crc(h, std::string_view(out).substr(kHeaderBytes));
+  std::memcpy(out.data() + 20, &crc, 4);
+  return out;
 }
+
+// Verifies and decrypts `sealed` (ciphertext then tag) in place under additional data `ad`,
+// leaving the plaintext in its first size() - kSealBytes bytes. False when it does not open.
+bool open_in_place(const Key& key, const AeadNonce& nonce, std::string_view ad, char* sealed, std::size_t size) {
+  if (size < kSealBytes) return false;
+  const std::size_t n = size - kSealBytes;
+  auto* c = reinterpret_cast<unsigned char*>(sealed);
+  return crypto_aead_xchacha20poly1305_ietf_decrypt_detached(c, nullptr, c, n, c + n,
+                                                             reinterpret_cast<const unsigned char*>(ad.data()),
+                                                             ad.size(), nonce.data(), key.data()) == 0;
+}
+
+// The hello box's nonce: its key is used for that one box only.
+AeadNonce hello_nonce() {
+  AeadNonce n{};
+  n[0] = 'H';
+  return n;
+}
+}  // namespace
+
+Session::~Session() { sodium_memzero(key_.data(), key_.size()); }
+
+std::string Session::seal(MsgType type, std::uint64_t run_id, std::string_view payload) {
+  sodium_ready();
+  return seal_frame(key_, frame_nonce(send_dir_, send_seq_++), type, run_id, {}, payload);
+}
+
+std::string Session::open(Frame&& f) {
+  if (f.payload.size() < kSealBytes)
+    throw ProtocolError(std::string(msg_name(f.type)) + " frame is too short to be sealed");
+  if (f.header.size() < 20 ||
+      !open_in_place(key_, frame_nonce(recv_dir_, recv_seq_), std::string_view(f.header).substr(0, 20),
+                     f.payload.data(), f.payload.size()))
+    throw ProtocolError(std::string(msg_name(f.type)) +
+                        " frame failed authentication (it does not decrypt under this connection's key at sequence " +
+                        std::to_string(recv_seq_) + ": forged, tampered, replayed, reordered or reflected)");
+  ++recv_seq_;
+  f.payload.resize(f.payload.size() - kSealBytes);
+  return std::move(f.payload);
+}
+
+std::string Session::open(const Frame& f) { return open(Frame(f)); }
 
 // ---- messages ----
 
@@ -239,33 +296,47 @@ Challenge Challenge::decode(std::string_view p) {
   return c;
 }
 
-std::string Hello::signed_text(std::uint64_t run_id, const Nonce& server, const Nonce& client,
-                               std::string_view learner_id, std::uint64_t fp) {
-  ByteWriter w;
-  w.bytes("hello", 5);
-  w.u64(run_id);
-  put_arr(w, server);
-  put_arr(w, client);
-  w.str(learner_id);
-  w.u64(fp);
-  return w.take();
-}
-std::string Hello::encode() const {
+std::string Hello::seal(const Key& run_key, std::uint64_t run_id, const Nonce& server) const {
+  if (learner_id.size() > kMaxLearnerId)
+    throw WireError("hello: the learner id is longer than " + std::to_string(kMaxLearnerId) + " bytes");
   ByteWriter w;
   w.str(learner_id);
-  put_arr(w, client_nonce);
   w.u64(layout_fp);
-  put_arr(w, tag);
-  return w.take();
+  std::string inner = w.take();
+  inner.resize(kHelloBoxPlain, '\0');
+  Key k = hello_key(run_key, server, client_nonce);
+  const std::string frame =
+      seal_frame(k, hello_nonce(), MsgType::hello, run_id,
+                 std::string_view(reinterpret_cast<const char*>(client_nonce.data()), client_nonce.size()), inner);
+  sodium_memzero(k.data(), k.size());
+  sodium_memzero(inner.data(), inner.size());
+  return frame;
 }
-Hello Hello::decode(std::string_view p) {
-  ByteReader r(p);
+
+Nonce Hello::client_nonce_of(const Frame& f) {
+  if (f.payload.size() != kHelloPayload)
+    throw WireError("hello: payload of " + std::to_string(f.payload.size()) + " bytes, expected " +
+                    std::to_string(kHelloPayload));
+  Nonce n;
+  std::memcpy(n.data(), f.payload.data(), n.size());
+  return n;
+}
+
+std::optional<Hello> Hello::open(const Key& run_key, const Nonce& server, const Frame& f) {
   Hello h;
+  h.client_nonce = client_nonce_of(f);
+  if (f.header.size() < 20) throw WireError("hello: header is truncated");
+  const std::string ad = f.header.substr(0, 20) + f.payload.substr(0, kNonceBytes);
+  std::string box = f.payload.substr(kNonceBytes);
+  Key k = hello_key(run_key, server, h.client_nonce);
+  const bool ok = open_in_place(k, hello_nonce(), ad, box.data(), box.size());
+  sodium_memzero(k.data(), k.size());
+  if (!ok) return std::nullopt;
+  ByteReader r(std::string_view(box).substr(0, kHelloBoxPlain));
   h.learner_id = r.str(kMaxLearnerId);
-  get_arr(r, h.client_nonce);
   h.layout_fp = r.u64();
-  get_arr(r, h.tag);
-  r.expect_end();
+  while (r.remaining() > 0)
+    if (r.u8() != 0) throw WireError("hello: the padding of the box is not zero");
   return h;
 }
 

@@ -2,10 +2,12 @@
 // frame: a 24-byte little-endian header
 //     magic "YSYN" | version u16 | type u16 | run id u64 | payload length u32 | CRC-32C u32
 // followed by the payload. The CRC is CRC-32C(header bytes 0..19) XOR CRC-32C(payload). After
-// the challenge-response handshake each payload ends with a 32-byte keyed BLAKE2b tag
-// (libsodium crypto_generichash) under a per-connection session key, over the direction, a
-// per-direction sequence number, the header and the payload, so frames cannot be forged,
-// replayed or reordered by a peer that does not hold the run secret.
+// the challenge-response handshake every payload is sealed with XChaCha20-Poly1305 (libsodium
+// IETF AEAD) under a per-connection session key: the nonce is the direction and a
+// per-direction sequence number, the additional data the header bytes 0..19, so frames can
+// neither be read nor forged, replayed, reordered or reflected by anyone without the run
+// secret. The hello that opens a connection is sealed the same way under a hello key, so
+// the learner id and layout fingerprint never cross the wire in clear.
 #pragma once
 
 #include <array>
@@ -24,9 +26,10 @@
 namespace yeto::sync {
 
 inline constexpr std::uint32_t kMagic = 0x4E595359;  // "YSYN" as little-endian bytes
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 24;
-inline constexpr std::size_t kTagBytes = 32;
+inline constexpr std::size_t kTagBytes = 32;   // handshake MAC (welcome)
+inline constexpr std::size_t kSealBytes = 16;  // AEAD tag that ends every sealed payload
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kControlCap = 4096;    // payload cap of every control message
 inline constexpr std::size_t kMaxLearnerId = 128;
@@ -53,8 +56,8 @@ bool is_bulk(MsgType t);  // init, fragment, push, final_cut: capped by max_fram
 struct Frame {
   MsgType type{};
   std::uint64_t run_id = 0;
-  std::string header;   // the 24 header bytes as received (the MAC covers them)
-  std::string payload;  // with the tag, when authenticated
+  std::string header;   // the 24 header bytes as received (bytes 0..19 are the AEAD's additional data)
+  std::string payload;  // ciphertext and AEAD tag, when sealed
 };
 
 // Protocol violations: the connection is dropped and the reason logged.
@@ -103,16 +106,28 @@ std::uint64_t run_id_from_name(std::string_view name);
 Nonce random_nonce();
 Tag mac(const Key& key, std::string_view message);
 bool mac_ok(const Key& key, std::string_view message, const unsigned char* tag);
-// Session key of one connection: BLAKE2b keyed with the run key over both nonces.
+// Session key of one connection: BLAKE2b keyed with the run key over "session:" and both nonces.
 Key session_key(const Key& run_key, const Nonce& server, const Nonce& client);
+// Key of the hello box of one connection: the same over "hello:" and both nonces.
+Key hello_key(const Key& run_key, const Nonce& server, const Nonce& client);
 
 // Per-connection sealing of frames after the handshake. Direction 'S' (syncer to learner) or 'L'.
+// XChaCha20-Poly1305 under the session key; nonce = direction byte, u64 sequence number of that
+// direction, zeros; additional data = the header bytes 0..19 (whose length counts the tag).
 class Session {
  public:
   Session(Key key, char send_dir, char recv_dir) : key_(key), send_dir_(send_dir), recv_dir_(recv_dir) {}
-  // A complete frame whose payload is `payload` + tag.
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session();  // wipes the key
+  // A complete frame carrying `payload` encrypted, then the tag. The plaintext is read once,
+  // encrypted straight into the frame.
   std::string seal(MsgType type, std::uint64_t run_id, std::string_view payload);
-  // Verifies and strips the tag; throws ProtocolError when it does not verify.
+  // Decrypts the frame's payload in place and returns it (moved out of `f`, no copy); throws
+  // ProtocolError when it does not open under this connection's key at the next sequence number
+  // (forged, tampered, replayed, reordered or reflected).
+  std::string open(Frame&& f);
+  // The same on a copy of the payload.
   std::string open(const Frame& f);
 
  private:
@@ -129,16 +144,30 @@ struct Challenge {
   static Challenge decode(std::string_view p);
 };
 
+// The learner's hello: the client nonce in clear, then a box sealed with XChaCha20-Poly1305
+// under hello_key(K, Ns, Nc) (nonce 'H' and zeros; additional data the header bytes 0..19
+// and the client nonce)
+// holding the learner id and the layout fingerprint, zero-padded to a fixed size so that the
+// frame's length does not tell the id's length either. Only a holder of the run secret can
+// seal a box that opens, and the box is bound to this connection's server nonce, so opening it
+// authenticates the learner.
+inline constexpr std::size_t kHelloBoxPlain = 4 + kMaxLearnerId + 8;
+inline constexpr std::size_t kHelloPayload = kNonceBytes + kHelloBoxPlain + kSealBytes;
+
 struct Hello {
   std::string learner_id;
   Nonce client_nonce{};
   std::uint64_t layout_fp = 0;
-  Tag tag{};
-  // What the tag authenticates: run id, both nonces, learner id and layout fingerprint.
-  static std::string signed_text(std::uint64_t run_id, const Nonce& server, const Nonce& client,
-                                 std::string_view learner_id, std::uint64_t fp);
-  std::string encode() const;
-  static Hello decode(std::string_view p);
+  // The complete hello frame answering challenge nonce `server`. Throws WireError when the
+  // learner id is longer than kMaxLearnerId.
+  std::string seal(const Key& run_key, std::uint64_t run_id, const Nonce& server) const;
+  // The client nonce of a hello frame (readable without the key); WireError when the payload
+  // does not have the hello's size.
+  static Nonce client_nonce_of(const Frame& f);
+  // Opens a hello frame: nullopt when the box does not open (another run secret, another
+  // connection's hello, or tampered); WireError when the payload does not have the hello's size
+  // or the box opens but its contents are malformed.
+  static std::optional<Hello> open(const Key& run_key, const Nonce& server, const Frame& f);
 };
 
 struct Welcome {

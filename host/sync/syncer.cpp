@@ -597,16 +597,16 @@ struct Syncer::Impl {
 
   // ---------------------------------------------------------------- messages
 
-  void handle(const ConnPtr& c, const Frame& f) {
+  void handle(const ConnPtr& c, Frame& f) {
     if (!c->session) {
       if (f.type != MsgType::hello) {
         reject(c, std::string("unauthenticated peer sent ") + msg_name(f.type));
         close(c);
         return;
       }
-      return on_hello(c, Hello::decode(f.payload));
+      return on_hello(c, f);
     }
-    const std::string payload = c->session->open(f);
+    const std::string payload = c->session->open(std::move(f));  // decrypted in place (takes f.payload)
     touch(c->learner_id);
     switch (f.type) {
       case MsgType::init: return on_init(c, Init::decode(payload));
@@ -630,15 +630,18 @@ struct Syncer::Impl {
     }
   }
 
-  void on_hello(const ConnPtr& c, const Hello& h) {
-    if (!mac_ok(key, Hello::signed_text(run_id, c->server_nonce, h.client_nonce, h.learner_id, h.layout_fp),
-                h.tag.data())) {
+  void on_hello(const ConnPtr& c, const Frame& frame) {
+    // The box opens only under the hello key of this connection's nonces and the run secret:
+    // until it does, the learner id and fingerprint are unknown and nothing is touched.
+    const std::optional<Hello> opened = Hello::open(key, c->server_nonce, frame);
+    if (!opened) {
       reject(c, "authentication failed (wrong run secret)");
-      // Says only what the peer already knows (its tag was wrong), so an honest learner with the
+      // Says only what the peer already knows (its box did not open), so an honest learner with the
       // wrong secret file stops at once with the right diagnosis instead of retrying.
       refuse(c, ErrorMsg{kErrorAuthentication, "authentication failed"});
       return;
     }
+    const Hello& h = *opened;
     if (h.learner_id.empty()) {
       reject(c, "empty learner id");
       close(c);
@@ -793,7 +796,7 @@ struct Syncer::Impl {
     // Taped before it is acknowledged: a push the learner was told is accepted is on the tape.
     taped("push", p, static_cast<std::int64_t>(frag.version), {id},
                 {{"base_version", m.base_version}, {"staleness", stale}, {"samples", m.samples},
-                 {"inner_steps", m.inner_steps}, {"bytes", bytes + kHeaderBytes + kTagBytes},
+                 {"inner_steps", m.inner_steps}, {"bytes", bytes + kHeaderBytes + kSealBytes},
                  {"encoding", m.encoding == DeltaEncoding::q4 ? "q4" : "f32"}, {"replaced", replaced},
                  {"pending", r.pushes.size()}});
     ack(c, p, PushStatus::accepted);

@@ -6,16 +6,20 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -275,9 +279,7 @@ TEST(SyncMultiProcess, HostilePeersAreRejectedAndOthersKeepTraining) {
     h.learner_id = id;
     h.client_nonce = ys::random_nonce();
     h.layout_fp = layout.fingerprint();
-    h.tag = ys::mac(ys::run_key_from_secret(secret), ys::Hello::signed_text(run_id, c.server_nonce, h.client_nonce, id,
-                                                                            h.layout_fp));
-    send_all(fd, ys::encode_frame(ys::MsgType::hello, run_id, h.encode()));
+    send_all(fd, h.seal(ys::run_key_from_secret(secret), run_id, c.server_nonce));
     auto w = read_frame(fd, d);
     if (!w || w->type != ys::MsgType::welcome) return false;
     base0 = ys::Welcome::decode(w->payload).versions.at(0);
@@ -368,4 +370,212 @@ TEST(SyncerCommand, ValidatesConfigurationAtStartUp) {
   r = yeto::test::run_host({"syncer", "--listen", "nonsense", "--run-secret-file", secret.string(), "--state-dir",
                             (dir / "s").string()});
   EXPECT_EQ(r.exit_code, 2) << r.all();
+}
+
+// ---------------------------------------------------------------- an on-path attacker
+
+namespace {
+
+// A capturing TCP proxy on 127.0.0.1, run by a thread of the test: every connection it
+// accepts is forwarded to the syncer, and every byte of both directions is recorded. An
+// optional `mangle` sees each complete learner→syncer frame (connection number and frame
+// number, both from 0; the hello is frame 0) and returns the bytes to forward in its place,
+// so the test can replay, hold back or reorder sealed frames.
+class CapturingProxy {
+ public:
+  using Mangle = std::function<std::string(int conn, int frame, const std::string& bytes)>;
+  CapturingProxy(std::uint16_t target, std::uint64_t run_id, Mangle mangle = {})
+      : target_(target), run_id_(run_id), mangle_(std::move(mangle)) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = 0;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(listen_fd_, 8) != 0) return;
+    socklen_t len = sizeof sa;
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+    port_ = ntohs(sa.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~CapturingProxy() {
+    stop_ = true;
+    if (acceptor_.joinable()) acceptor_.join();
+    for (auto& t : pumps_) t.join();
+    ::close(listen_fd_);
+  }
+  std::uint16_t port() const { return port_; }
+  int connections() const { return conns_; }
+  std::string to_syncer() const {
+    std::lock_guard lk(mu_);
+    return to_syncer_;
+  }
+  std::string to_learner() const {
+    std::lock_guard lk(mu_);
+    return to_learner_;
+  }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const int learner = accept(listen_fd_, nullptr, nullptr);
+      if (learner < 0) continue;
+      const int syncer = dial(target_);
+      if (syncer < 0) {
+        ::close(learner);
+        continue;
+      }
+      pumps_.emplace_back([this, learner, syncer, n = conns_++] { pump(n, learner, syncer); });
+    }
+  }
+  // Forwards both directions until either side closes, then closes both.
+  void pump(int conn, int learner, int syncer) {
+    ys::FrameDecoder dec(run_id_, std::size_t{1} << 30);
+    int frame = 0;
+    char buf[1 << 16];
+    bool open = true;
+    while (open && !stop_) {
+      pollfd p[2] = {{learner, POLLIN, 0}, {syncer, POLLIN, 0}};
+      if (poll(p, 2, 50) <= 0) continue;
+      if (p[0].revents) {
+        const ssize_t n = ::recv(learner, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        std::string out;
+        try {
+          dec.feed(buf, static_cast<std::size_t>(n));
+          while (auto f = dec.next()) {
+            std::string bytes = f->header + f->payload;
+            std::lock_guard lk(mu_);
+            out += mangle_ ? mangle_(conn, frame, bytes) : bytes;
+            ++frame;
+          }
+        } catch (const ys::ProtocolError&) {  // not a frame stream: pass the rest through as is
+          out.append(buf, static_cast<std::size_t>(n));
+        }
+        {
+          std::lock_guard lk(mu_);
+          to_syncer_ += out;
+        }
+        send_all(syncer, out);
+      }
+      if (p[1].revents) {
+        const ssize_t n = ::recv(syncer, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        {
+          std::lock_guard lk(mu_);
+          to_learner_.append(buf, static_cast<std::size_t>(n));
+        }
+        send_all(learner, std::string(buf, static_cast<std::size_t>(n)));
+      }
+    }
+    ::shutdown(learner, SHUT_RDWR);
+    ::shutdown(syncer, SHUT_RDWR);
+    ::close(learner);
+    ::close(syncer);
+  }
+
+  std::uint16_t target_;
+  std::uint64_t run_id_;
+  Mangle mangle_;
+  int listen_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> conns_{0};
+  std::thread acceptor_;
+  std::vector<std::thread> pumps_;
+  mutable std::mutex mu_;
+  std::string to_syncer_, to_learner_;
+};
+
+}  // namespace
+
+// Confidentiality against a capturing proxy: a whole small run goes through it, and neither
+// direction carries any 256-byte piece of the final cut's tensors nor the learner's id in clear.
+TEST(SyncMultiProcess, ACapturingProxySeesNoTensorBytesNorTheLearnerId) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=1", "sync.budget_outer_steps=12"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const std::string id = "isle-confidential-7f3a";
+  std::string to_syncer, to_learner;
+  {
+    CapturingProxy proxy(run.port, ys::run_id_from_name("yeto"));
+    ASSERT_NE(proxy.port(), 0);
+    const std::uint16_t syncer_port = run.port;
+    run.port = proxy.port();  // the learner dials the proxy
+    auto a = run.start_learner(id, 1);
+    run.port = syncer_port;
+    EXPECT_EQ(syncer->wait(25), 0) << run.logs();
+    EXPECT_EQ(a->wait(10), 0) << run.logs();
+    to_syncer = proxy.to_syncer();
+    to_learner = proxy.to_learner();
+  }
+  EXPECT_EQ(expect_continuous(run.tape()), 12u);
+  expect_bit_identical_to_final_cut(run, {id});
+  const std::string cut = run.final_cut();
+  ASSERT_GE(cut.size(), 256u * 8);
+  EXPECT_GT(to_learner.size(), cut.size()) << "the final cut did not go through the proxy";
+  for (std::size_t off = 0; off + 256 <= cut.size(); off += 256) {
+    const std::string chunk = cut.substr(off, 256);
+    EXPECT_EQ(to_learner.find(chunk), std::string::npos) << "final cut bytes " << off << ".. readable syncer→learner";
+    EXPECT_EQ(to_syncer.find(chunk), std::string::npos) << "final cut bytes " << off << ".. readable learner→syncer";
+  }
+  EXPECT_EQ(to_syncer.find(id), std::string::npos) << "the learner id crossed the wire in clear";
+  EXPECT_EQ(to_learner.find(id), std::string::npos) << "the learner id crossed the wire in clear";
+}
+
+// An on-path attacker that replays a captured sealed learner→syncer frame (first connection)
+// and swaps two of them (second connection): the syncer refuses each at once as failing
+// authentication, the learner reconnects, and the merges stay continuous to the final cut.
+TEST(SyncMultiProcess, ReplayedAndReorderedSealedFramesAreRefused) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=1", "sync.budget_outer_steps=16"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const std::string id = "isle-r";
+  std::string held;  // frame 2 of the second connection, sent after frame 3
+  int replayed = 0, swapped = 0;
+  auto mangle = [&](int conn, int frame, const std::string& bytes) -> std::string {
+    if (conn == 0 && frame == 3) {
+      ++replayed;
+      return bytes + bytes;
+    }
+    if (conn == 1 && frame == 2) {
+      held = bytes;
+      return {};
+    }
+    if (conn == 1 && frame == 3) {
+      ++swapped;
+      return bytes + held;
+    }
+    return bytes;
+  };
+  {
+    CapturingProxy proxy(run.port, ys::run_id_from_name("yeto"), mangle);
+    ASSERT_NE(proxy.port(), 0);
+    const std::uint16_t syncer_port = run.port;
+    run.port = proxy.port();
+    auto a = run.start_learner(id, 1);
+    run.port = syncer_port;
+    EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+    EXPECT_EQ(a->wait(10), 0) << run.logs();
+    EXPECT_GE(proxy.connections(), 3) << run.logs();
+  }
+  EXPECT_EQ(replayed, 1);
+  EXPECT_EQ(swapped, 1);
+  const auto tape = run.tape();
+  EXPECT_EQ(expect_continuous(tape), 16u);
+  std::size_t refused = 0;
+  std::string all;
+  for (const auto& r : tape)
+    if (r["event"] == "reject") {
+      const std::string why = r["reason"].get<std::string>();
+      all += why + "\n";
+      if (learners_of(r).count(id) &&
+          (why.find("authentication") != std::string::npos || why.find("decrypt") != std::string::npos))
+        ++refused;
+    }
+  EXPECT_EQ(refused, 2u) << all;
+  expect_bit_identical_to_final_cut(run, {id});
 }

@@ -100,57 +100,201 @@ TEST(SyncFrame, ForeignRunVersionTypeAndChecksumRejected) {
   reject(c, "checksum");
 }
 
-TEST(SyncAuth, SessionSealOpenTamperReplay) {
-  const auto key = ys::run_key_from_secret("0123456789abcdef-secret");
+namespace {
+const ys::Key kKey = ys::run_key_from_secret("0123456789abcdef-secret");
+
+ys::Frame one_frame(const std::string& bytes) {
+  auto frames = decode_all(bytes, 4096);
+  EXPECT_EQ(frames.size(), 1u);
+  return frames.at(0);
+}
+// A sealed frame with its CRC recomputed, so that a tampered byte reaches the AEAD.
+std::string with_crc(std::string s) {
+  const std::uint32_t crc = ys::frame_crc(std::string_view(s).substr(0, 20), std::string_view(s).substr(ys::kHeaderBytes));
+  std::memcpy(s.data() + 20, &crc, 4);
+  return s;
+}
+bool contains(const std::string& hay, const void* p, std::size_t n) {
+  return hay.find(std::string(static_cast<const char*>(p), n)) != std::string::npos;
+}
+}  // namespace
+
+TEST(SyncSeal, RoundTripHidesThePayloadAndCountsTheTagInTheLength) {
+  const auto sk = ys::session_key(kKey, ys::random_nonce(), ys::random_nonce());
+  ys::Session learner(sk, 'L', 'S'), syncer(sk, 'S', 'L');
+  std::vector<float> data(4096);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::sin(0.37f * static_cast<float>(i)) + 2.0f;
+  const std::string payload = ys::FragmentMsg{1, 9, data}.encode();
+  const std::string bytes = learner.seal(ys::MsgType::fragment, kRun, payload);
+  ASSERT_EQ(bytes.size(), ys::kHeaderBytes + payload.size() + ys::kSealBytes);
+  std::uint32_t len;
+  std::memcpy(&len, bytes.data() + 16, 4);
+  EXPECT_EQ(len, payload.size() + ys::kSealBytes);
+  std::uint16_t version;
+  std::memcpy(&version, bytes.data() + 4, 2);
+  EXPECT_EQ(version, 2u);
+  // No 64-byte piece of the tensor's bytes is readable in the frame.
+  for (std::size_t off = 0; off + 64 <= data.size() * 4; off += 64)
+    ASSERT_FALSE(contains(bytes, reinterpret_cast<const char*>(data.data()) + off, 64)) << off;
+  for (std::size_t chunk : {1ul, 5ul, 100000ul}) {
+    ys::Session rx(sk, 'S', 'L');
+    auto frames = decode_all(bytes, chunk);
+    ASSERT_EQ(frames.size(), 1u);
+    EXPECT_EQ(ys::FragmentMsg::decode(rx.open(std::move(frames[0]))).data, data);
+  }
+  // Empty payloads are sealed too (a bare tag).
+  const std::string leave = learner.seal(ys::MsgType::leave, kRun, "");
+  EXPECT_EQ(leave.size(), ys::kHeaderBytes + ys::kSealBytes);
+  EXPECT_EQ(syncer.open(one_frame(bytes)), payload);
+  EXPECT_EQ(syncer.open(one_frame(leave)), "");
+}
+
+TEST(SyncSeal, TamperedCiphertextTagOrHeaderIsRefused) {
+  const auto sk = ys::session_key(kKey, ys::random_nonce(), ys::random_nonce());
+  ys::Session learner(sk, 'L', 'S');
+  const std::string good = learner.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{3, 4}.encode());
+  auto refused = [&](const std::string& bytes) {
+    ys::Session rx(sk, 'S', 'L');
+    try {
+      rx.open(one_frame(bytes));
+    } catch (const ys::ProtocolError& e) {
+      return std::string(e.what()).find("failed authentication") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_FALSE(refused(good));
+  for (std::size_t i = ys::kHeaderBytes; i < good.size(); ++i) {  // every ciphertext and tag byte
+    std::string t = good;
+    t[i] ^= 0x20;
+    EXPECT_TRUE(refused(with_crc(t))) << "byte " << i;
+  }
+  // The header is the additional data: another type of the same size is refused.
+  std::string t = good;
+  const std::uint16_t done = static_cast<std::uint16_t>(ys::MsgType::done);
+  std::memcpy(t.data() + 6, &done, 2);
+  EXPECT_TRUE(refused(with_crc(t)));
+  // A frame directly modified (no decoder) in its header bytes is refused as well.
+  ys::Frame f = one_frame(good);
+  f.header[8] ^= 1;  // the run id
+  ys::Session rx(sk, 'S', 'L');
+  EXPECT_THROW(rx.open(f), ys::ProtocolError);
+  // A truncated payload (shorter than a tag) is refused.
+  ys::Frame g = one_frame(good);
+  g.payload.resize(ys::kSealBytes - 1);
+  EXPECT_THROW(rx.open(g), ys::ProtocolError);
+}
+
+TEST(SyncSeal, ReplayReorderReflectionAndAnotherKeyAreRefused) {
   const auto sn = ys::random_nonce(), cn = ys::random_nonce();
-  const auto sk = ys::session_key(key, sn, cn);
-  ys::Session syncer(sk, 'S', 'L'), learner(sk, 'L', 'S');
+  const auto sk = ys::session_key(kKey, sn, cn);
+  ys::Session learner(sk, 'L', 'S');
   const std::string f1 = learner.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{3, 4}.encode());
   const std::string f2 = learner.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{5, 6}.encode());
   auto frames = decode_all(f1 + f2, 7);
   ASSERT_EQ(frames.size(), 2u);
+  {  // reordered: the second frame first is refused
+    ys::Session syncer(sk, 'S', 'L');
+    EXPECT_THROW(syncer.open(frames[1]), ys::ProtocolError);
+  }
+  ys::Session syncer(sk, 'S', 'L');
   EXPECT_EQ(ys::Heartbeat::decode(syncer.open(frames[0])).step, 3u);
   // Replaying frame 1 in place of frame 2 fails: the sequence number moved on.
   EXPECT_THROW(syncer.open(frames[0]), ys::ProtocolError);
   EXPECT_EQ(ys::Heartbeat::decode(syncer.open(frames[1])).step, 5u);
-  // A frame sealed under another key fails.
+  // A frame sealed under another run secret (same nonces) fails.
   ys::Session other(ys::session_key(ys::run_key_from_secret("another-secret-of-16+"), sn, cn), 'L', 'S');
-  auto forged = decode_all(other.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{}.encode()), 100);
   ys::Session fresh(sk, 'S', 'L');
-  EXPECT_THROW(fresh.open(forged[0]), ys::ProtocolError);
-  // A frame reflected back to its sender fails (the direction byte differs).
-  ys::Session fresh2(sk, 'L', 'S');
-  ys::Session learner2(sk, 'L', 'S');
-  auto own = decode_all(learner2.seal(ys::MsgType::heartbeat, kRun, ""), 100);
-  EXPECT_THROW(fresh2.open(own[0]), ys::ProtocolError);
+  EXPECT_THROW(fresh.open(one_frame(other.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{}.encode()))),
+               ys::ProtocolError);
+  // ... and so does one of another connection (other nonces, same secret).
+  ys::Session other_conn(ys::session_key(kKey, ys::random_nonce(), cn), 'L', 'S');
+  EXPECT_THROW(fresh.open(one_frame(other_conn.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{}.encode()))),
+               ys::ProtocolError);
+  // A frame reflected back to its sender fails (the direction is part of the nonce).
+  ys::Session learner_rx(sk, 'L', 'S'), learner2(sk, 'L', 'S');
+  EXPECT_THROW(learner_rx.open(one_frame(learner2.seal(ys::MsgType::heartbeat, kRun, ""))), ys::ProtocolError);
+  // The same frame in the right direction opens.
+  ys::Session learner3(sk, 'L', 'S');
+  EXPECT_EQ(fresh.open(one_frame(learner3.seal(ys::MsgType::heartbeat, kRun, ""))), "");
 }
 
-TEST(SyncAuth, HelloTagDependsOnEverySignedField) {
-  const auto key = ys::run_key_from_secret("0123456789abcdef-secret");
+TEST(SyncSeal, VersionOneFramesAreRefused) {
+  const auto sk = ys::session_key(kKey, ys::random_nonce(), ys::random_nonce());
+  ys::Session learner(sk, 'L', 'S');
+  std::string v1 = learner.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{}.encode());
+  const std::uint16_t one = 1;
+  std::memcpy(v1.data() + 4, &one, 2);
+  ys::FrameDecoder d(kRun, kCap);
+  d.feed(v1.data(), v1.size());
+  try {
+    d.next();
+    FAIL() << "a version 1 frame was accepted";
+  } catch (const ys::ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 2)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SyncAuth, HelloBoxHidesTheLearnerAndOpensOnlyWithTheSecretAndNonces) {
+  const auto sn = ys::random_nonce();
+  ys::Hello h;
+  h.learner_id = "island-secret-name";
+  h.client_nonce = ys::random_nonce();
+  h.layout_fp = 0x0123456789abcdefull;
+  const std::string bytes = h.seal(kKey, kRun, sn);
+  EXPECT_EQ(bytes.size(), ys::kHeaderBytes + ys::kHelloPayload);
+  EXPECT_EQ(bytes.find(h.learner_id), std::string::npos);
+  EXPECT_FALSE(contains(bytes, &h.layout_fp, 8));
+  const ys::Frame f = one_frame(bytes);
+  EXPECT_EQ(f.type, ys::MsgType::hello);
+  EXPECT_EQ(ys::Hello::client_nonce_of(f), h.client_nonce);  // in clear
+  const auto o = ys::Hello::open(kKey, sn, f);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->learner_id, h.learner_id);
+  EXPECT_EQ(o->layout_fp, h.layout_fp);
+  EXPECT_EQ(o->client_nonce, h.client_nonce);
+  // Another secret, or another connection's challenge (a replayed hello), does not open it.
+  EXPECT_FALSE(ys::Hello::open(ys::run_key_from_secret("wrong-secret-000000"), sn, f).has_value());
+  EXPECT_FALSE(ys::Hello::open(kKey, ys::random_nonce(), f).has_value());
+  // Nor does any change of the client nonce, the box, or the header.
+  for (std::size_t i = 0; i < f.payload.size(); i += 7) {
+    ys::Frame t = f;
+    t.payload[i] ^= 4;
+    EXPECT_FALSE(ys::Hello::open(kKey, sn, t).has_value()) << i;
+  }
+  ys::Frame t = f;
+  t.header[8] ^= 1;
+  EXPECT_FALSE(ys::Hello::open(kKey, sn, t).has_value());
+  // The frame's size does not depend on the id's length; an id over the limit is refused.
+  ys::Hello shorter = h;
+  shorter.learner_id = "a";
+  EXPECT_EQ(shorter.seal(kKey, kRun, sn).size(), bytes.size());
+  shorter.learner_id = std::string(ys::kMaxLearnerId, 'x');
+  EXPECT_EQ(ys::Hello::open(kKey, sn, one_frame(shorter.seal(kKey, kRun, sn)))->learner_id, shorter.learner_id);
+  shorter.learner_id += "x";
+  EXPECT_THROW(shorter.seal(kKey, kRun, sn), ys::WireError);
+  // A hello of the wrong size is malformed before any key is tried.
+  ys::Frame small = f;
+  small.payload.pop_back();
+  EXPECT_THROW(ys::Hello::open(kKey, sn, small), ys::WireError);
+}
+
+TEST(SyncAuth, WelcomeTagAndKeys) {
   const auto sn = ys::random_nonce(), cn = ys::random_nonce();
-  const auto text = ys::Hello::signed_text(kRun, sn, cn, "alice", 42);
-  const auto tag = ys::mac(key, text);
-  EXPECT_TRUE(ys::mac_ok(key, text, tag.data()));
-  EXPECT_FALSE(ys::mac_ok(key, ys::Hello::signed_text(kRun, sn, cn, "bob", 42), tag.data()));
-  EXPECT_FALSE(ys::mac_ok(key, ys::Hello::signed_text(kRun, sn, cn, "alice", 43), tag.data()));
-  EXPECT_FALSE(ys::mac_ok(key, ys::Hello::signed_text(kRun + 1, sn, cn, "alice", 42), tag.data()));
+  const auto text = ys::Welcome::signed_text(kRun, sn, cn);
+  const auto tag = ys::mac(kKey, text);
+  EXPECT_TRUE(ys::mac_ok(kKey, text, tag.data()));
+  EXPECT_FALSE(ys::mac_ok(kKey, ys::Welcome::signed_text(kRun, sn, ys::random_nonce()), tag.data()));
+  EXPECT_FALSE(ys::mac_ok(kKey, ys::Welcome::signed_text(kRun + 1, sn, cn), tag.data()));
   EXPECT_FALSE(ys::mac_ok(ys::run_key_from_secret("wrong-secret-000000"), text, tag.data()));
+  EXPECT_NE(ys::session_key(kKey, sn, cn), ys::hello_key(kKey, sn, cn));
+  EXPECT_NE(ys::session_key(kKey, sn, cn), ys::session_key(kKey, cn, sn));
   EXPECT_THROW(ys::run_key_from_secret("short"), yeto::UsageError);
-  EXPECT_EQ(ys::run_key_from_secret("  0123456789abcdef-secret\n"), key);
+  EXPECT_EQ(ys::run_key_from_secret("  0123456789abcdef-secret\n"), kKey);
   EXPECT_NE(ys::run_id_from_name("a"), ys::run_id_from_name("b"));
 }
 
 TEST(SyncMessages, RoundTrips) {
-  ys::Hello h;
-  h.learner_id = "island-3";
-  h.client_nonce = ys::random_nonce();
-  h.layout_fp = 99;
-  h.tag[0] = 7;
-  const auto h2 = ys::Hello::decode(h.encode());
-  EXPECT_EQ(h2.learner_id, "island-3");
-  EXPECT_EQ(h2.client_nonce, h.client_nonce);
-  EXPECT_EQ(h2.tag, h.tag);
-
   ys::Welcome w;
   w.versions = {1, 2, 3};
   EXPECT_EQ(ys::Welcome::decode(w.encode()).versions, w.versions);
@@ -230,6 +374,13 @@ TEST(SyncFrame, MutatedFramesNeverCrash) {
       ys::encode_frame(ys::MsgType::fragment, kRun, ys::FragmentMsg{0, 1, {1, 2, 3}}.encode()),
       ys::encode_frame(ys::MsgType::init, kRun, ys::Init{ys::FragmentPattern::binpack, 1, {{"w", 2}}, {1, 2}}.encode()),
   };
+  const auto sn = ys::random_nonce();
+  const auto sk = ys::session_key(kKey, sn, ys::random_nonce());
+  ys::Session sealer(sk, 'L', 'S');
+  seeds.push_back(sealer.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{1, 2}.encode()));
+  ys::Hello hello;
+  hello.learner_id = "isle";
+  seeds.push_back(hello.seal(kKey, kRun, sn));
   int decoded = 0, rejected = 0;
   for (int it = 0; it < 20000; ++it) {
     std::string s = seeds[rng() % seeds.size()];
@@ -258,9 +409,14 @@ TEST(SyncFrame, MutatedFramesNeverCrash) {
             case ys::MsgType::fragment: ys::FragmentMsg::decode(f.payload); break;
             case ys::MsgType::init: ys::Init::decode(f.payload); break;
             case ys::MsgType::heartbeat: ys::Heartbeat::decode(f.payload); break;
+            case ys::MsgType::hello: ys::Hello::open(kKey, sn, f); break;
             default: break;
           }
+          ys::Session opener(sk, 'S', 'L');
+          opener.open(f);
         } catch (const ys::WireError&) {
+          ++rejected;
+        } catch (const ys::ProtocolError&) {  // does not open
           ++rejected;
         }
       }
