@@ -193,6 +193,15 @@ std::vector<json> read_jsonl(const fs::path& p) {
   return read_tape_records(p);
 }
 
+// The syncer's tape records a correct acknowledgement of the final cut by learner `id`.
+bool acknowledged_cut(const fs::path& state, const std::string& id) {
+  for (const auto& r : read_jsonl(state / "tape.jsonl"))
+    if (r.value("event", "") == "final_ack" && r.value("ok", false) && r.contains("learners"))
+      for (const auto& l : r["learners"])
+        if (l == id) return true;
+  return false;
+}
+
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -266,7 +275,8 @@ LaunchResult run_islands(const IslandLaunch& L) {
     int failed = 0;             // the first failing rank's code in this life
     std::uint32_t restarts = 0;
     double stop_since = 0, restart_at = 0;
-    bool lost = false;          // failed and not restarted again
+    bool given_up = false;      // failed and not restarted again
+    bool ack_checked = false, acked = false;  // this life acknowledged the final cut (tape)
   };
   std::vector<Island> islands(L.islands);
   std::set<std::uint16_t> ports = {port};
@@ -274,6 +284,7 @@ LaunchResult run_islands(const IslandLaunch& L) {
     const IslandSlot& s = is.slot;
     is.ranks.clear();
     is.failed = 0;
+    is.ack_checked = is.acked = false;
     is.phase = Island::Phase::running;
     if (s.ranks == 1) {
       is.ranks.push_back(std::make_unique<Child>(s.id, is.argv, s.dir / "learner.log"));
@@ -362,13 +373,22 @@ LaunchResult run_islands(const IslandLaunch& L) {
       }
       const auto give_up = [&](const std::string& why) {
         is.phase = Island::Phase::ended;
-        is.lost = true;
-        spdlog::error("embedded run: {} is lost ({}; exit code {}, {} restart(s))", id, why, is.failed, is.restarts);
-        note({{"event", "island_lost"}, {"island", id}, {"code", is.failed}, {"restarts", is.restarts},
+        is.given_up = true;
+        spdlog::error("embedded run: {} is not restarted ({}; exit code {}, {} restart(s))", id, why, is.failed, is.restarts);
+        note({{"event", "island_given_up"}, {"island", id}, {"code", is.failed}, {"restarts", is.restarts},
               {"reason", why}});
       };
       if (is.phase == Island::Phase::running && is.failed != 0) {
-        if (run_going_on && is.restarts < L.island_restarts) {
+        const bool may_restart = run_going_on && is.restarts < L.island_restarts;
+        // Read once per failure: the tape may be long.
+        if (may_restart && !is.ack_checked) {
+          is.ack_checked = true;
+          is.acked = acknowledged_cut(state, id);
+        }
+        if (may_restart && is.acked) {
+          // It failed after it acknowledged the final cut: the run is ending; nothing to redo.
+          if (!alive) give_up("it failed after acknowledging the final cut");
+        } else if (may_restart) {
           // Restarted as a whole: the surviving ranks are stopped first.
           is.phase = Island::Phase::stopping;
           is.stop_since = now;
@@ -441,7 +461,7 @@ LaunchResult run_islands(const IslandLaunch& L) {
   for (const auto& is : islands) {
     res.island_exits.push_back(is.failed);
     res.island_restarts.push_back(is.restarts);
-    res.island_lost.push_back(is.lost);
+    res.island_given_up.push_back(is.given_up);
   }
   res.signals = forwarded;
   note({{"event", "end"}, {"syncer_exit", res.syncer_exit}, {"island_exits", res.island_exits}});
@@ -494,7 +514,7 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
       given_up.clear();
     } else if (ev == "island_restart") {
       ++restarts[e.value("island", "")];
-    } else if (ev == "island_lost") {
+    } else if (ev == "island_given_up") {
       given_up[e.value("island", "")] = e;
     }
   }

@@ -14,7 +14,7 @@
 // are removed). The island's exit code is its first failing rank's.
 //   RUN_DIR/summary.json        what print_summary() prints, machine-readable
 //   RUN_DIR/launch.jsonl        the launcher's record (appended; `launch` opens each launch):
-//                               island_exit, island_restart, island_lost, syncer_restart, end
+//                               island_exit, island_restart, island_given_up, syncer_restart, end
 //
 // The children run in their own process groups, so a terminal's Ctrl-C reaches only the
 // launcher, which forwards it: the first SIGINT/SIGTERM goes to the syncer (it takes the final
@@ -28,8 +28,10 @@
 // after a backoff of restart_backoff_s, doubled for each further restart, at most
 // island_restarts (sync.island_restarts) times. It resumes from its own checkpoint in its run
 // dir and rejoins the syncer as the same learner, catching up from the syncer's state; the
-// syncer holds the learners-done cut for it (sync.join_timeout_s). An island that fails again
-// after that, or once the run is over, is lost: its exit code fails the run. The run's result
+// syncer holds the learners-done cut for it (sync.join_timeout_s). An island that failed after
+// acknowledging the final cut is not restarted; one that fails after its last restart, or once
+// the run is over, is given up (lost unless it acknowledged the cut). Either way its exit code
+// fails the run. The run's result
 // is the syncer's final cut (RUN_DIR/syncer/final_cut.bin): the summary names every island
 // that did not acknowledge it as not holding it. Torch-free.
 #pragma once
@@ -84,7 +86,7 @@ struct LaunchResult {
   int syncer_exit = -1;                 // exit code, 128 + signal when killed
   std::vector<int> island_exits;        // per island: its last life's first failing rank's code, else 0
   std::vector<std::uint32_t> island_restarts;  // per island: times it was restarted
-  std::vector<bool> island_lost;        // per island: failed and given up (not restarted again)
+  std::vector<bool> island_given_up;    // per island: failed and not restarted again
   std::uint32_t syncer_restarts = 0;
   int signals = 0;                      // SIGINT/SIGTERM received and forwarded
   // 0 when the syncer and every island's last life exited 0, else the first failure (so a
