@@ -164,8 +164,7 @@ TEST(SyncLaunch, AnIslandKilledLateIsRestartedRejoinsAndEndsOnTheFinalCut) {
     for (const auto& rec : tape_of(run))
       if (rec["event"] == "merge" && names(rec, "island-1")) ++merged;
   }
-  const std::string pid = yeto::test::read_text(run / "island-1" / "pid");
-  if (merged >= 50) ::kill(std::stoi(pid), SIGKILL);
+  if (merged >= 50) ::kill(std::stoi(yeto::test::read_text(run / "island-1" / "pid")), SIGKILL);
   t.join();
   ASSERT_GE(merged, 50u);
 
@@ -241,6 +240,29 @@ TEST(SyncLaunch, AnIslandThatKeepsCrashingIsGivenUpAndReportedLost) {
   EXPECT_NE(text.find("island-1: restarted 3 times, lost"), std::string::npos) << text;
   EXPECT_NE(text.find("does not hold the final cut"), std::string::npos) << text;
   EXPECT_NE(text.find("islands lost 1, restarted 1, missing 1"), std::string::npos) << text;
+}
+
+// island-1 acknowledges the final cut, then exits 3: the run is over (or its island holds the
+// cut), so it is not restarted; it is not lost (it holds the cut), but the run fails.
+TEST(SyncLaunch, AnIslandThatFailsAfterTheFinalCutIsNotRestarted) {
+  yeto::test::TempDir dir;
+  const fs::path run = dir / "run";
+  auto L = launch(run, 2, {"sync.quorum=2"}, [](const ys::IslandSlot& s) {
+    std::vector<std::string> a = {"--budget-steps", "100"};
+    if (s.index == 1) a.insert(a.end(), {"--exit-after-final", "3"});
+    return a;
+  });
+  L.restart_backoff_s = 0.1;
+  const auto r = ys::run_islands(L);
+  EXPECT_EQ(r.island_exits, (std::vector<int>{0, 3}));
+  EXPECT_EQ(r.exit_code(), 3);
+  EXPECT_EQ(r.island_restarts, (std::vector<std::uint32_t>{0, 0}));
+  EXPECT_EQ(final_acks(run), (std::set<std::string>{"island-0", "island-1"}));
+  expect_islands_match_final_cut(run, 2);
+  const json s = ys::embedded_summary(run, 2);
+  EXPECT_EQ(s["islands_lost"], 0) << s.dump(2);
+  EXPECT_EQ(s["islands_restarted"], 0) << s.dump(2);
+  EXPECT_EQ(s["per_island"][1]["holds_final_cut"], true);
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 // done and waits for the final cut; with --state FILE it saves its step and tensors there
 // every --inner-steps steps and resumes from them when restarted (then catches up from the
 // syncer's state). --pid-file names the process for tests that kill it; --crash-after-steps K
-// kills the process (SIGKILL) K steps after each start.
+// kills the process (SIGKILL) K steps after each start; --exit-after-final C exits with code C
+// once it holds and acknowledged the final cut (a failure after the end of the run).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
       {"lr", "0.05"},          {"out", ""},             {"events", ""},       {"heartbeat", "0.1"},
       {"learner-timeout", "0.8"}, {"grace-max", "1.0"}, {"round-deadline", "2.0"}, {"reconnect-budget", "15"},
       {"final-timeout", "5"},  {"run-id", "yeto"},      {"samples", "8"},     {"budget-steps", "0"},
-      {"state", ""},           {"pid-file", ""},        {"crash-after-steps", "0"}};
+      {"state", ""},           {"pid-file", ""},        {"crash-after-steps", "0"}, {"exit-after-final", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || i + 1 >= argc || !a.count(k.substr(2))) {
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     const std::uint64_t budget = std::stoull(a["budget-steps"]);
     const std::uint64_t crash_after = std::stoull(a["crash-after-steps"]);
     const std::string state = a["state"];
+    const int exit_after_final = std::stoi(a["exit-after-final"]);
     if (!a["pid-file"].empty()) yeto::atomic_write(a["pid-file"], std::to_string(::getpid()) + "\n");
 
     std::vector<std::vector<float>> t;
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
         }
         write_out();
         std::cout << "learner " << o.learner_id << " finished its budget of " << budget << " steps\n";
-        return 0;
+        return exit_after_final;
       }
       if (crash_after > 0 && step - first_step >= crash_after) ::kill(::getpid(), SIGKILL);
       for (std::size_t i = 0; i < t.size(); ++i)
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
         std::cout << "learner " << o.learner_id << " finished after " << step + 1 << " steps; pushes "
                   << s.pushes_sent << " sent, " << s.pushes_accepted << " accepted; bytes sent " << s.bytes_sent
                   << "\n";
-        return 0;
+        return exit_after_final;
       }
       if ((step + 1) % o.inner_steps == 0) save_state(step + 1);
     }
