@@ -193,6 +193,15 @@ std::vector<json> read_jsonl(const fs::path& p) {
   return read_tape_records(p);
 }
 
+// The syncer's tape records a correct acknowledgement of the final cut by learner `id`.
+bool acknowledged_cut(const fs::path& state, const std::string& id) {
+  for (const auto& r : read_jsonl(state / "tape.jsonl"))
+    if (r.value("event", "") == "final_ack" && r.value("ok", false) && r.contains("learners"))
+      for (const auto& l : r["learners"])
+        if (l == id) return true;
+  return false;
+}
+
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -247,25 +256,42 @@ LaunchResult run_islands(const IslandLaunch& L) {
   const auto port = static_cast<std::uint16_t>(std::stoi(trim(read_file(state / "port"))));
   spdlog::info("embedded run: syncer on 127.0.0.1:{} (state {}), {} island(s)", port, state.string(), L.islands);
 
-  // Every rank of every island; island_of[k] is the island index of islands[k].
-  std::vector<std::unique_ptr<Child>> islands;
-  std::vector<std::uint32_t> island_of;
+  // The launcher's own record of the islands' lives (RUN_DIR/launch.jsonl, appended; a
+  // `launch` record opens each launch): exits, restarts and islands given up.
+  std::ofstream launch_log(L.run_dir / "launch.jsonl", std::ios::app);
+  auto note = [&](json rec) {
+    rec["time"] = unix_now();
+    launch_log << rec.dump() << "\n";
+    launch_log.flush();
+  };
+  note({{"event", "launch"}, {"islands", L.islands}, {"island_restarts", L.island_restarts}});
+
+  // Every island with its ranks (a multi-rank island is started and restarted as a whole).
+  struct Island {
+    IslandSlot slot;
+    std::vector<std::string> argv;
+    std::vector<std::unique_ptr<Child>> ranks;
+    enum class Phase { running, stopping, waiting, ended } phase = Phase::running;
+    int failed = 0;             // the first failing rank's code in this life
+    std::uint32_t restarts = 0;
+    double stop_since = 0, restart_at = 0;
+    bool given_up = false;      // failed and not restarted again
+    bool ack_checked = false, acked = false;  // this life acknowledged the final cut (tape)
+  };
+  std::vector<Island> islands(L.islands);
   std::set<std::uint16_t> ports = {port};
-  for (std::uint32_t i = 0; i < L.islands; ++i) {
-    IslandSlot s;
-    s.index = i;
-    s.id = "island-" + std::to_string(i);
-    s.dir = L.run_dir / s.id;
-    s.syncer = "127.0.0.1:" + std::to_string(port);
-    s.secret = secret;
-    s.ranks = i < L.island_ranks.size() ? std::max<std::uint32_t>(1, L.island_ranks[i]) : 1;
-    fs::create_directories(s.dir);
-    const auto argv = L.learner_argv(s);
+  auto start_island = [&](Island& is) {
+    const IslandSlot& s = is.slot;
+    is.ranks.clear();
+    is.failed = 0;
+    is.ack_checked = is.acked = false;
+    is.phase = Island::Phase::running;
     if (s.ranks == 1) {
-      islands.push_back(std::make_unique<Child>(s.id, argv, s.dir / "learner.log"));
-      island_of.push_back(i);
-      continue;
+      is.ranks.push_back(std::make_unique<Child>(s.id, is.argv, s.dir / "learner.log"));
+      return;
     }
+    // A fresh rendezvous port for every life: the last one may still be held by a dead rank's
+    // sockets.
     const std::uint16_t master = free_port(ports);
     ports.insert(master);
     spdlog::info("embedded run: {} has {} ranks (rendezvous 127.0.0.1:{})", s.id, s.ranks, master);
@@ -275,10 +301,34 @@ LaunchResult run_islands(const IslandLaunch& L) {
                                             "LOCAL_WORLD_SIZE=" + std::to_string(s.ranks), "MASTER_ADDR=127.0.0.1",
                                             "MASTER_PORT=" + std::to_string(master)};
       const fs::path log = s.dir / (r == 0 ? std::string("learner.log") : "learner-rank" + std::to_string(r) + ".log");
-      islands.push_back(std::make_unique<Child>(s.id + (r == 0 ? "" : "/rank" + std::to_string(r)), argv, log, env));
-      island_of.push_back(i);
+      is.ranks.push_back(std::make_unique<Child>(s.id + (r == 0 ? "" : "/rank" + std::to_string(r)), is.argv, log, env));
     }
+  };
+  for (std::uint32_t i = 0; i < L.islands; ++i) {
+    Island& is = islands[i];
+    IslandSlot& s = is.slot;
+    s.index = i;
+    s.id = "island-" + std::to_string(i);
+    s.dir = L.run_dir / s.id;
+    s.syncer = "127.0.0.1:" + std::to_string(port);
+    s.secret = secret;
+    s.ranks = i < L.island_ranks.size() ? std::max<std::uint32_t>(1, L.island_ranks[i]) : 1;
+    fs::create_directories(s.dir);
+    is.argv = L.learner_argv(s);
+    start_island(is);
   }
+
+  // The syncer has finished the run once it wrote its final marker (a marker left by an earlier
+  // launch on this run directory does not count) or exited 0.
+  const fs::path final_marker = state / "final.json";
+  std::optional<fs::file_time_type> old_marker;
+  if (fs::exists(final_marker, ec)) old_marker = fs::last_write_time(final_marker, ec);
+  auto syncer_finished = [&] {
+    if (!syncer->running() && syncer->status() == 0) return true;
+    std::error_code e;
+    if (!fs::exists(final_marker, e)) return false;
+    return !old_marker || fs::last_write_time(final_marker, e) != *old_marker;
+  };
 
   int forwarded = 0;
   double all_done_at = -1;
@@ -293,20 +343,88 @@ LaunchResult run_islands(const IslandLaunch& L) {
         syncer->signal(SIGTERM);
       } else {
         spdlog::warn("embedded run: second signal: stopping every island (each writes a checkpoint)");
-        for (auto& c : islands) c->signal(SIGTERM);
+        for (auto& is : islands)
+          for (auto& c : is.ranks) c->signal(SIGTERM);
         syncer->signal(SIGTERM);
       }
     }
+    const double now = steady_now();
+    // An island that failed is restarted while the run goes on: no operator signal, and the
+    // syncer is up and has not finished.
+    const bool run_going_on = forwarded == 0 && syncer->running() && !syncer_finished();
     bool any_running = false;
-    for (std::size_t i = 0; i < islands.size(); ++i) {
-      const bool was = islands[i]->running();
-      if (const auto code = islands[i]->poll(); code && was) {
-        if (*code == 0) spdlog::info("embedded run: {} finished", islands[i]->name());
-        else
-          spdlog::error("embedded run: {} exited with code {}; see its log in {}", islands[i]->name(), *code,
-                        (L.run_dir / ("island-" + std::to_string(island_of[i]))).string());
+    for (auto& is : islands) {
+      const std::string& id = is.slot.id;
+      bool alive = false;
+      for (std::size_t r = 0; r < is.ranks.size(); ++r) {
+        Child& c = *is.ranks[r];
+        const bool was = c.running();
+        if (const auto code = c.poll(); code && was) {
+          if (*code == 0) {
+            spdlog::info("embedded run: {} finished", c.name());
+          } else {
+            spdlog::error("embedded run: {} exited with code {}; see its log in {}", c.name(), *code,
+                          is.slot.dir.string());
+            if (is.failed == 0) is.failed = *code;
+          }
+          note({{"event", "island_exit"}, {"island", id}, {"rank", r}, {"code", *code}, {"life", is.restarts}});
+        }
+        alive = alive || c.running();
       }
-      any_running = any_running || islands[i]->running();
+      const auto give_up = [&](const std::string& why) {
+        is.phase = Island::Phase::ended;
+        is.given_up = true;
+        spdlog::error("embedded run: {} is not restarted ({}; exit code {}, {} restart(s))", id, why, is.failed, is.restarts);
+        note({{"event", "island_given_up"}, {"island", id}, {"code", is.failed}, {"restarts", is.restarts},
+              {"reason", why}});
+      };
+      if (is.phase == Island::Phase::running && is.failed != 0) {
+        const bool may_restart = run_going_on && is.restarts < L.island_restarts;
+        // Read once per failure: the tape may be long.
+        if (may_restart && !is.ack_checked) {
+          is.ack_checked = true;
+          is.acked = acknowledged_cut(state, id);
+        }
+        if (may_restart && is.acked) {
+          // It failed after it acknowledged the final cut: the run is ending; nothing to redo.
+          if (!alive) give_up("it failed after acknowledging the final cut");
+        } else if (may_restart) {
+          // Restarted as a whole: the surviving ranks are stopped first.
+          is.phase = Island::Phase::stopping;
+          is.stop_since = now;
+          for (auto& c : is.ranks) c->signal(SIGTERM);
+        } else if (!alive) {
+          give_up(forwarded > 0             ? "not restarted after the operator's signal"
+                  : is.restarts >= L.island_restarts ? "restarted sync.island_restarts times already"
+                                                      : "the syncer has finished or is gone");
+        }
+      } else if (is.phase == Island::Phase::running && !alive) {
+        is.phase = Island::Phase::ended;
+      }
+      if (is.phase == Island::Phase::stopping) {
+        if (!alive) {
+          const double backoff = std::min(L.restart_backoff_s * std::pow(2.0, is.restarts), L.restart_backoff_max_s);
+          is.phase = Island::Phase::waiting;
+          is.restart_at = now + backoff;
+          spdlog::warn("embedded run: restarting {} in {:.1f} s ({}/{}); it resumes from its checkpoint", id, backoff,
+                       is.restarts + 1, L.island_restarts);
+        } else if (now - is.stop_since > L.stop_grace_s) {
+          for (auto& c : is.ranks) c->signal(SIGKILL);
+        }
+      }
+      if (is.phase == Island::Phase::waiting) {
+        if (!run_going_on) {
+          give_up(forwarded > 0 ? "not restarted after the operator's signal" : "the syncer has finished or is gone");
+        } else if (now >= is.restart_at) {
+          ++is.restarts;
+          note({{"event", "island_restart"}, {"island", id}, {"restart", is.restarts}, {"of", L.island_restarts},
+                {"code", is.failed}});
+          start_island(is);
+          alive = true;
+        }
+      }
+      // An island waiting for its restart still belongs to the run.
+      any_running = any_running || alive || is.phase == Island::Phase::waiting || is.phase == Island::Phase::stopping;
     }
     const bool syncer_was = syncer->running();
     if (const auto code = syncer->poll(); code && syncer_was) {
@@ -315,6 +433,7 @@ LaunchResult run_islands(const IslandLaunch& L) {
         ++res.syncer_restarts;
         spdlog::warn("embedded run: the syncer exited with code {}; restarting it from its checkpoint ({}/3)", *code,
                      res.syncer_restarts);
+        note({{"event", "syncer_restart"}, {"code", *code}, {"restart", res.syncer_restarts}});
         syncer = std::make_unique<Child>("syncer", syncer_cmd(port), state / "syncer.log");
       } else if (*code != 0) {
         spdlog::error("embedded run: the syncer exited with code {}; see {}", *code,
@@ -323,10 +442,9 @@ LaunchResult run_islands(const IslandLaunch& L) {
     }
     if (!any_running && !syncer->running()) break;
     if (!any_running) {
-      const double now = steady_now();
       if (all_done_at < 0) all_done_at = now;
       bool none_ok = true;
-      for (const auto& c : islands) none_ok = none_ok && c->status() != 0;
+      for (const auto& is : islands) none_ok = none_ok && is.failed != 0;
       // Every island failed: nobody will acknowledge a cut, so do not wait for one.
       if (!syncer_termed && (none_ok || now - all_done_at > L.syncer_grace_s)) {
         spdlog::warn("embedded run: every island has exited but the syncer has not finished; stopping it");
@@ -340,12 +458,13 @@ LaunchResult run_islands(const IslandLaunch& L) {
     sleep_ms(50);
   }
   res.syncer_exit = syncer->status();
-  res.island_exits.assign(L.islands, 0);
-  for (std::size_t k = 0; k < islands.size(); ++k) {
-    int& code = res.island_exits[island_of[k]];
-    if (code == 0) code = islands[k]->status();
+  for (const auto& is : islands) {
+    res.island_exits.push_back(is.failed);
+    res.island_restarts.push_back(is.restarts);
+    res.island_given_up.push_back(is.given_up);
   }
   res.signals = forwarded;
+  note({{"event", "end"}, {"syncer_exit", res.syncer_exit}, {"island_exits", res.island_exits}});
   return res;
 }
 
@@ -354,6 +473,7 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
   std::uint64_t merges = 0, merges_all = 0, rejects = 0;
   std::map<std::int64_t, std::uint64_t> versions;
   std::map<std::string, std::uint64_t> merged_by;
+  std::set<std::string> acked;  // correct acknowledgements of the final cut
   json final_cut = nullptr;
   for (const auto& r : tape) {
     const std::string ev = r.value("event", "");
@@ -367,6 +487,8 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
     } else if (ev == "final_cut") {
       final_cut = {{"reason", r.value("reason", "")}, {"digest", r.value("digest", "")},
                    {"outer_steps", r.value("outer_steps", std::uint64_t{0})}};
+    } else if (ev == "final_ack" && r.value("ok", false) && r.contains("learners")) {
+      for (const auto& l : r["learners"]) acked.insert(l.get<std::string>());
     }
   }
   json s = {{"islands", islands}, {"outer_steps_merged", merges}, {"merges_with_every_island", merges_all},
@@ -374,12 +496,44 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
   json fv = json::array();
   for (const auto& [p, v] : versions) fv.push_back(v);
   s["fragment_versions"] = fv;
-  if (fs::exists(run_dir / "syncer" / "final.json")) s["final"] = json::parse(read_file(run_dir / "syncer" / "final.json"));
+  if (fs::exists(run_dir / "syncer" / "final.json")) {
+    s["final"] = json::parse(read_file(run_dir / "syncer" / "final.json"));
+    for (const auto& l : s["final"].value("acked", json::array())) acked.insert(l.get<std::string>());
+  }
+  // The run's result is the syncer's final cut; only islands that acknowledged it hold it.
+  const fs::path cut = run_dir / "syncer" / "final_cut.bin";
+  s["result"] = !final_cut.is_null() && fs::exists(cut) ? json(cut.string()) : json(nullptr);
+  if (final_cut.is_null()) acked.clear();
+  // The launcher's record of the last launch: restarts, and islands it gave up on.
+  std::map<std::string, std::uint64_t> restarts;
+  std::map<std::string, json> given_up;
+  for (const auto& e : read_jsonl(run_dir / "launch.jsonl")) {
+    const std::string ev = e.value("event", "");
+    if (ev == "launch") {
+      restarts.clear();
+      given_up.clear();
+    } else if (ev == "island_restart") {
+      ++restarts[e.value("island", "")];
+    } else if (ev == "island_given_up") {
+      given_up[e.value("island", "")] = e;
+    }
+  }
   json per = json::array();
+  json missing = json::array();
+  std::uint64_t lost_n = 0, restarted_n = 0;
   double sent_total = 0, allreduce_total = 0;
   for (std::uint32_t i = 0; i < islands; ++i) {
     const std::string id = "island-" + std::to_string(i);
-    json isl = {{"id", id}, {"merged_pushes", merged_by.count(id) ? merged_by[id] : 0}};
+    const bool ack = acked.count(id) > 0;
+    // Lost: it exited for good (failed, not restarted again) without acknowledging the cut.
+    const bool lost = given_up.count(id) && !ack;
+    json isl = {{"id", id}, {"merged_pushes", merged_by.count(id) ? merged_by[id] : 0},
+                {"restarts", restarts.count(id) ? restarts[id] : 0}, {"acknowledged_final_cut", ack},
+                {"holds_final_cut", ack}, {"lost", lost}};
+    if (given_up.count(id)) isl["exit"] = given_up[id].value("code", 0);
+    if (isl["restarts"].get<std::uint64_t>() > 0) ++restarted_n;
+    if (lost) ++lost_n;
+    if (!ack) missing.push_back(id);
     for (const auto& e : read_jsonl(run_dir / id / "sync_events.jsonl")) {
       const std::string ev = e.value("event", "");
       if (ev == "closed") {
@@ -403,6 +557,9 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
     per.push_back(isl);
   }
   s["per_island"] = per;
+  s["islands_lost"] = lost_n;
+  s["islands_restarted"] = restarted_n;
+  s["islands_missing"] = missing;  // islands that do not hold the final cut
   s["bytes_sent_total"] = sent_total;
   s["allreduce_equivalent_bytes_total"] = allreduce_total;
   if (sent_total > 0 && allreduce_total > 0) s["allreduce_over_sent"] = allreduce_total / sent_total;
@@ -415,25 +572,40 @@ std::string format_summary(const json& s) {
   o << "  outer steps merged: " << s["outer_steps_merged"].get<std::uint64_t>() << " (fragment versions "
     << s["fragment_versions"].dump() << "), " << s["merges_with_every_island"].get<std::uint64_t>()
     << " with every island, " << s["rejects"].get<std::uint64_t>() << " refused frames\n";
-  if (!s["final_cut"].is_null())
+  const std::size_t n_missing = s.value("islands_missing", json::array()).size();
+  if (!s["final_cut"].is_null()) {
     o << "  final cut: " << s["final_cut"]["reason"].get<std::string>() << ", digest "
-      << s["final_cut"]["digest"].get<std::string>().substr(0, 16) << "…";
-  if (s.contains("final"))
-    o << ", acknowledged by " << s["final"]["acked"].size() << ", missing " << s["final"]["missing"].size();
-  o << "\n";
+      << s["final_cut"]["digest"].get<std::string>().substr(0, 16) << "…, acknowledged by "
+      << s["islands"].get<std::size_t>() - n_missing << ", missing " << n_missing << "\n";
+  } else {
+    o << "  final cut: none\n";
+  }
+  if (s.contains("result") && !s["result"].is_null())
+    o << "  result: " << s["result"].get<std::string>() << " (the syncer's final cut)\n";
+  else
+    o << "  result: none (the syncer wrote no final cut)\n";
+  o << "  islands lost " << s.value("islands_lost", 0) << ", restarted " << s.value("islands_restarted", 0)
+    << ", missing " << n_missing << "\n";
   for (const auto& i : s["per_island"]) {
     o << "  " << i["id"].get<std::string>() << ": ";
+    const auto restarts = i.value("restarts", std::uint64_t{0});
+    if (restarts > 0) o << "restarted " << restarts << (restarts == 1 ? " time, " : " times, ");
+    if (i.value("lost", false)) o << "lost (exit code " << i.value("exit", 0) << "), ";
     if (!i.contains("steps")) {
-      o << "no sync events\n";
-      continue;
+      o << "no sync events";
+    } else {
+      o << i["steps"].get<std::uint64_t>() << " steps" << (restarts > 0 ? " in its last life" : "") << ", "
+        << i["merged_pushes"].get<std::uint64_t>() << " pushes merged, sent "
+        << human_bytes(i["bytes_sent"].get<double>()) << ", received "
+        << human_bytes(i["bytes_received"].get<double>());
+      if (i["allreduce_equivalent_bytes"].get<double>() > 0)
+        o << "; a data-parallel ring all-reduce would have sent "
+          << human_bytes(i["allreduce_equivalent_bytes"].get<double>());
     }
-    o << i["steps"].get<std::uint64_t>() << " steps, " << i["merged_pushes"].get<std::uint64_t>()
-      << " pushes merged, sent " << human_bytes(i["bytes_sent"].get<double>()) << ", received "
-      << human_bytes(i["bytes_received"].get<double>());
-    if (i["allreduce_equivalent_bytes"].get<double>() > 0)
-      o << "; a data-parallel ring all-reduce would have sent "
-        << human_bytes(i["allreduce_equivalent_bytes"].get<double>());
-    o << "\n";
+    if (i.value("acknowledged_final_cut", false))
+      o << "; holds the final cut\n";
+    else
+      o << "; does not hold the final cut (it did not acknowledge it): its local weights are not the result\n";
   }
   if (s.contains("allreduce_over_sent")) {
     char buf[64];
@@ -469,11 +641,13 @@ int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
     return a;
   };
   L.syncer_grace_s = cfg.get_number("sync.final_timeout_s") + 10;
+  L.island_restarts = static_cast<std::uint32_t>(cfg.get_int("sync.island_restarts"));
   const LaunchResult r = run_islands(L);
   json summary = embedded_summary(e.run_dir, e.islands);
   summary["syncer_exit"] = r.syncer_exit;
   summary["island_exits"] = r.island_exits;
   summary["syncer_restarts"] = r.syncer_restarts;
+  summary["island_restarts"] = r.island_restarts;
   atomic_write(e.run_dir / "summary.json", summary.dump(2) + "\n");
   std::fputs(format_summary(summary).c_str(), stdout);
   std::printf("  exit codes: syncer %d, islands %s\n", r.syncer_exit, summary["island_exits"].dump().c_str());

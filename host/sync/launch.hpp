@@ -13,12 +13,27 @@
 // MASTER_PORT per island); a one-rank island and the syncer get none of them (inherited values
 // are removed). The island's exit code is its first failing rank's.
 //   RUN_DIR/summary.json        what print_summary() prints, machine-readable
+//   RUN_DIR/launch.jsonl        the launcher's record (appended; `launch` opens each launch):
+//                               island_exit, island_restart, island_given_up, syncer_restart, end
 //
 // The children run in their own process groups, so a terminal's Ctrl-C reaches only the
 // launcher, which forwards it: the first SIGINT/SIGTERM goes to the syncer (it takes the final
 // cut early, the islands overwrite their weights from it, acknowledge and save), a second one
 // to every child (islands checkpoint and stop). A syncer that dies while islands still train
-// is restarted on the same port from its checkpoint (at most three times). Torch-free.
+// is restarted on the same port from its checkpoint (at most three times).
+//
+// Islands are supervised: an island one of whose ranks exits non-zero or is killed while the
+// run goes on (no signal forwarded, the syncer up and without its final marker) is restarted
+// as a whole (its surviving ranks are stopped first: SIGTERM, SIGKILL after stop_grace_s)
+// after a backoff of restart_backoff_s, doubled for each further restart, at most
+// island_restarts (sync.island_restarts) times. It resumes from its own checkpoint in its run
+// dir and rejoins the syncer as the same learner, catching up from the syncer's state; the
+// syncer holds the learners-done cut for it (sync.join_timeout_s). An island that failed after
+// acknowledging the final cut is not restarted; one that fails after its last restart, or once
+// the run is over, is given up (lost unless it acknowledged the cut). Either way its exit code
+// fails the run. The run's result
+// is the syncer's final cut (RUN_DIR/syncer/final_cut.bin): the summary names every island
+// that did not acknowledge it as not holding it. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -58,24 +73,38 @@ struct IslandLaunch {
   // After the last island exited, how long the syncer may take to write its final marker
   // before it is asked to stop (SIGTERM), and then killed.
   double syncer_grace_s = 30;
+  // Restarts of a failed island (sync.island_restarts), the first after restart_backoff_s,
+  // each next one after twice as long (at most restart_backoff_max_s). The surviving ranks
+  // of a failed multi-rank island get stop_grace_s after SIGTERM before SIGKILL.
+  std::uint32_t island_restarts = 3;
+  double restart_backoff_s = 1.0;
+  double restart_backoff_max_s = 30.0;
+  double stop_grace_s = 10.0;
 };
 
 struct LaunchResult {
   int syncer_exit = -1;                 // exit code, 128 + signal when killed
-  std::vector<int> island_exits;        // per island: its first failing rank's code, else 0
+  std::vector<int> island_exits;        // per island: its last life's first failing rank's code, else 0
+  std::vector<std::uint32_t> island_restarts;  // per island: times it was restarted
+  std::vector<bool> island_given_up;    // per island: failed and not restarted again
   std::uint32_t syncer_restarts = 0;
   int signals = 0;                      // SIGINT/SIGTERM received and forwarded
-  int exit_code() const;                // 0 when every child exited 0, else the first failure
+  // 0 when the syncer and every island's last life exited 0, else the first failure (so a
+  // lost island fails the run; one that was restarted and then finished does not).
+  int exit_code() const;
 };
 
 // Runs the syncer and the islands to completion. Throws yeto::Error when the syncer does not
 // come up.
 LaunchResult run_islands(const IslandLaunch& launch);
 
-// Reads the tape and the islands' progress events of a finished embedded run: outer steps
-// merged (all fragments and per fragment), merges with every island, per island the steps,
-// bytes sent and received, and the bytes a data-parallel ring all-reduce of the same
-// trainable tensors would have sent over the same steps (2(N-1)/N x 4 bytes x numel per step).
+// Reads the tape, the launcher's record and the islands' progress events of a finished
+// embedded run: outer steps merged (all fragments and per fragment), merges with every island,
+// the result (the final cut's file, or null), islands lost / restarted / missing (not holding
+// the final cut), per island its restarts, whether it acknowledged (holds) the final cut,
+// whether it was lost (failed for good without acknowledging it), its steps (last life), bytes
+// sent and received, and the bytes a data-parallel ring all-reduce of the same trainable
+// tensors would have sent over the same steps (2(N-1)/N x 4 bytes x numel per step).
 nlohmann::json embedded_summary(const std::filesystem::path& run_dir, std::uint32_t islands);
 std::string format_summary(const nlohmann::json& summary);
 

@@ -124,6 +124,13 @@ struct Syncer::Impl {
   // checkpointed: a learner resends `done` on every connection.
   std::set<std::string> done_learners;
   bool missing_logged = false;
+  // Learners lost without `leave` (timed out: crashed, killed or cut off), by the time they
+  // were lost: a restarted island comes back as the same learner, so the learners-done cut
+  // waits for them up to expect_window_s (sync.join_timeout_s). Not checkpointed.
+  std::map<std::string, double> lost_since;
+  std::set<std::string> awaiting_logged;  // lost learners the cut is waiting for (taped)
+  std::set<std::string> given_up;         // lost learners the cut no longer waits for
+  bool lost_noted_at_cut = false;
   int exit_code = 0;
   bool done = false;
   bool failed = false;  // a durable write failed: nothing more is persisted or made visible
@@ -624,6 +631,11 @@ struct Syncer::Impl {
   void touch(const std::string& id) {
     auto& r = st.registry[id];
     r.last_seen = steady_now();
+    // Heard from again (rejoined): no longer lost. A `leave` passes here first, so a learner
+    // that leaves is not waited for.
+    lost_since.erase(id);
+    awaiting_logged.erase(id);
+    given_up.erase(id);
     if (!r.live && !finishing) {
       r.live = true;
       taped("revive", -1, -1, {id});
@@ -825,9 +837,12 @@ struct Syncer::Impl {
   // Every live learner has reached its own budget: merge what is pending (nobody else will
   // push) and take the final cut. Islands the run expects (sync.islands) that have not joined
   // yet are waited for until the join window after the syncer's start has passed: a slow
-  // island must not find the run already ended, nor a lost one hold it open for ever.
+  // island must not find the run already ended, nor a lost one hold it open for ever. A
+  // learner lost without `leave` (awaiting_lost) is waited for in the same way, for the join
+  // window after it was lost: a restarted island rejoins and takes the cut with the others.
   void check_all_done(double now) {
     if (finishing || !st.initialised || done_learners.empty() || !active_ids().empty() || live_ids().empty()) return;
+    if (awaiting_lost(now)) return;
     if (st.registry.size() < o.expected_learners) {
       if (now - started < o.expect_window_s) return;
       if (!missing_logged) {
@@ -847,6 +862,41 @@ struct Syncer::Impl {
         if (finishing) return;  // the merge spent the budget
       }
     begin_final("learners_done");
+  }
+
+  // Learners lost without `leave` and not back (not live) may still return (a restarted
+  // island): true while one of them was lost less than expect_window_s ago. The tape names
+  // each when the cut starts waiting for it (`awaiting_learner`) and when it stops
+  // (`learner_lost`).
+  bool awaiting_lost(double now) {
+    bool wait = false;
+    for (const auto& [id, since] : lost_since) {
+      if (st.registry[id].live || given_up.count(id)) continue;
+      if (now - since < o.expect_window_s) {
+        wait = true;
+        if (awaiting_logged.insert(id).second) {
+          taped("awaiting_learner", -1, -1, {id}, {{"lost_s", now - since}, {"window_s", o.expect_window_s}});
+          spdlog::warn("syncer: {} was lost {:.1f} s ago; the learners that are done wait up to sync.join_timeout_s = "
+                       "{} s for it to rejoin",
+                       id, now - since, o.expect_window_s);
+        }
+      } else {
+        given_up.insert(id);
+        taped("learner_lost", -1, -1, {id}, {{"lost_s", now - since}, {"window_s", o.expect_window_s}});
+        spdlog::warn("syncer: {} did not rejoin within sync.join_timeout_s = {} s; ending the run without it", id,
+                     o.expect_window_s);
+      }
+    }
+    return wait;
+  }
+
+  // Once the final cut is taken: learners still lost then (not live, so not expected to
+  // acknowledge) are named missing in the final marker unless they come back and acknowledge.
+  void note_lost_at_cut() {
+    if (!finishing || lost_noted_at_cut) return;
+    lost_noted_at_cut = true;
+    for (const auto& [id, since] : lost_since)
+      if (!st.registry[id].live) expect_acks.insert(id);
   }
 
   void on_final_ack(const ConnPtr& c, const FinalAck& a) {
@@ -1132,11 +1182,13 @@ struct Syncer::Impl {
       for (auto& [id, r] : st.registry)
         if (r.live && now - r.last_seen > o.timeouts.learner_timeout_s) {
           r.live = false;
+          if (!finishing) lost_since[id] = now;
           taped("timeout", -1, -1, {id}, {{"silent_s", now - r.last_seen}, {"live", live_ids().size()}});
         }
       for (std::uint32_t p = 0; p < rounds.size(); ++p) try_close(p, now);
       check_budget();
       check_all_done(now);
+      note_lost_at_cut();
       finish_if_done(now);
       flush_reject_summary(now);
     }

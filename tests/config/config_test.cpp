@@ -196,6 +196,15 @@ TEST(Config, RangeChoiceAndListElementErrors) {
   EXPECT_TRUE(contains(m, "expects an integer or \"auto\", got \"big\"")) << m;
 }
 
+TEST(Config, IslandRestartsDefaultsToThreeAndIsBounded) {
+  EXPECT_EQ(Config::resolve(std::nullopt, {}).get_int("sync.island_restarts"), 3);
+  TempDir t;
+  EXPECT_TRUE(contains(resolve_error(t.write("a.toml", "[sync]\nisland_restarts = -1\n")),
+                       "key 'sync.island_restarts' must be between 0 and 100, got -1"));
+  EXPECT_TRUE(contains(resolve_error(t.write("b.toml", "[sync]\nisland_restarts = 101\n")),
+                       "key 'sync.island_restarts' must be between 0 and 100, got 101"));
+}
+
 TEST(Config, BadFlagValuesNameTheFlag) {
   const std::string m = resolve_error(std::nullopt, {{"lora.r", "four", "--lora-r"}});
   EXPECT_TRUE(contains(m, "--lora-r: key 'lora.r' expects an integer, got 'four'")) << m;

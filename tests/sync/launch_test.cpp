@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -22,7 +23,10 @@ using json = nlohmann::json;
 
 namespace {
 
-ys::IslandLaunch launch(const fs::path& run_dir, std::uint32_t islands, const std::vector<std::string>& sets) {
+using ExtraArgs = std::function<std::vector<std::string>(const ys::IslandSlot&)>;
+
+ys::IslandLaunch launch(const fs::path& run_dir, std::uint32_t islands, const std::vector<std::string>& sets,
+                        ExtraArgs extra = {}) {
   ys::IslandLaunch L;
   L.run_dir = run_dir;
   L.islands = islands;
@@ -31,12 +35,15 @@ ys::IslandLaunch launch(const fs::path& run_dir, std::uint32_t islands, const st
                               "sync.round_deadline_s=2.0", "sync.reconnect_budget_s=15", "sync.final_timeout_s=5"})
     L.syncer_argv.insert(L.syncer_argv.end(), {"--set", s});
   for (const auto& s : sets) L.syncer_argv.insert(L.syncer_argv.end(), {"--set", s});
-  L.learner_argv = [](const ys::IslandSlot& s) {
-    return std::vector<std::string>{SYNC_LEARNER_DRIVER, "--syncer", s.syncer, "--secret", s.secret.string(),
+  L.learner_argv = [extra](const ys::IslandSlot& s) {
+    std::vector<std::string> a{SYNC_LEARNER_DRIVER, "--syncer", s.syncer, "--secret", s.secret.string(),
                                     "--id", s.id, "--seed", std::to_string(s.index + 1), "--out",
                                     (s.dir / "final.bin").string(), "--events", (s.dir / "sync_events.jsonl").string(),
                                     "--heartbeat", "0.1", "--learner-timeout", "0.8", "--grace-max", "1.0",
                                     "--round-deadline", "2.0", "--reconnect-budget", "15", "--step-ms", "4"};
+    if (extra)
+      for (auto& x : extra(s)) a.push_back(std::move(x));
+    return a;
   };
   L.syncer_grace_s = 10;
   return L;
@@ -110,6 +117,152 @@ TEST(SyncLaunch, ASignalTakesTheFinalCutEarlyAndEveryIslandEndsOnIt) {
   expect_islands_match_final_cut(run, 2);
   const json s = ys::embedded_summary(run, 2);
   EXPECT_EQ(s["final_cut"]["reason"], "signal");
+}
+
+std::vector<json> tape_of(const fs::path& run) {
+  const fs::path t = run / "syncer" / "tape.jsonl";
+  return fs::exists(t) ? ys::read_tape_records(t) : std::vector<json>{};
+}
+
+bool names(const json& rec, const std::string& id) {
+  if (!rec.contains("learners")) return false;
+  for (const auto& l : rec["learners"])
+    if (l == id) return true;
+  return false;
+}
+
+// Learners whose acknowledgement of the final cut the syncer found correct.
+std::set<std::string> final_acks(const fs::path& run) {
+  std::set<std::string> ok;
+  for (const auto& rec : tape_of(run))
+    if (rec["event"] == "final_ack" && rec.value("ok", false))
+      for (const auto& l : rec["learners"]) ok.insert(l.get<std::string>());
+  return ok;
+}
+
+// Each island trains 400 steps of its own (then says `done`) and checkpoints its step and
+// tensors in its run dir; island-1 is killed with SIGKILL late in its budget. The launcher
+// restarts it; it resumes from its checkpoint, rejoins the syncer (which holds the
+// learners-done cut for it), trains the rest of its steps and ends on the final cut with
+// island-0.
+TEST(SyncLaunch, AnIslandKilledLateIsRestartedRejoinsAndEndsOnTheFinalCut) {
+  yeto::test::TempDir dir;
+  const fs::path run = dir / "run";
+  ys::LaunchResult r;
+  std::thread t([&] {
+    r = ys::run_islands(launch(run, 2, {"sync.quorum=2"}, [](const ys::IslandSlot& s) {
+      return std::vector<std::string>{"--budget-steps", "400", "--state", (s.dir / "state.bin").string(),
+                                      "--pid-file", (s.dir / "pid").string()};
+    }));
+  });
+  // Late: once most of island-1's pushes have been merged (about 80 in its 400 steps).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::size_t merged = 0;
+  while (std::chrono::steady_clock::now() < end && merged < 50) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    merged = 0;
+    for (const auto& rec : tape_of(run))
+      if (rec["event"] == "merge" && names(rec, "island-1")) ++merged;
+  }
+  if (merged >= 50) ::kill(std::stoi(yeto::test::read_text(run / "island-1" / "pid")), SIGKILL);
+  t.join();
+  ASSERT_GE(merged, 50u);
+
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.syncer_exit, 0);
+  EXPECT_EQ(r.island_exits, (std::vector<int>{0, 0}));
+  // It came back as the same learner and resumed from its own checkpoint.
+  bool rejoined = false;
+  for (const auto& rec : tape_of(run)) rejoined = rejoined || (rec["event"] == "rejoin" && names(rec, "island-1"));
+  EXPECT_TRUE(rejoined);
+  EXPECT_NE(yeto::test::read_text(run / "island-1" / "learner.log").find("resumed at step"), std::string::npos);
+  // Every island ends on the final cut, taken when both had trained their steps.
+  EXPECT_EQ(final_acks(run), (std::set<std::string>{"island-0", "island-1"}));
+  const json fin = json::parse(yeto::test::read_text(run / "syncer" / "final.json"));
+  EXPECT_EQ(fin["reason"], "learners_done");
+  EXPECT_TRUE(fin["missing"].empty()) << fin.dump();
+  expect_islands_match_final_cut(run, 2);
+
+  const json s = ys::embedded_summary(run, 2);
+  EXPECT_EQ(s["islands_restarted"], 1) << s.dump(2);
+  EXPECT_EQ(s["islands_lost"], 0) << s.dump(2);
+  EXPECT_TRUE(s["islands_missing"].empty()) << s.dump(2);
+  EXPECT_EQ(s["per_island"][0]["restarts"], 0);
+  EXPECT_EQ(s["per_island"][1]["restarts"], 1);
+  for (const auto& i : s["per_island"]) {
+    EXPECT_EQ(i["acknowledged_final_cut"], true) << i.dump();
+    EXPECT_EQ(i["lost"], false) << i.dump();
+  }
+  const std::string text = ys::format_summary(s);
+  EXPECT_NE(text.find("island-1: restarted 1 time"), std::string::npos) << text;
+  EXPECT_NE(text.find("islands lost 0, restarted 1, missing 0"), std::string::npos) << text;
+}
+
+// island-1 kills itself 30 steps after every start: the launcher restarts it three times
+// (sync.island_restarts), then gives it up. The syncer waits sync.join_timeout_s for it after
+// it was lost, then takes the cut with island-0 and names island-1 missing; the run fails.
+TEST(SyncLaunch, AnIslandThatKeepsCrashingIsGivenUpAndReportedLost) {
+  yeto::test::TempDir dir;
+  const fs::path run = dir / "run";
+  auto L = launch(run, 2, {"sync.quorum=2", "sync.join_timeout_s=3"}, [](const ys::IslandSlot& s) {
+    if (s.index == 1) return std::vector<std::string>{"--crash-after-steps", "30"};
+    return std::vector<std::string>{"--budget-steps", "300"};
+  });
+  L.island_restarts = 3;
+  L.restart_backoff_s = 0.25;  // 0.25, 0.5, 1 s: the restarts come before the syncer gives up
+  const auto r = ys::run_islands(L);
+  EXPECT_EQ(r.island_exits, (std::vector<int>{0, 128 + SIGKILL}));
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_EQ(r.syncer_exit, 0);
+  std::size_t starts = 0;
+  bool awaited = false, lost = false;
+  for (const auto& rec : tape_of(run)) {
+    if ((rec["event"] == "join" || rec["event"] == "rejoin") && names(rec, "island-1")) ++starts;
+    awaited = awaited || (rec["event"] == "awaiting_learner" && names(rec, "island-1"));
+    lost = lost || (rec["event"] == "learner_lost" && names(rec, "island-1"));
+  }
+  EXPECT_EQ(starts, 4u);  // the first start and three restarts
+  EXPECT_TRUE(awaited);
+  EXPECT_TRUE(lost);
+  EXPECT_EQ(final_acks(run), (std::set<std::string>{"island-0"}));
+  const json fin = json::parse(yeto::test::read_text(run / "syncer" / "final.json"));
+  EXPECT_EQ(fin["missing"], json::array({"island-1"})) << fin.dump();
+
+  const json s = ys::embedded_summary(run, 2);
+  EXPECT_EQ(s["islands_lost"], 1) << s.dump(2);
+  EXPECT_EQ(s["islands_restarted"], 1) << s.dump(2);
+  EXPECT_EQ(s["islands_missing"], json::array({"island-1"})) << s.dump(2);
+  EXPECT_EQ(s["per_island"][1]["restarts"], 3);
+  EXPECT_EQ(s["per_island"][1]["lost"], true);
+  EXPECT_EQ(s["per_island"][1]["acknowledged_final_cut"], false);
+  EXPECT_EQ(s["per_island"][0]["acknowledged_final_cut"], true);
+  const std::string text = ys::format_summary(s);
+  EXPECT_NE(text.find("island-1: restarted 3 times, lost"), std::string::npos) << text;
+  EXPECT_NE(text.find("does not hold the final cut"), std::string::npos) << text;
+  EXPECT_NE(text.find("islands lost 1, restarted 1, missing 1"), std::string::npos) << text;
+}
+
+// island-1 acknowledges the final cut, then exits 3: the run is over (or its island holds the
+// cut), so it is not restarted; it is not lost (it holds the cut), but the run fails.
+TEST(SyncLaunch, AnIslandThatFailsAfterTheFinalCutIsNotRestarted) {
+  yeto::test::TempDir dir;
+  const fs::path run = dir / "run";
+  auto L = launch(run, 2, {"sync.quorum=2"}, [](const ys::IslandSlot& s) {
+    std::vector<std::string> a = {"--budget-steps", "100"};
+    if (s.index == 1) a.insert(a.end(), {"--exit-after-final", "3"});
+    return a;
+  });
+  L.restart_backoff_s = 0.1;
+  const auto r = ys::run_islands(L);
+  EXPECT_EQ(r.island_exits, (std::vector<int>{0, 3}));
+  EXPECT_EQ(r.exit_code(), 3);
+  EXPECT_EQ(r.island_restarts, (std::vector<std::uint32_t>{0, 0}));
+  EXPECT_EQ(final_acks(run), (std::set<std::string>{"island-0", "island-1"}));
+  expect_islands_match_final_cut(run, 2);
+  const json s = ys::embedded_summary(run, 2);
+  EXPECT_EQ(s["islands_lost"], 0) << s.dump(2);
+  EXPECT_EQ(s["islands_restarted"], 0) << s.dump(2);
+  EXPECT_EQ(s["per_island"][1]["holds_final_cut"], true);
 }
 
 }  // namespace

@@ -4,16 +4,28 @@
 //   loss_i(θ) = ½ Σ_k (θ_k − c_ik)²,  c_ik = sin(0.37 k + seed_i),  inner SGD θ ← θ − lr (θ − c_i)
 //
 // Exit codes: 0 finished by the final cut (tensors written to --out), 4 no global state at
-// start-up, 5 gave up on the syncer, 6 reached --max-steps without a final cut, 2 usage.
+// start-up, 5 gave up on the syncer, 6 reached --max-steps without a final cut, 7 reached
+// --budget-steps but no final cut came, 2 usage.
+//
+// Like a real island: with --budget-steps N it trains N steps in all, tells the syncer it is
+// done and waits for the final cut; with --state FILE it saves its step and tensors there
+// every --inner-steps steps and resumes from them when restarted (then catches up from the
+// syncer's state). --pid-file names the process for tests that kill it; --crash-after-steps K
+// kills the process (SIGKILL) K steps after each start; --exit-after-final C exits with code C
+// once it holds and acknowledged the final cut (a failure after the end of the run).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
 #include <thread>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -29,7 +41,8 @@ int main(int argc, char** argv) {
       {"block", "32"},         {"step-ms", "5"},        {"max-steps", "100000"}, {"seed", "1"},
       {"lr", "0.05"},          {"out", ""},             {"events", ""},       {"heartbeat", "0.1"},
       {"learner-timeout", "0.8"}, {"grace-max", "1.0"}, {"round-deadline", "2.0"}, {"reconnect-budget", "15"},
-      {"final-timeout", "5"},  {"run-id", "yeto"},      {"samples", "8"}};
+      {"final-timeout", "5"},  {"run-id", "yeto"},      {"samples", "8"},     {"budget-steps", "0"},
+      {"state", ""},           {"pid-file", ""},        {"crash-after-steps", "0"}, {"exit-after-final", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || i + 1 >= argc || !a.count(k.substr(2))) {
@@ -66,6 +79,11 @@ int main(int argc, char** argv) {
     const int step_ms = std::stoi(a["step-ms"]);
     const std::uint64_t max_steps = std::stoull(a["max-steps"]);
     const std::uint64_t samples = std::stoull(a["samples"]);
+    const std::uint64_t budget = std::stoull(a["budget-steps"]);
+    const std::uint64_t crash_after = std::stoull(a["crash-after-steps"]);
+    const std::string state = a["state"];
+    const int exit_after_final = std::stoi(a["exit-after-final"]);
+    if (!a["pid-file"].empty()) yeto::atomic_write(a["pid-file"], std::to_string(::getpid()) + "\n");
 
     std::vector<std::vector<float>> t;
     std::vector<std::vector<float>> target;
@@ -83,13 +101,57 @@ int main(int argc, char** argv) {
       ms.emplace_back(v);
       cs.emplace_back(v);
     }
+    // The island's own checkpoint: its step (uint64) and its tensors (float32, in order).
+    std::uint64_t first_step = 0;
+    if (!state.empty() && std::filesystem::exists(state)) {
+      const std::string b = yeto::read_file(state);
+      std::size_t want = 8;
+      for (const auto& v : t) want += v.size() * 4;
+      if (b.size() != want) throw yeto::Error("learner_driver: bad state file " + state);
+      std::memcpy(&first_step, b.data(), 8);
+      std::size_t off = 8;
+      for (auto& v : t) {
+        std::memcpy(v.data(), b.data() + off, v.size() * 4);
+        off += v.size() * 4;
+      }
+      std::cout << "learner " << a["id"] << " resumed at step " << first_step << "\n";
+    }
+    auto save_state = [&](std::uint64_t next_step) {
+      if (state.empty()) return;
+      yeto::AtomicFile out(state);
+      out.write(&next_step, 8);
+      for (const auto& v : t) out.write(v.data(), v.size() * 4);
+      out.commit();
+    };
+    auto write_out = [&] {
+      if (a["out"].empty()) return;
+      yeto::AtomicFile out(a["out"]);
+      for (const auto& v : t) out.write(v.data(), v.size() * 4);
+      out.commit();
+    };
     ys::SyncClient client(o, layout);
     client.start(cs);
     if (!client.wait_for_global(ms, o.timeouts.reconnect_budget_s)) {
       std::cerr << "learner_driver " << o.learner_id << ": no global state\n";
       return 4;
     }
-    for (std::uint64_t step = 0; step < max_steps; ++step) {
+    for (std::uint64_t step = first_step; step < max_steps; ++step) {
+      if (budget > 0 && step >= budget) {
+        // The island's own budget: no more pushes; wait for the run's final cut.
+        save_state(step);
+        client.finish_local(step, samples);
+        bool applied = false;
+        while (!applied && !client.gave_up()) applied = client.wait_for_final(ms, 1.0);
+        client.close(5.0);
+        if (!applied) {
+          std::cerr << "learner_driver " << o.learner_id << ": no final cut after the step budget\n";
+          return 7;
+        }
+        write_out();
+        std::cout << "learner " << o.learner_id << " finished its budget of " << budget << " steps\n";
+        return exit_after_final;
+      }
+      if (crash_after > 0 && step - first_step >= crash_after) ::kill(::getpid(), SIGKILL);
       for (std::size_t i = 0; i < t.size(); ++i)
         for (std::size_t k = 0; k < t[i].size(); ++k)
           t[i][k] -= static_cast<float>(lr * (t[i][k] - target[i][k]));
@@ -101,17 +163,14 @@ int main(int argc, char** argv) {
       }
       if (r.finished) {
         client.close(5.0);
-        if (!a["out"].empty()) {
-          yeto::AtomicFile out(a["out"]);
-          for (const auto& v : t) out.write(v.data(), v.size() * 4);
-          out.commit();
-        }
+        write_out();
         const auto s = client.stats();
         std::cout << "learner " << o.learner_id << " finished after " << step + 1 << " steps; pushes "
                   << s.pushes_sent << " sent, " << s.pushes_accepted << " accepted; bytes sent " << s.bytes_sent
                   << "\n";
-        return 0;
+        return exit_after_final;
       }
+      if ((step + 1) % o.inner_steps == 0) save_state(step + 1);
     }
     client.close(1.0);
     return 6;
