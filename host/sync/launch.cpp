@@ -195,7 +195,7 @@ std::vector<json> read_jsonl(const fs::path& p) {
 
 // The syncer's tape records a correct acknowledgement of the final cut by learner `id`.
 bool acknowledged_cut(const fs::path& state, const std::string& id) {
-  for (const auto& r : read_jsonl(state / "tape.jsonl"))
+  for (const auto& r : read_tape_history(state / "tape.jsonl"))
     if (r.value("event", "") == "final_ack" && r.value("ok", false) && r.contains("learners"))
       for (const auto& l : r["learners"])
         if (l == id) return true;
@@ -469,7 +469,7 @@ LaunchResult run_islands(const IslandLaunch& L) {
 }
 
 json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
-  const auto tape = read_jsonl(run_dir / "syncer" / "tape.jsonl");
+  const auto tape = read_tape_history(run_dir / "syncer" / "tape.jsonl");  // rotated tapes too
   std::uint64_t merges = 0, merges_all = 0, rejects = 0;
   std::map<std::int64_t, std::uint64_t> versions;
   std::map<std::string, std::uint64_t> merged_by;
