@@ -93,6 +93,7 @@ std::vector<KeyDef> build_schema() {
       I("data.max_pixels", 64LL << 20, "Largest declared width x height accepted before decoding (decompression bombs are refused).").range(1, std::nullopt),
       I("data.max_frames", 4096, "Largest number of frames decoded from one video.").range(1, std::nullopt),
       I("data.workers", 2, "Decoding threads of the prefetching loader.").range(0, 256),
+      I("data.decode_memory_mb", 1024, "Memory that media decoding may hold at once across all decoding threads, in MiB: a row reserves its estimated peak (from its header) and waits until it fits; a row larger than this runs alone.").range(1, std::nullopt),
       I("data.prefetch", 4, "Micro batches decoded ahead of training.").range(1, 1024),
 
       // [validation]

@@ -1,5 +1,9 @@
 #include "data/decode.hpp"
 
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+
 #include "core/error.hpp"
 #include "data/image.hpp"
 #include "data/resize.hpp"
@@ -48,6 +52,64 @@ void add_tensor(Sample& s, const std::string& name, const TensorRef& ref, const 
 }  // namespace
 
 MediaLimits limits_of(const DataOptions& o) { return {o.max_pixels, o.max_frames}; }
+
+// ---- decode budget ----
+
+struct DecodeBudget::State {
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t in_use = 0, peak = 0;
+  std::uint64_t next_ticket = 0, serving = 0;  // arrival order: no row waits for ever
+};
+
+DecodeBudget::DecodeBudget() : state_(std::make_unique<State>()) {}
+DecodeBudget::~DecodeBudget() = default;
+
+DecodeBudget& DecodeBudget::process() {
+  static DecodeBudget b;
+  return b;
+}
+
+DecodeBudget::Lease DecodeBudget::reserve(std::uint64_t bytes, std::uint64_t capacity) {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  const std::uint64_t ticket = s.next_ticket++;
+  s.cv.wait(lock, [&] { return s.serving == ticket && (s.in_use == 0 || s.in_use + bytes <= capacity); });
+  ++s.serving;
+  s.in_use += bytes;
+  s.peak = std::max(s.peak, s.in_use);
+  s.cv.notify_all();
+  return Lease(this, bytes);
+}
+
+DecodeBudget::Lease::~Lease() {
+  if (!budget_) return;
+  State& s = *budget_->state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.in_use -= bytes_;
+  }
+  s.cv.notify_all();
+}
+
+std::uint64_t DecodeBudget::in_use() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->in_use;
+}
+std::uint64_t DecodeBudget::peak() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->peak;
+}
+void DecodeBudget::reset_peak() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->peak = state_->in_use;
+}
+
+namespace {
+// Peak bytes of decoding one source picture of w x h: the decoder's buffer (up to 4 channels of
+// 16 bits) and its RGB conversion.
+std::uint64_t picture_bytes(std::int64_t w, std::int64_t h) { return static_cast<std::uint64_t>(w * h) * (8 + 3); }
+}  // namespace
 
 ShapeKey shape_of(const Row& row, const DataOptions& o) {
   if (row.media == MediaKind::latents) {
@@ -100,6 +162,10 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
                      (info.sixteen_bit ? " 16-bit" : "");
           break;
         }
+        const ImageInfo info = row.inline_image.empty() ? probe_image_file(row.media_path, limits.max_pixels)
+                                                        : probe_image(row.inline_image, what, limits.max_pixels);
+        const auto lease = DecodeBudget::process().reserve(
+            picture_bytes(info.width, info.height) + static_cast<std::uint64_t>(w) * h * 3, o.decode_memory);
         const Image img = row.inline_image.empty() ? decode_image_file(row.media_path, limits.max_pixels)
                                                    : decode_image(row.inline_image, what, limits.max_pixels);
         s.source = std::to_string(img.width) + "x" + std::to_string(img.height);
@@ -115,6 +181,11 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
           break;
         }
         const ClipTarget t{w, h, o.resize_mode, s.shape.frames, o.fps};
+        const VideoInfo info = probe_video(row.media_path, limits);
+        // The decoder keeps a few reference frames besides the one being converted.
+        const auto lease = DecodeBudget::process().reserve(
+            4 * picture_bytes(info.width, info.height) + static_cast<std::uint64_t>(s.shape.frames) * w * h * 3,
+            o.decode_memory);
         Clip clip = decode_video_clip(row.media_path, t, limits);
         s.source = std::to_string(clip.source_frames) + " frames at " + std::to_string(clip.source_fps).substr(0, 5) + " fps" +
                    (clip.selection.padded ? ", " + std::to_string(clip.selection.padded) + " padded" : "");
@@ -132,6 +203,10 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
           break;
         }
         const ClipTarget t{w, h, o.resize_mode, s.shape.frames, o.fps};
+        const ImageInfo first = row.frame_paths.empty() ? ImageInfo{} : probe_image_file(row.frame_paths.front(), limits.max_pixels);
+        const auto lease = DecodeBudget::process().reserve(
+            picture_bytes(first.width, first.height) + static_cast<std::uint64_t>(s.shape.frames) * w * h * 3,
+            o.decode_memory);
         Clip clip = decode_frame_list(row.frame_paths, row.fps, t, limits);
         s.source = std::to_string(clip.source_frames) + " frame images" +
                    (clip.selection.padded ? ", " + std::to_string(clip.selection.padded) + " padded" : "");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,5 +44,41 @@ enum class DecodeDepth {
 Sample decode_row(const Row& row, std::size_t index, const DataOptions& options, DecodeDepth depth = DecodeDepth::full);
 
 MediaLimits limits_of(const DataOptions& options);
+
+// The memory that media decoding may hold at once, across every thread of the process (the
+// loader's data.workers, the cache builder's threads): before decoding, a row reserves its
+// estimated peak (read from the header: the decoded source, its RGB conversion and the resized
+// output) and waits, in arrival order, until it fits in data.decode_memory_mb. A row larger
+// than the whole budget runs alone. So decode memory is bounded by the budget (or the largest
+// single row), not by data.workers x data.max_pixels.
+class DecodeBudget {
+ public:
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(DecodeBudget* b, std::uint64_t bytes) : budget_(b), bytes_(bytes) {}
+    Lease(Lease&& o) noexcept : budget_(o.budget_), bytes_(o.bytes_) { o.budget_ = nullptr; }
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+
+   private:
+    DecodeBudget* budget_ = nullptr;
+    std::uint64_t bytes_ = 0;
+  };
+  DecodeBudget();
+  ~DecodeBudget();
+  DecodeBudget(const DecodeBudget&) = delete;
+  DecodeBudget& operator=(const DecodeBudget&) = delete;
+  static DecodeBudget& process();  // the one decode_row uses
+  // Blocks until `bytes` fit within `capacity` next to what others hold (or nothing else is held).
+  Lease reserve(std::uint64_t bytes, std::uint64_t capacity);
+  std::uint64_t in_use() const;
+  std::uint64_t peak() const;  // the most held at once since the last reset_peak()
+  void reset_peak();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace yeto::data

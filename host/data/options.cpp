@@ -30,6 +30,7 @@ DataOptions data_options(const config::Config& cfg) {
   o.max_frames = cfg.get_int("data.max_frames");
   o.workers = static_cast<int>(cfg.get_int("data.workers"));
   o.prefetch = static_cast<int>(cfg.get_int("data.prefetch"));
+  o.decode_memory = static_cast<std::uint64_t>(cfg.get_int("data.decode_memory_mb")) << 20;
   o.seed = static_cast<std::uint64_t>(cfg.get_int("diffusion.seed"));
   o.micro_batch_size = cfg.is_auto("train.micro_batch_size") ? 1 : cfg.get_int("train.micro_batch_size");
   return o;

@@ -46,6 +46,7 @@ struct DataOptions {
   std::int64_t max_frames = 4096;
   int workers = 2;
   int prefetch = 4;
+  std::uint64_t decode_memory = 1024ull << 20;  // data.decode_memory_mb, see DecodeBudget
   std::uint64_t seed = 0;
   std::int64_t micro_batch_size = 1;
 };

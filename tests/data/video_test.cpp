@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "data/decode.hpp"
 #include "data/frame_sampling.hpp"
+#include "data/loader.hpp"
 #include "data/manifest.hpp"
 #include "data/video.hpp"
 #include "data_test_util.hpp"
@@ -144,6 +145,52 @@ TEST(DataVideo, FrameDirectoriesAreNaturallyOrderedAndListsWork) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("m.jsonl line 3"));
   }
+}
+
+
+// Decode memory is bounded by data.decode_memory_mb, not by data.workers x data.max_pixels:
+// eight workers decoding 256x256 RGBA images (about 0.7 MiB each at their peak) under a 1 MiB
+// budget hold one image at a time, decode every row exactly as one thread does, and a row larger
+// than the whole budget still decodes (alone).
+TEST(DataDecodeBudget, WorkersShareOneBudgetAndAnOversizedRowRunsAlone) {
+  TempDir t;
+  std::string manifest;
+  for (int i = 0; i < 16; ++i) {
+    const std::string name = "img" + std::to_string(i) + ".png";
+    test::write_png(t / ("ds/" + name), 256, 256, 4, [i](int x, int y) {
+      return test::Pixel{static_cast<std::uint8_t>(x + i), static_cast<std::uint8_t>(y), static_cast<std::uint8_t>(i * 9), 255};
+    });
+    manifest += "{\"image\": \"" + name + "\", \"prompt\": \"p" + std::to_string(i) + "\"}\n";
+  }
+  test::write_png(t / "ds/big.png", 512, 512, 3, [](int x, int y) {
+    return test::Pixel{static_cast<std::uint8_t>(x), static_cast<std::uint8_t>(y), 7, 255};
+  });
+  manifest += "{\"image\": \"big.png\", \"prompt\": \"big\"}\n";
+  t.write("ds/m.jsonl", manifest);
+  DataOptions o = test::small_options(t / "ds/m.jsonl", 16, 16);
+  const Manifest m = read_manifest(resolve_source(o), o);
+  ASSERT_EQ(m.rows.size(), 17u);
+  std::vector<std::vector<std::uint8_t>> reference;
+  for (std::size_t i = 0; i < m.rows.size(); ++i) reference.push_back(decode_row(m.rows[i], i, o).pixels);
+
+  o.decode_memory = 1 << 20;
+  BatchPlan plan;
+  for (std::size_t i = 0; i < m.rows.size(); ++i) plan.push_back({i});
+  DecodeBudget& budget = DecodeBudget::process();
+  budget.reset_peak();
+  Loader loader(plan, [&](std::size_t i) { return decode_row(m.rows[i], i, o); }, {8, 16, BadRowPolicy::error});
+  std::size_t n = 0;
+  while (auto b = loader.next())
+    for (const auto& s : b->samples) {
+      EXPECT_EQ(s.pixels, reference[s.row]) << "row " << s.row;
+      ++n;
+    }
+  EXPECT_EQ(n, 17u);
+  const std::uint64_t image = 256ull * 256 * 11 + 16 * 16 * 3, big = 512ull * 512 * 11 + 16 * 16 * 3;
+  EXPECT_EQ(budget.peak(), big) << "the oversized row held the budget alone, and no two small rows overlapped";
+  EXPECT_LT(image, o.decode_memory);
+  EXPECT_GT(2 * image, o.decode_memory);
+  EXPECT_EQ(budget.in_use(), 0u);
 }
 
 }  // namespace
