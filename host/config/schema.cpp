@@ -101,7 +101,13 @@ std::vector<KeyDef> build_schema() {
       F("validation.split", 0.0, "Fraction of data.path held out for validation when validation.data is empty.").flag("validation-split").range(0.0, 0.9),
       I("validation.every", 0, "Evaluate val_loss every N optimizer steps; 0: only at the start and the end.").flag("validation-every").range(0, std::nullopt),
       I("validation.max_rows", 64, "At most this many held-out rows per evaluation.").range(1, std::nullopt),
-      I("validation.sample_every", 0, "Write sample images every N steps; 0: never.").range(0, std::nullopt),
+      I("validation.sample_every", 0, "Render validation.prompts with the weights being trained every N optimizer steps, and at the start and the end (RUN_DIR/samples/, TensorBoard images); 0: never.").range(0, std::nullopt),
+      L("validation.prompts", {}, "Prompts rendered every validation.sample_every steps (each from validation.sample_seed + its index), so a run shows what it learns."),
+      I("validation.sample_steps", 8, "Denoising steps of a validation render.").range(1, 1000),
+      I("validation.sample_seed", 0, "Seed of the first validation prompt's render (prompt i uses seed + i): the same noise at every step.").range(0, std::nullopt),
+      F("validation.sample_guidance", 3.5, "Guidance of the validation renders.").range(0.0, std::nullopt),
+      I("validation.sample_height", 0, "Height of the validation renders; 0: data.height.").range(0, 16384),
+      I("validation.sample_width", 0, "Width of the validation renders; 0: data.width.").range(0, 16384),
 
       // [tuning] / [lora]
       C("tuning.mode", "lora", {"lora", "full"}, "What is trained: LoRA adapters on the denoisers, or every denoiser parameter (experimental).").flag("tuning"),

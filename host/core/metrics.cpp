@@ -43,6 +43,10 @@ void RunMetrics::restart_at(std::int64_t step) {
 
 std::filesystem::path RunMetrics::tensorboard_path() const { return tb_ ? tb_->path() : std::filesystem::path{}; }
 
+void RunMetrics::image(const std::string& tag, std::int64_t step, const std::string& png, int height, int width) {
+  if (tb_) tb_->image(tag, png, height, width, 3, step);
+}
+
 void RunMetrics::record(const nlohmann::json& rec) {
   if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer())
     throw Error("internal: a metrics record needs an integer \"step\"");

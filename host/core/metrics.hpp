@@ -46,6 +46,8 @@ class RunMetrics {
   // A resumed run continues at `step`: TensorBoard is told to drop what earlier event files hold
   // from that step on (metrics.jsonl is cut back by the learner itself).
   void restart_at(std::int64_t step);
+  // An image (PNG bytes of a height x width RGB picture) into TensorBoard, when enabled.
+  void image(const std::string& tag, std::int64_t step, const std::string& png, int height, int width);
   const std::filesystem::path& jsonl_path() const { return jsonl_.path(); }
   std::filesystem::path tensorboard_path() const;
 

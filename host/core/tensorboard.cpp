@@ -104,6 +104,29 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, std::int64_
   write_record(e);
 }
 
+void TensorBoardWriter::image(const std::string& tag, const std::string& png, int height, int width, int channels,
+                              std::int64_t step, double wall_time) {
+  // Summary.Image { int32 height = 1; int32 width = 2; int32 colorspace = 3; bytes encoded_image_string = 4; }
+  // Value { string tag = 1; Image image = 4; }
+  std::string img;
+  put_tag(img, 1, 0);
+  put_varint(img, static_cast<std::uint64_t>(height));
+  put_tag(img, 2, 0);
+  put_varint(img, static_cast<std::uint64_t>(width));
+  put_tag(img, 3, 0);
+  put_varint(img, static_cast<std::uint64_t>(channels));
+  put_bytes(img, 4, png);
+  std::string v;
+  put_bytes(v, 1, tag);
+  put_bytes(v, 4, img);
+  std::string summary;
+  put_bytes(summary, 1, v);
+  std::string e = event(wall_time >= 0 ? wall_time : now_seconds(), step);
+  put_bytes(e, 5, summary);
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_record(e);
+}
+
 void TensorBoardWriter::session_start(std::int64_t step, const std::string& message) {
   // SessionLog { SessionStatus status = 1 (START = 1); string checkpoint_path = 2; string msg = 3; }
   std::string log;

@@ -51,6 +51,13 @@ class TrainModel {
   // The loss of one batch, a scalar with its autograd graph; `metrics` receives the model's own
   // scalar metrics. rows: one JSON object per row (docs/PLUGIN_SDK.md, loss_step).
   virtual at::Tensor loss_step(const nlohmann::json& rows, const NamedTensors& batch, nlohmann::json& metrics);
+  // True when the model can generate (a plugin with capability generate): the learner renders
+  // validation.prompts with the weights it is training.
+  virtual bool can_generate() const { return false; }
+  // One generation (docs/PLUGIN_SDK.md, generate: request JSON with prompts, seed, steps,
+  // guidance, height, width); returns the plugin's outputs ("images" [B, 3, H, W] in [0, 1], or
+  // "video" [B, 3, F, H, W]). Runs without autograd.
+  virtual NamedTensors generate(const nlohmann::json& request);
   // Short description for logs and provenance ("plugin flux 0.1.0").
   virtual std::string describe() const = 0;
 };

@@ -86,6 +86,11 @@ class PluginModel final : public TrainModel {
     if (!instance_.has(YETO_CAP_ALIGN)) return {prediction, target};
     return instance_.align(prediction, target, step_json(denoiser));
   }
+  bool can_generate() const override { return instance_.has(YETO_CAP_GENERATE); }
+  NamedTensors generate(const nlohmann::json& request) override {
+    at::NoGradGuard no_grad;
+    return instance_.generate(request.dump(), {});
+  }
   std::string describe() const override {
     return "plugin " + instance_.plugin().manifest.name + " " + instance_.plugin().manifest.version;
   }
@@ -102,6 +107,10 @@ class PluginModel final : public TrainModel {
 at::Tensor TrainModel::loss_step(const nlohmann::json& /*rows*/, const NamedTensors& /*batch*/,
                                  nlohmann::json& /*metrics*/) {
   throw Error(describe() + " does not compute its own loss", ExitCode::failure);
+}
+
+NamedTensors TrainModel::generate(const nlohmann::json& /*request*/) {
+  throw Error(describe() + " does not generate", ExitCode::not_available);
 }
 
 std::unique_ptr<TrainModel> make_plugin_model(plugin::Instance& instance,

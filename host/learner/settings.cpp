@@ -97,6 +97,15 @@ Settings read_settings(const config::Config& cfg) {
   s.validation_split = cfg.get_number("validation.split");
   s.validation_data = cfg.get_string("validation.data");
   s.tensorboard = cfg.get_bool("log.tensorboard");
+  s.validation_prompts = cfg.get_list("validation.prompts");
+  s.sample_every = cfg.get_int("validation.sample_every");
+  s.sample_steps = cfg.get_int("validation.sample_steps");
+  s.sample_seed = cfg.get_int("validation.sample_seed");
+  s.sample_guidance = cfg.get_number("validation.sample_guidance");
+  s.sample_height = cfg.get_int("validation.sample_height");
+  s.sample_width = cfg.get_int("validation.sample_width");
+  if (s.sample_height == 0) s.sample_height = cfg.get_int("data.height");
+  if (s.sample_width == 0) s.sample_width = cfg.get_int("data.width");
   s.tuning = cfg.get_string("tuning.mode");
   s.precision = cfg.get_string("model.precision");
   s.device = cfg.get_string("run.device");

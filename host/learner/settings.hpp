@@ -51,6 +51,15 @@ struct Settings {
   std::int64_t validation_max_rows = 64;
   double validation_split = 0.0;
   std::string validation_data;
+  // Validation renders: validation.prompts generated with the trained weights every
+  // validation.sample_every optimizer steps (0: never), at the start and at the end.
+  std::vector<std::string> validation_prompts;
+  std::int64_t sample_every = 0;
+  std::int64_t sample_steps = 8;
+  std::int64_t sample_seed = 0;
+  double sample_guidance = 3.5;
+  std::int64_t sample_height = 0;  // 0: data.height
+  std::int64_t sample_width = 0;   // 0: data.width
   bool tensorboard = true;
   std::string tuning = "lora";
   std::string precision = "auto";

@@ -37,6 +37,7 @@
 #include "learner/run_control.hpp"
 #include "learner/settings.hpp"
 #include "learner/timesteps.hpp"
+#include "sample/png.hpp"
 #include "plugin/host_api.hpp"
 #include "schedulers/scheduler.hpp"
 
@@ -188,6 +189,9 @@ class Loop {
   void write_outputs_start(const std::function<void(io::Provenance&)>& record_provenance);
   void checkpoint();
   void truncate_metrics(std::int64_t after_step);
+  // Validation renders: every validation.prompts generated with the weights now trained, into
+  // RUN_DIR/samples/<step-N | final>/p<i>.png, samples/index.jsonl and TensorBoard images.
+  void render(std::int64_t step, bool final);
   // Every rank's data position into state_.rank_positions (a collective).
   void gather_positions();
 
@@ -216,6 +220,8 @@ class Loop {
   // Carried across steps:
   std::int64_t since_checkpoint_ = 0;
   RunResult result_;
+  bool renders_ = false;  // island 0's rank 0 renders validation.prompts
+  std::unique_ptr<JsonlWriter> render_index_;
 };
 
 NamedTensors Loop::encode(const data::TensorBatch& b, bool sample, std::uint64_t latent_seed, at::Tensor& latents) {
@@ -403,22 +409,25 @@ void Loop::note_skipped(const data::Manifest& m, std::size_t row, const std::str
 }
 
 void Loop::truncate_metrics(std::int64_t after_step) {
-  const fs::path p = opt_.run_dir / "metrics.jsonl";
-  std::error_code ec;
-  if (!fs::exists(p, ec)) return;
-  std::istringstream in(read_file(p));
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      const auto j = nlohmann::json::parse(line);
-      if (j.value("step", std::int64_t{0}) > after_step) continue;
-    } catch (const nlohmann::json::exception&) {
-      continue;  // a record torn by a crash
+  // metrics.jsonl and the validation renders' index drop what came after the checkpoint (and the
+  // final renders, which the resumed run makes again), so nothing is listed twice.
+  for (const fs::path& p : {opt_.run_dir / "metrics.jsonl", opt_.run_dir / "samples" / "index.jsonl"}) {
+    std::error_code ec;
+    if (!fs::exists(p, ec)) continue;
+    std::istringstream in(read_file(p));
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      try {
+        const auto j = nlohmann::json::parse(line);
+        if (j.value("step", std::int64_t{0}) > after_step || j.value("final", false)) continue;
+      } catch (const nlohmann::json::exception&) {
+        continue;  // a record torn by a crash
+      }
+      kept += line + "\n";
     }
-    kept += line + "\n";
+    atomic_write(p, kept);
   }
-  atomic_write(p, kept);
 }
 
 void Loop::write_outputs_start(const std::function<void(io::Provenance&)>& record_provenance) {
@@ -599,6 +608,14 @@ void Loop::start(const std::function<void(io::Provenance&)>& record_provenance, 
                accumulation_, s_.max_steps);
   if (sync_) sync_->start(trainable_);
   control_.emplace(opt_.run_dir, true);
+  if (!s_.validation_prompts.empty() && lead_ && opt_.logical_rank == 0) {
+    if (s_.sample_every <= 0)
+      spdlog::info("validation.prompts are rendered only with validation.sample_every > 0");
+    else if (!model_.can_generate())
+      spdlog::warn("validation.prompts: {} does not generate; no validation renders", model_.describe());
+    else
+      renders_ = true;
+  }
   if (!resumed || state_.step == 0) {
     const double v = evaluate();
     if (std::isfinite(v)) {
@@ -606,6 +623,7 @@ void Loop::start(const std::function<void(io::Provenance&)>& record_provenance, 
       if (metrics_) metrics_->record({{"step", state_.step}, {"val_loss", v}});
       spdlog::info("step {} val_loss {:.6f}", state_.step, v);
     }
+    if (renders_) render(state_.step, false);  // what the model makes before training
   }
   t_run_ = Clock::now();
   start_step_ = state_.step;
@@ -613,6 +631,48 @@ void Loop::start(const std::function<void(io::Provenance&)>& record_provenance, 
 }
 
 // Held-out batches, decoded once (fixed order).
+void Loop::render(std::int64_t step, bool final) {
+  const auto t0 = Clock::now();
+  const std::string dir_name = final ? std::string("final") : fmt::format("step-{:08d}", step);
+  const fs::path dir = opt_.run_dir / "samples" / dir_name;
+  try {
+    if (!render_index_) render_index_ = std::make_unique<JsonlWriter>(opt_.run_dir / "samples" / "index.jsonl");
+    for (std::size_t i = 0; i < s_.validation_prompts.size(); ++i) {
+      const std::uint64_t seed = static_cast<std::uint64_t>(s_.sample_seed) + i;
+      const nlohmann::json request = {{"prompts", {s_.validation_prompts[i]}}, {"seed", seed},
+                                      {"steps", s_.sample_steps},           {"guidance", s_.sample_guidance},
+                                      {"height", s_.sample_height},         {"width", s_.sample_width}};
+      at::Tensor media;
+      for (const auto& [name, t] : model_.generate(request))
+        if (name == "video" || (name == "images" && !media.defined())) media = t;
+      if (!media.defined() || media.dim() < 4 || media.size(0) < 1 || media.size(1) != 3)
+        throw Error("the plugin returned neither 'images' [1, 3, H, W] nor 'video' [1, 3, F, H, W]", ExitCode::failure);
+      // An image, or a video's first frame: [3, H, W] in [0, 1] to 8-bit RGB, row-major.
+      const at::Tensor picture = media.dim() == 5 ? media[0].select(1, 0) : media[0];
+      const auto bytes =
+          (picture.detach().to(at::kFloat).cpu().clamp(0, 1) * 255).round().to(at::kByte).permute({1, 2, 0}).contiguous();
+      const int height = static_cast<int>(bytes.size(0)), width = static_cast<int>(bytes.size(1));
+      const std::vector<std::uint8_t> rgb(bytes.data_ptr<std::uint8_t>(), bytes.data_ptr<std::uint8_t>() + bytes.numel());
+      const std::string png = sample::encode_png(rgb, height, width);
+      const std::string file = "p" + std::to_string(i) + ".png";
+      atomic_write(dir / file, png);
+      nlohmann::json rec = {{"step", step},  {"prompt_index", i}, {"prompt", s_.validation_prompts[i]},
+                            {"seed", seed},  {"path", "samples/" + dir_name + "/" + file},
+                            {"width", width}, {"height", height}, {"final", final}};
+      if (media.dim() == 5) rec["frames"] = media.size(2);
+      render_index_->write(rec);
+      if (metrics_) metrics_->image("samples/p" + std::to_string(i), step, png, height, width);
+    }
+  } catch (const std::exception& e) {
+    // A render is a view of the run, not part of it: training goes on without them.
+    spdlog::warn("validation render at step {} failed: {}; no more validation renders in this run", step, e.what());
+    renders_ = false;
+    return;
+  }
+  spdlog::info("validation renders {}: {} prompt(s) in {:.1f} s -> {}", final ? "of the final weights" : fmt::format("at step {}", step),
+               s_.validation_prompts.size(), seconds_since(t0), dir.string());
+}
+
 void Loop::decode_validation_batches() {
   const auto& m = data_.val_source();
   for (std::size_t i = 0; i < data_.val_rows.size(); i += static_cast<std::size_t>(micro_)) {
@@ -715,6 +775,7 @@ void Loop::report(const StepStats& st, bool end) {
   }
   if (metrics_) metrics_->record(rec);
   result_.last_loss = st.loss;
+  if (renders_ && !end && st.step % s_.sample_every == 0) render(st.step, false);
 
   if (opt_.console && lead_) {
     const double elapsed = seconds_since(t_run_);
@@ -759,6 +820,7 @@ bool Loop::poll_control(std::int64_t step, bool last, bool sync_cut) {
 void Loop::finish() {
   if (!result_.stopped_early) {
     if (sync_ && !sync_->finish(trainable_)) spdlog::warn("no final cut from the syncer; saving the local weights");
+    if (renders_) render(state_.step, true);  // the weights the run ends on (after the final cut)
     if (island::rank0_decides(ranks_, since_checkpoint_ > 0 || state_.step == 0 ||
                                           (lead_ && !latest_checkpoint(opt_.run_dir))))
       checkpoint();

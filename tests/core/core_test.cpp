@@ -5,16 +5,20 @@
 
 #include <chrono>
 
+#include <optional>
 #include <thread>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+
+#include <stb_image.h>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/metrics.hpp"
 #include "core/sha256.hpp"
 #include "core/strings.hpp"
+#include "sample/png.hpp"
 #include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -186,8 +190,22 @@ struct SessionStart {
   std::string message;
 };
 
+std::vector<std::uint8_t> rgb_expected(std::size_t n) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 7);
+  return v;
+}
+
+struct ImageSummary {
+  std::int64_t step;
+  std::string tag;
+  std::uint64_t height, width, colorspace;
+  std::string png;
+};
+
 std::vector<Scalar> read_scalars(const std::string& file, std::string* file_version,
-                                 std::vector<SessionStart>* sessions = nullptr) {
+                                 std::vector<SessionStart>* sessions = nullptr,
+                                 std::vector<ImageSummary>* images = nullptr) {
   std::vector<Scalar> out;
   std::size_t pos = 0;
   while (pos < file.size()) {
@@ -223,15 +241,32 @@ std::vector<Scalar> read_scalars(const std::string& file, std::string* file_vers
           sum.varint();
           Reader val{sum.bytes()};
           Scalar sc{step, "", 0};
+          std::optional<ImageSummary> image;
           while (!val.done()) {
             const auto k = val.varint();
-            if ((k >> 3) == 1) sc.tag = std::string(val.bytes());
-            else {
+            if ((k >> 3) == 1) {
+              sc.tag = std::string(val.bytes());
+            } else if ((k >> 3) == 4) {  // Summary.Image
+              Reader img{val.bytes()};
+              image = ImageSummary{step, "", 0, 0, 0, ""};
+              while (!img.done()) {
+                const auto f = img.varint() >> 3;
+                if (f == 1) image->height = img.varint();
+                else if (f == 2) image->width = img.varint();
+                else if (f == 3) image->colorspace = img.varint();
+                else image->png = std::string(img.bytes());
+              }
+            } else {
               const auto bits = static_cast<std::uint32_t>(val.fixed(4));
               std::memcpy(&sc.value, &bits, 4);
             }
           }
-          out.push_back(sc);
+          if (image) {
+            image->tag = sc.tag;
+            if (images) images->push_back(*image);
+          } else {
+            out.push_back(sc);
+          }
         }
       }
     }
@@ -253,6 +288,9 @@ TEST(TensorBoard, RunMetricsWritesJsonlAndDecodableEvents) {
     yeto::RunMetrics m(t.path(), true);
     m.record({{"step", 1}, {"loss", 0.75}, {"lr", 1e-4}, {"note", "text is not a scalar"}});
     m.record({{"step", 2}, {"loss", 0.5}, {"val_loss", std::nan("")}});
+    std::vector<std::uint8_t> rgb(4 * 6 * 3);
+    for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<std::uint8_t>(i * 7);
+    m.image("samples/p0", 2, yeto::sample::encode_png(rgb, 4, 6), 4, 6);
     events = m.tensorboard_path();
     EXPECT_THROW(m.record({{"loss", 1.0}}), yeto::Error);  // no step
   }
@@ -260,8 +298,25 @@ TEST(TensorBoard, RunMetricsWritesJsonlAndDecodableEvents) {
   EXPECT_EQ(events.parent_path(), t / "tensorboard");
   EXPECT_EQ(events.filename().string().rfind("events.out.tfevents.", 0), 0u);
   std::string version;
-  const auto scalars = read_scalars(yeto::test::read_text(events), &version);
+  std::vector<ImageSummary> images;
+  const auto scalars = read_scalars(yeto::test::read_text(events), &version, nullptr, &images);
   EXPECT_EQ(version, "brain.Event:2");
+  // The image summary decodes to the picture that was written.
+  ASSERT_EQ(images.size(), 1u);
+  EXPECT_EQ(images[0].tag, "samples/p0");
+  EXPECT_EQ(images[0].step, 2);
+  EXPECT_EQ(images[0].height, 4u);
+  EXPECT_EQ(images[0].width, 6u);
+  EXPECT_EQ(images[0].colorspace, 3u);
+  int w = 0, h = 0, c = 0;
+  unsigned char* px = stbi_load_from_memory(reinterpret_cast<const unsigned char*>(images[0].png.data()),
+                                            static_cast<int>(images[0].png.size()), &w, &h, &c, 3);
+  ASSERT_NE(px, nullptr);
+  EXPECT_EQ(w, 6);
+  EXPECT_EQ(h, 4);
+  const auto want = rgb_expected(4 * 6 * 3);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), px));
+  stbi_image_free(px);
   ASSERT_EQ(scalars.size(), 3u);  // loss, lr at step 1; loss at step 2 (NaN dropped)
   EXPECT_EQ(scalars[0].tag, "loss");
   EXPECT_EQ(scalars[0].step, 1);

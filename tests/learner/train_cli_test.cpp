@@ -120,6 +120,50 @@ TEST(LearnerTrainFlux, ValLossDropsClearly) {
   EXPECT_TRUE(contains(read_file(run.out() / "lora.safetensors").substr(0, 4096), "lora_A.weight"));
 }
 
+// validation.prompts are rendered at the start, every validation.sample_every steps and on the
+// final weights, into RUN_DIR/samples/ (index.jsonl names each PNG) and TensorBoard images; the
+// renders do not change what is trained (same adapter bytes as a run without them).
+TEST(LearnerTrainFlux, ValidationRendersAreWrittenAndDoNotChangeTraining) {
+  std::string with = flux_toml(6);
+  const std::string keys = "max_rows = 8\n";
+  with.replace(with.find(keys), keys.size(),
+               keys + "prompts = [\"a red square\", \"a blue circle\"]\nsample_every = 3\nsample_steps = 2\n"
+                      "sample_seed = 11\nsample_height = 32\nsample_width = 32\n");
+  TrialRun rendered(with), plain(flux_toml(6));
+  const auto r = rendered.train();
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  ASSERT_EQ(plain.train().exit_code, 0);
+  EXPECT_EQ(read_file(rendered.out() / "lora.safetensors"), read_file(plain.out() / "lora.safetensors"))
+      << "rendering changed the training";
+  EXPECT_FALSE(fs::exists(plain.out() / "samples"));
+  std::vector<nlohmann::json> index;
+  std::istringstream in(read_file(rendered.out() / "samples" / "index.jsonl"));
+  for (std::string line; std::getline(in, line);) index.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(index.size(), 6u) << r.all();  // 2 prompts x (step 0, step 3, final)
+  std::vector<std::string> dirs;
+  for (const auto& rec : index) {
+    const fs::path png = rendered.out() / rec.at("path").get<std::string>();
+    ASSERT_TRUE(fs::exists(png)) << rec.dump();
+    EXPECT_EQ(rec.at("width"), 32);
+    EXPECT_EQ(rec.at("height"), 32);
+    EXPECT_EQ(rec.at("seed"), 11 + rec.at("prompt_index").get<int>());
+    EXPECT_EQ(read_file(png).substr(1, 3), "PNG");
+    dirs.push_back(png.parent_path().filename().string());
+  }
+  EXPECT_EQ(dirs, (std::vector<std::string>{"step-00000000", "step-00000000", "step-00000003", "step-00000003",
+                                            "final", "final"}));
+  EXPECT_EQ(index[4].at("step"), 6);
+  EXPECT_TRUE(index[4].at("final").get<bool>());
+  // The same seed renders the same picture; training moved the weights, so the final render of
+  // a prompt differs from its render before training.
+  EXPECT_NE(read_file(rendered.out() / "samples/step-00000000/p0.png"), read_file(rendered.out() / "samples/final/p0.png"));
+  std::string events;
+  for (const auto& e : fs::directory_iterator(rendered.out() / "tensorboard")) events += read_file(e.path());
+  EXPECT_TRUE(contains(events, "samples/p0") && contains(events, "samples/p1")) << "no TensorBoard image summaries";
+  EXPECT_TRUE(contains(events, "\x89PNG"));
+  EXPECT_TRUE(contains(r.all(), "validation renders of the final weights")) << r.all();
+}
+
 TEST(LearnerTrainFlux, DeterministicAndResumableBitExactly) {
   TrialRun a(flux_toml(9)), b(flux_toml(9)), quit(flux_toml(9)), term(flux_toml(9)), kill(flux_toml(9));
   auto r = a.train();
