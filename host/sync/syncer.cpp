@@ -98,6 +98,13 @@ struct Round {
   std::optional<double> quorum_at;
 };
 
+// What the last merge of a fragment left out: the active learners it did not wait for, and
+// when its round opened. A push of one of them arriving later measures how far behind it was.
+struct Stragglers {
+  std::set<std::string> missing;
+  double round_first = 0;
+};
+
 }  // namespace
 
 struct Syncer::Impl {
@@ -110,6 +117,7 @@ struct Syncer::Impl {
   std::unique_ptr<Tape> tape;
   SyncerState st;
   std::vector<Round> rounds;
+  std::vector<Stragglers> stragglers;  // per fragment, in memory only
   std::set<ConnPtr> conns;
   double started = steady_now();
   std::uint64_t merges_since_ckpt = 0;
@@ -792,6 +800,7 @@ struct Syncer::Impl {
       return ack(c, p, PushStatus::invalid);
     }
     const double now = steady_now();
+    note_straggler(p, id, now);
     Round& r = rounds[p];
     bool replaced = false;
     for (auto& q : r.pushes)
@@ -813,6 +822,22 @@ struct Syncer::Impl {
                  {"pending", r.pushes.size()}});
     ack(c, p, PushStatus::accepted);
     try_close(p, now);
+  }
+
+  // A push from a learner the last merge of fragment p went ahead without: its lateness behind
+  // that round's first push is an observation of the arrival spread (within the round deadline).
+  void note_straggler(std::uint32_t p, const std::string& id, double now) {
+    if (p >= stragglers.size() || !stragglers[p].missing.erase(id)) return;
+    const double late = now - stragglers[p].round_first;
+    if (late > o.timeouts.round_deadline_s) return;
+    observe_spread(st.fragments[p], late);
+  }
+
+  // The spread estimate follows a larger observation at once and decays slowly (0.9 / 0.1)
+  // towards smaller ones: arrival jitter is bursty, and a window sized to the mean would cut
+  // off every burst's straggler.
+  static void observe_spread(FragmentState& f, double x) {
+    f.spread_ema = f.spread_ema < 0 || x > f.spread_ema ? x : 0.9 * f.spread_ema + 0.1 * x;
   }
 
   void on_leave(const ConnPtr& c) {
@@ -977,8 +1002,18 @@ struct Syncer::Impl {
       total += samples[i];
     }
     st.samples_merged += total;
+    // The arrival spread of the round feeds the adaptive grace window only when every active
+    // learner is in it: a round that went ahead without some knows only a lower bound, and
+    // counting it (or the straggler's lone round that follows) as the spread would shrink the
+    // window until no merge waits for anyone. The stragglers' lateness is measured when their
+    // pushes arrive (note_straggler).
     const double spread = r.last - r.first;
-    f.spread_ema = f.spread_ema < 0 ? spread : 0.7 * f.spread_ema + 0.3 * spread;
+    std::set<std::string> missing;
+    for (const auto& id : active_ids())
+      if (std::find(who.begin(), who.end(), id) == who.end()) missing.insert(id);
+    if (missing.empty()) observe_spread(f, spread);
+    if (stragglers.size() < st.fragments.size()) stragglers.resize(st.fragments.size());
+    stragglers[p] = Stragglers{std::move(missing), r.first};
     json rec = {{"event", "merge"}, {"time", unix_now()}, {"fragment", p}, {"version", f.version},
                 {"learners", who}, {"outer_step", st.outer_steps}, {"weights", w}, {"staleness", staleness},
                 {"samples", samples}, {"reason", reason}, {"quorum", quorum}, {"live", live_ids().size()},

@@ -579,3 +579,31 @@ TEST(SyncMultiProcess, ReplayedAndReorderedSealedFramesAreRefused) {
   EXPECT_EQ(refused, 2u) << all;
   expect_bit_identical_to_final_cut(run, {id});
 }
+
+// Merges average: with the default quorum (1) and learners at equal speed, the adaptive grace
+// window learns how far apart their pushes arrive (including pushes that arrive after a merge
+// went ahead without them), so at least 80% of merges include every live learner.
+TEST(SyncMultiProcess, AtEqualSpeedMostMergesIncludeEveryLearner) {
+  RunDir run;
+  run.syncer_sets = {"sync.budget_outer_steps=60"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2), c = run.start_learner("isle-c", 3);
+  EXPECT_EQ(syncer->wait(60), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  EXPECT_EQ(c->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  EXPECT_EQ(expect_continuous(tape), 60u);
+  std::size_t all = 0, merges = 0;
+  std::string reasons;
+  for (const auto& r : tape)
+    if (r["event"] == "merge") {
+      ++merges;
+      if (learners_of(r).size() == 3) ++all;
+      reasons += std::to_string(learners_of(r).size()) + ":" + r["reason"].get<std::string>() + " ";
+    }
+  std::printf("%zu of %zu merges include every learner\n", all, merges);
+  EXPECT_GE(all * 10, merges * 8) << reasons;
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b", "isle-c"});
+}
