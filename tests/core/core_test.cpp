@@ -288,9 +288,7 @@ TEST(TensorBoard, RunMetricsWritesJsonlAndDecodableEvents) {
     yeto::RunMetrics m(t.path(), true);
     m.record({{"step", 1}, {"loss", 0.75}, {"lr", 1e-4}, {"note", "text is not a scalar"}});
     m.record({{"step", 2}, {"loss", 0.5}, {"val_loss", std::nan("")}});
-    std::vector<std::uint8_t> rgb(4 * 6 * 3);
-    for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<std::uint8_t>(i * 7);
-    m.image("samples/p0", 2, yeto::sample::encode_png(rgb, 4, 6), 4, 6);
+    m.image("samples/p0", 2, yeto::sample::encode_png(rgb_expected(4 * 6 * 3), 4, 6), 4, 6);
     events = m.tensorboard_path();
     EXPECT_THROW(m.record({{"loss", 1.0}}), yeto::Error);  // no step
   }
