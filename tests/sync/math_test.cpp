@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <span>
+#include <string>
 
 #include "core/error.hpp"
 #include "sync/layout.hpp"
@@ -310,6 +311,14 @@ std::vector<float> ref_decode(std::uint64_t numel, std::uint32_t block, const st
   return out;
 }
 
+// Every implementation this CPU and build have (scalar, and SSE2 / AVX2 on x86-64).
+std::vector<ys::Q4Impl> impls() {
+  std::vector<ys::Q4Impl> v;
+  for (const ys::Q4Impl impl : {ys::Q4Impl::scalar, ys::Q4Impl::sse2, ys::Q4Impl::avx2})
+    if (ys::q4_impl_available(impl)) v.push_back(impl);
+  return v;
+}
+
 float bits_to_float(std::uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -364,19 +373,23 @@ TEST(SyncQ4, BytesEqualTheScalarReferenceOnRandomBlocks) {
       for (std::size_t b0 = 0; b0 < n; b0 += block) fill_block(rng, buf.data() + off + b0, std::min<std::size_t>(block, n - b0));
       const std::span<const float> x(buf.data() + off, n);
       const RefQ4 ref = ref_encode(x, block);
-      std::vector<float> scales(ref.scales.size(), -1.0f);
-      std::vector<std::uint8_t> codes(ref.codes.size(), 0xFF);  // every byte must be written
-      ys::q4_encode_into(x, block, scales.data(), codes.data());
-      ASSERT_EQ(0, std::memcmp(scales.data(), ref.scales.data(), scales.size() * 4)) << "block " << block << " n " << n;
-      for (std::size_t k = 0; k < codes.size(); ++k)
-        ASSERT_EQ(codes[k], ref.codes[k]) << "block " << block << " n " << n << " byte " << k;
-      const auto q = ys::q4_encode(x, block);
-      ASSERT_EQ(q.codes, ref.codes);
-      // Decode bit for bit, into an unaligned output.
-      std::vector<float> out(n + off, 123.0f);
-      ys::q4_decode_into(n, block, scales.data(), codes.data(), std::span<float>(out.data() + off, n));
       const auto want = ref_decode(n, block, ref.scales, ref.codes);
-      ASSERT_EQ(0, std::memcmp(out.data() + off, want.data(), n * 4)) << "block " << block << " n " << n;
+      for (const ys::Q4Impl impl : impls()) {
+        std::vector<float> scales(ref.scales.size(), -1.0f);
+        std::vector<std::uint8_t> codes(ref.codes.size(), 0xFF);  // every byte must be written
+        ys::q4_encode_into(x, block, scales.data(), codes.data(), impl);
+        const std::string where = std::string(ys::q4_impl_name(impl)) + " block " + std::to_string(block) + " n " +
+                                  std::to_string(n);
+        ASSERT_EQ(0, std::memcmp(scales.data(), ref.scales.data(), scales.size() * 4)) << where;
+        for (std::size_t k = 0; k < codes.size(); ++k) ASSERT_EQ(codes[k], ref.codes[k]) << where << " byte " << k;
+        // Decode bit for bit, into an unaligned output.
+        std::vector<float> out(n + off, 123.0f);
+        ys::q4_decode_into(n, block, scales.data(), codes.data(), std::span<float>(out.data() + off, n), impl);
+        ASSERT_EQ(0, std::memcmp(out.data() + off, want.data(), n * 4)) << where;
+      }
+      const auto q = ys::q4_encode(x, block);  // the default implementation
+      ASSERT_EQ(q.codes, ref.codes);
+      ASSERT_EQ(ys::q4_decode(q), want);
       ++cases;
     }
   }
@@ -393,26 +406,28 @@ TEST(SyncQ4, DecodeEqualsTheScalarReferenceOnRandomCodes) {
       for (auto& s : scales) s = rng() % 5 == 0 ? 0.0f : s_d(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 200) - 140);
       std::vector<std::uint8_t> codes((n + 1) / 2);
       for (std::size_t i = 0; i < n; ++i) codes[i / 2] = static_cast<std::uint8_t>(codes[i / 2] | (nib_d(rng) << (i % 2 ? 4 : 0)));
-      std::vector<float> out(n);
-      ys::q4_decode_into(n, block, scales.data(), codes.data(), out);
       const auto want = ref_decode(n, block, scales, codes);
-      ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * 4)) << "block " << block << " n " << n;
-      if (n == 0) continue;
-      // A zero nibble anywhere, a nonzero padding nibble, or a bad scale is refused.
-      for (int t = 0; t < 8; ++t) {
-        auto bad = codes;
-        const std::size_t i = rng() % n;
-        bad[i / 2] &= static_cast<std::uint8_t>(i % 2 ? 0x0F : 0xF0);
-        EXPECT_THROW(ys::q4_decode_into(n, block, scales.data(), bad.data(), out), yeto::Error) << i;
+      for (const ys::Q4Impl impl : impls()) {
+        std::vector<float> out(n);
+        ys::q4_decode_into(n, block, scales.data(), codes.data(), out, impl);
+        ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * 4)) << ys::q4_impl_name(impl) << " block " << block << " n " << n;
+        if (n == 0) continue;
+        // A zero nibble anywhere, a nonzero padding nibble, or a bad scale is refused.
+        for (int t = 0; t < 8; ++t) {
+          auto bad = codes;
+          const std::size_t i = rng() % n;
+          bad[i / 2] &= static_cast<std::uint8_t>(i % 2 ? 0x0F : 0xF0);
+          EXPECT_THROW(ys::q4_decode_into(n, block, scales.data(), bad.data(), out, impl), yeto::Error) << i;
+        }
+        if (n % 2 == 1) {
+          auto bad = codes;
+          bad.back() |= 0x10;
+          EXPECT_THROW(ys::q4_decode_into(n, block, scales.data(), bad.data(), out, impl), yeto::Error);
+        }
+        auto bad_s = scales;
+        bad_s[rng() % bad_s.size()] = rng() % 2 ? -1.0f : INFINITY;
+        EXPECT_THROW(ys::q4_decode_into(n, block, bad_s.data(), codes.data(), out, impl), yeto::Error);
       }
-      if (n % 2 == 1) {
-        auto bad = codes;
-        bad.back() |= 0x10;
-        EXPECT_THROW(ys::q4_decode_into(n, block, scales.data(), bad.data(), out), yeto::Error);
-      }
-      auto bad_s = scales;
-      bad_s[rng() % bad_s.size()] = rng() % 2 ? -1.0f : INFINITY;
-      EXPECT_THROW(ys::q4_decode_into(n, block, bad_s.data(), codes.data(), out), yeto::Error);
     }
   }
 }
@@ -423,7 +438,11 @@ TEST(SyncQ4, NonFiniteValueAnywhereIsRefused) {
       std::vector<float> x(201, 0.25f);
       for (const float bad : {NAN, INFINITY, -INFINITY}) {
         x[at] = bad;
-        EXPECT_THROW(ys::q4_encode(x, block), yeto::Error) << block << " " << at;
+        std::vector<float> scales(ys::q4_blocks(x.size(), block));
+        std::vector<std::uint8_t> codes((x.size() + 1) / 2);
+        for (const ys::Q4Impl impl : impls())
+          EXPECT_THROW(ys::q4_encode_into(x, block, scales.data(), codes.data(), impl), yeto::Error)
+              << ys::q4_impl_name(impl) << " " << block << " " << at;
       }
     }
   }
