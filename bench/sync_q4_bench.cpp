@@ -46,6 +46,28 @@ int main(int argc, char** argv) {
   std::vector<std::uint8_t> codes((n + 1) / 2);
   const double t_enc = best_seconds(reps, [&] { ys::q4_encode_into(x, block, scales.data(), codes.data()); });
   const double t_dec = best_seconds(reps, [&] { ys::q4_decode_into(n, block, scales.data(), codes.data(), y); sink = y[7]; });
+  // Every implementation this CPU has, side by side with the default one and memcpy; each
+  // must give the same bytes and values.
+  struct Row {
+    ys::Q4Impl impl;
+    double enc, dec;
+  };
+  std::vector<Row> rows;
+  for (const ys::Q4Impl impl : {ys::Q4Impl::scalar, ys::Q4Impl::sse2, ys::Q4Impl::avx2}) {
+    if (!ys::q4_impl_available(impl)) continue;
+    std::vector<float> scales_i(scales.size()), y_i(n);
+    std::vector<std::uint8_t> codes_i(codes.size());
+    const double te = best_seconds(reps, [&] { ys::q4_encode_into(x, block, scales_i.data(), codes_i.data(), impl); });
+    const double td = best_seconds(reps, [&] {
+      ys::q4_decode_into(n, block, scales.data(), codes.data(), y_i, impl);
+      sink = y_i[7];
+    });
+    if (scales_i != scales || codes_i != codes || std::memcmp(y_i.data(), y.data(), n * 4) != 0) {
+      std::fprintf(stderr, "q4: implementation %s disagrees with the default one\n", ys::q4_impl_name(impl));
+      return 1;
+    }
+    rows.push_back({impl, te, td});
+  }
   double max_err = 0;
   for (std::size_t i = 0; i < n; ++i) max_err = std::max(max_err, static_cast<double>(std::fabs(x[i] - y[i])));
 
@@ -55,6 +77,10 @@ int main(int argc, char** argv) {
               gb / t_enc, t_copy / t_enc, (scales.size() * 4 + codes.size()) / 1e6,
               8.0 * (scales.size() * 4 + codes.size()) / static_cast<double>(n));
   std::printf("  q4 decode         %7.2f GB/s  (%.2fx memcpy)  max |error| %.3g\n", gb / t_dec, t_copy / t_dec, max_err);
+  std::printf("  (default: %s; every implementation below gives the same bytes)\n", ys::q4_impl_name(ys::q4_best_impl()));
+  for (const Row& r : rows)
+    std::printf("  q4 %-6s encode %7.2f GB/s (%.2fx memcpy), decode %7.2f GB/s (%.2fx memcpy)\n",
+                ys::q4_impl_name(r.impl), gb / r.enc, t_copy / r.enc, gb / r.dec, t_copy / r.dec);
 
   // Per-byte costs of a bulk frame: the CRC-32C every frame carries, sealing (XChaCha20-Poly1305
   // straight into the frame, then the CRC) and opening (CRC in the decoder, then decryption in

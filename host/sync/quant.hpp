@@ -1,10 +1,12 @@
 // 4-bit block quantisation of pseudo-gradients (q4). The vector is cut into blocks of
 // `block` values (the last may be shorter); each block stores one float32 scale
-// s = max|x| / 7 and one signed 4-bit code per value, q = round_half_even(x / s) clamped
-// to [-7, 7], stored as the nibble q + 8 (so nibble 0 never occurs and is rejected on
-// decode). Decode is x' = q * s. The error per value is at most s / 2 = max|x| / 14 of its
-// block, and a block of zeros decodes to exact zeros. Encoding is deterministic (no
-// dependence on the floating-point environment: the rounding is done explicitly).
+// s = max|x| / 7 and one signed 4-bit code per value, q = round_half_even(x * r) clamped
+// to [-7, 7] with r = 1 / s rounded to float32 (r = 0 when s = 0; a zero times an infinite r,
+// in a block of tiny denormals, counts as 0), stored as the nibble q + 8 (so nibble 0 never
+// occurs and is rejected on decode). Decode is x' = q * s. The error per value is at most
+// s / 2 = max|x| / 14 of its block (up to float rounding), and a block of zeros decodes to
+// exact zeros. Encoding is deterministic (no dependence on the floating-point environment:
+// the rounding is done explicitly, and never with a fused multiply-add).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,19 @@ void q4_encode_into(std::span<const float> x, std::uint32_t block, float* scales
 std::vector<float> q4_decode(const Q4& q);
 void q4_decode_into(std::uint64_t numel, std::uint32_t block, const float* scales, const std::uint8_t* codes,
                     std::span<float> out);
+
+// The implementations, all bit-identical (tested against a scalar reference): scalar
+// (portable, one value at a time; also used for odd block sizes), SSE2 (every x86-64 CPU) and
+// AVX2 (chosen at run time where the CPU has it; decoding uses SSE2). The two functions above
+// use q4_best_impl(); tests and the benchmark name one. Naming one that this CPU or build
+// lacks throws yeto::Error.
+enum class Q4Impl { scalar, sse2, avx2 };
+bool q4_impl_available(Q4Impl impl);
+Q4Impl q4_best_impl();
+const char* q4_impl_name(Q4Impl impl);
+void q4_encode_into(std::span<const float> x, std::uint32_t block, float* scales, std::uint8_t* codes, Q4Impl impl);
+void q4_decode_into(std::uint64_t numel, std::uint32_t block, const float* scales, const std::uint8_t* codes,
+                    std::span<float> out, Q4Impl impl);
 
 // Deterministic round-half-to-even of a finite float of magnitude < 2^22.
 float round_half_even(float v);

@@ -1,8 +1,12 @@
 // Merge math, q4 and layout on hand-computed vectors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <span>
+#include <string>
 
 #include "core/error.hpp"
 #include "sync/layout.hpp"
@@ -259,6 +263,189 @@ TEST(SyncQ4, RoundHalfEven) {
   EXPECT_EQ(ys::round_half_even(-1.5f), -2.0f);
   EXPECT_EQ(ys::round_half_even(2.4f), 2.0f);
   EXPECT_EQ(ys::round_half_even(-2.6f), -3.0f);
+}
+
+// The q4 bytes pinned against a straightforward scalar encoder written from the format's
+// definition, so that a faster implementation cannot silently change what goes on the wire.
+namespace {
+struct RefQ4 {
+  std::vector<float> scales;
+  std::vector<std::uint8_t> codes;
+};
+
+// One value at a time: s = max|x| / 7 of the block, r = 1 / s in float32 (0 when s is 0),
+// q = round_half_even(x * r) clamped to [-7, 7], nibble q + 8. A product that is NaN (a zero
+// times an infinite r, when s is so small that 1 / s overflows) encodes as q = 0.
+RefQ4 ref_encode(std::span<const float> x, std::uint32_t block) {
+  RefQ4 r;
+  const std::size_t n = x.size();
+  r.scales.assign((n + block - 1) / block, 0.0f);
+  r.codes.assign((n + 1) / 2, 0);
+  for (std::size_t b = 0; b * block < n; ++b) {
+    const std::size_t b0 = b * block, b1 = std::min(n, b0 + block);
+    float amax = 0.0f;
+    for (std::size_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float s = amax / 7.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    r.scales[b] = s;
+    for (std::size_t i = b0; i < b1; ++i) {
+      const float p = x[i] * inv;
+      int q = 0;
+      if (std::isnan(p)) q = 0;
+      else if (p >= 7.0f) q = 7;
+      else if (p <= -7.0f) q = -7;
+      else q = static_cast<int>(ys::round_half_even(p));
+      r.codes[i / 2] = static_cast<std::uint8_t>(r.codes[i / 2] | ((q + 8) << (i % 2 ? 4 : 0)));
+    }
+  }
+  return r;
+}
+
+std::vector<float> ref_decode(std::uint64_t numel, std::uint32_t block, const std::vector<float>& scales,
+                              const std::vector<std::uint8_t>& codes) {
+  std::vector<float> out(numel);
+  for (std::uint64_t i = 0; i < numel; ++i) {
+    const int nib = i % 2 ? codes[i / 2] >> 4 : codes[i / 2] & 0x0F;
+    out[i] = static_cast<float>(nib - 8) * scales[i / block];
+  }
+  return out;
+}
+
+// Every implementation this CPU and build have (scalar, and SSE2 / AVX2 on x86-64).
+std::vector<ys::Q4Impl> impls() {
+  std::vector<ys::Q4Impl> v;
+  for (const ys::Q4Impl impl : {ys::Q4Impl::scalar, ys::Q4Impl::sse2, ys::Q4Impl::avx2})
+    if (ys::q4_impl_available(impl)) v.push_back(impl);
+  return v;
+}
+
+float bits_to_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A block of `len` values of one of several kinds: wide-range normals, exact ties at .5 of
+// the step, zeros (with signs), denormals, a denormal maximum (1 / s overflows), values
+// near FLT_MAX, and raw random bit patterns that are finite.
+void fill_block(std::mt19937& rng, float* v, std::size_t len) {
+  std::uniform_int_distribution<int> kind_d(0, 7), exp_d(-40, 40), k_d(-7, 7), coin(0, 3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int kind = kind_d(rng);
+  const float scale = std::ldexp(1.0f, exp_d(rng));
+  for (std::size_t i = 0; i < len; ++i) {
+    float x = 0.0f;
+    switch (kind) {
+      case 0: x = nd(rng) * scale; break;
+      case 1:  // max|x| = 7 * 2^e, so s = 2^e and r = 2^-e exactly: every (k + 1/2) * 2^e is a tie
+        x = (static_cast<float>(k_d(rng)) + (coin(rng) ? 0.5f : 0.0f)) * scale;
+        break;
+      case 2: x = coin(rng) == 0 ? nd(rng) * scale : (coin(rng) % 2 ? 0.0f : -0.0f); break;
+      case 3: x = bits_to_float(static_cast<std::uint32_t>(rng()) & 0x807FFFFFu); break;  // denormals and zeros
+      case 4: x = coin(rng) ? bits_to_float(static_cast<std::uint32_t>(rng()) & 0x800FFFFFu) : 0.0f; break;
+      case 5: x = nd(rng) * 3.0e37f; break;
+      case 6:
+        do x = bits_to_float(static_cast<std::uint32_t>(rng()));
+        while (!std::isfinite(x));
+        break;
+      default: x = 0.0f; break;
+    }
+    v[i] = x;
+  }
+  if (kind == 1 && len > 0) v[rng() % len] = (coin(rng) % 2 ? 7.0f : -7.0f) * scale;
+  if (kind == 5 && len > 0 && coin(rng) == 0) v[rng() % len] = coin(rng) % 2 ? 3.4028235e38f : -3.4028235e38f;
+}
+}  // namespace
+
+TEST(SyncQ4, BytesEqualTheScalarReferenceOnRandomBlocks) {
+  std::mt19937 rng(20261206);
+  const std::vector<std::uint32_t> blocks = {2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 100, 128, 256, 1000};
+  std::uniform_int_distribution<std::size_t> numel_d(0, 3000), offset_d(0, 3);
+  std::size_t cases = 0;
+  for (int round = 0; round < 12; ++round) {
+    for (const std::uint32_t block : blocks) {
+      std::size_t n = numel_d(rng);
+      if (round == 0) n = block * 5 + 1;  // odd count, short last block
+      if (round == 1) n = block * 8;      // whole blocks only
+      // Unaligned input: the values start 0..3 floats into the buffer.
+      const std::size_t off = offset_d(rng);
+      std::vector<float> buf(n + off);
+      for (std::size_t b0 = 0; b0 < n; b0 += block) fill_block(rng, buf.data() + off + b0, std::min<std::size_t>(block, n - b0));
+      const std::span<const float> x(buf.data() + off, n);
+      const RefQ4 ref = ref_encode(x, block);
+      const auto want = ref_decode(n, block, ref.scales, ref.codes);
+      for (const ys::Q4Impl impl : impls()) {
+        std::vector<float> scales(ref.scales.size(), -1.0f);
+        std::vector<std::uint8_t> codes(ref.codes.size(), 0xFF);  // every byte must be written
+        ys::q4_encode_into(x, block, scales.data(), codes.data(), impl);
+        const std::string where = std::string(ys::q4_impl_name(impl)) + " block " + std::to_string(block) + " n " +
+                                  std::to_string(n);
+        ASSERT_EQ(0, std::memcmp(scales.data(), ref.scales.data(), scales.size() * 4)) << where;
+        for (std::size_t k = 0; k < codes.size(); ++k) ASSERT_EQ(codes[k], ref.codes[k]) << where << " byte " << k;
+        // Decode bit for bit, into an unaligned output.
+        std::vector<float> out(n + off, 123.0f);
+        ys::q4_decode_into(n, block, scales.data(), codes.data(), std::span<float>(out.data() + off, n), impl);
+        ASSERT_EQ(0, std::memcmp(out.data() + off, want.data(), n * 4)) << where;
+      }
+      const auto q = ys::q4_encode(x, block);  // the default implementation
+      ASSERT_EQ(q.codes, ref.codes);
+      ASSERT_EQ(ys::q4_decode(q), want);
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 12 * blocks.size());
+}
+
+TEST(SyncQ4, DecodeEqualsTheScalarReferenceOnRandomCodes) {
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int> nib_d(1, 15);
+  std::uniform_real_distribution<float> s_d(0.0f, 10.0f);
+  for (const std::uint32_t block : {2u, 3u, 8u, 31u, 32u, 64u, 65u, 128u}) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{1001}, std::size_t{4096}}) {
+      std::vector<float> scales((n + block - 1) / block);
+      for (auto& s : scales) s = rng() % 5 == 0 ? 0.0f : s_d(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 200) - 140);
+      std::vector<std::uint8_t> codes((n + 1) / 2);
+      for (std::size_t i = 0; i < n; ++i) codes[i / 2] = static_cast<std::uint8_t>(codes[i / 2] | (nib_d(rng) << (i % 2 ? 4 : 0)));
+      const auto want = ref_decode(n, block, scales, codes);
+      for (const ys::Q4Impl impl : impls()) {
+        std::vector<float> out(n);
+        ys::q4_decode_into(n, block, scales.data(), codes.data(), out, impl);
+        ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * 4)) << ys::q4_impl_name(impl) << " block " << block << " n " << n;
+        if (n == 0) continue;
+        // A zero nibble anywhere, a nonzero padding nibble, or a bad scale is refused.
+        for (int t = 0; t < 8; ++t) {
+          auto bad = codes;
+          const std::size_t i = rng() % n;
+          bad[i / 2] &= static_cast<std::uint8_t>(i % 2 ? 0x0F : 0xF0);
+          EXPECT_THROW(ys::q4_decode_into(n, block, scales.data(), bad.data(), out, impl), yeto::Error) << i;
+        }
+        if (n % 2 == 1) {
+          auto bad = codes;
+          bad.back() |= 0x10;
+          EXPECT_THROW(ys::q4_decode_into(n, block, scales.data(), bad.data(), out, impl), yeto::Error);
+        }
+        auto bad_s = scales;
+        bad_s[rng() % bad_s.size()] = rng() % 2 ? -1.0f : INFINITY;
+        EXPECT_THROW(ys::q4_decode_into(n, block, bad_s.data(), codes.data(), out, impl), yeto::Error);
+      }
+    }
+  }
+}
+
+TEST(SyncQ4, NonFiniteValueAnywhereIsRefused) {
+  for (const std::uint32_t block : {2u, 7u, 64u}) {
+    for (const std::size_t at : {std::size_t{0}, std::size_t{31}, std::size_t{64}, std::size_t{200}}) {
+      std::vector<float> x(201, 0.25f);
+      for (const float bad : {NAN, INFINITY, -INFINITY}) {
+        x[at] = bad;
+        std::vector<float> scales(ys::q4_blocks(x.size(), block));
+        std::vector<std::uint8_t> codes((x.size() + 1) / 2);
+        for (const ys::Q4Impl impl : impls())
+          EXPECT_THROW(ys::q4_encode_into(x, block, scales.data(), codes.data(), impl), yeto::Error)
+              << ys::q4_impl_name(impl) << " " << block << " " << at;
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- layout

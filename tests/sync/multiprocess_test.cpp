@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -192,6 +193,14 @@ TEST(SyncMultiProcess, ASecondSyncerOnTheSameStateIsRefusedAndChangesNothing) {
   RunDir run;
   auto first = run.start_syncer();
   ASSERT_NE(run.port, 0) << run.logs();
+  // The port file is written before the start-up records (limits, listen): wait for them, so
+  // the snapshot is of a syncer that has settled.
+  ASSERT_TRUE(run.wait_tape(
+      [](const std::vector<json>& t) {
+        return std::any_of(t.begin(), t.end(), [](const json& r) { return r["event"] == "listen"; });
+      },
+      15))
+      << run.logs();
   const auto snapshot = [&] {
     std::map<std::string, std::string> files;
     for (const auto& e : fs::directory_iterator(run.state))
