@@ -99,7 +99,9 @@ TEST(TrainIslands, TwoFluxIslandsMergeAndEndOnTheFinalCut) {
     EXPECT_EQ(i["steps"], 8) << s.dump();
     EXPECT_TRUE(i["final_digest_matches"].get<bool>()) << s.dump();
   }
-  EXPECT_GT(s["allreduce_over_sent"].get<double>(), 1.0) << s.dump();
+  EXPECT_GT(s["allreduce_over_total"].get<double>(), 1.0) << s.dump();
+  EXPECT_GT(s["bytes_received_total"].get<double>(), 0) << s.dump();
+  EXPECT_NE(r.out.find("traffic of the islands, sent + received:"), std::string::npos) << r.out;
 }
 
 // The syncer's budget ends the run long before train.max_steps: both islands stop on the
