@@ -280,6 +280,7 @@ ReportFiles write_report(const fs::path& run_dir_in) {
     p.title = title;
     p.x_label = "step";
     p.y_label = name == std::string("lr") ? "learning rate" : "samples/s";
+    p.y_from_zero = true;
     for (std::size_t i = 0; i < n_isl; ++i) {
       const Points pts = field(islands[i].metrics, name);
       p.series.push_back({many ? islands[i].label : std::string(name), palette(i), SeriesStyle::line, pts.x, pts.y});
