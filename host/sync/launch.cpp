@@ -661,6 +661,7 @@ int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
   atomic_write(e.run_dir / "summary.json", summary.dump(2) + "\n");
   std::fputs(format_summary(summary).c_str(), stdout);
   std::printf("  exit codes: syncer %d, islands %s\n", r.syncer_exit, summary["island_exits"].dump().c_str());
+  if (e.after_summary) std::fputs(e.after_summary(e.run_dir).c_str(), stdout);
   std::fflush(stdout);
   return r.exit_code();
 }

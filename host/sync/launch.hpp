@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -121,6 +122,9 @@ struct EmbeddedRun {
   std::uint32_t islands = 2;
   std::uint32_t island_ranks = 1;                 // train.island_ranks: processes per island
   std::string log_level;                          // forwarded with --log-level when not empty
+  // Called once the run is over and summary.json is written; what it returns is printed after
+  // the summary (the train command writes the run report here and names it).
+  std::function<std::string(const std::filesystem::path& run_dir)> after_summary;
 };
 int run_embedded(const config::Config& cfg, const EmbeddedRun& run);
 
