@@ -490,8 +490,14 @@ ReportFiles write_report(const fs::path& run_dir_in) {
           continue;
         }
         const json& r = it->second;
+        // Relative to the directory holding index.jsonl; a path that names that directory
+        // itself ("samples/step-.../p0.png") is read from the one above it.
         fs::path img = r["path"].get<std::string>();
-        if (img.is_relative()) img = samples_dir / img;
+        if (img.is_relative()) {
+          const fs::path near = (samples_dir / img).lexically_normal();
+          const fs::path above = (samples_dir.parent_path() / img).lexically_normal();
+          img = !fs::is_regular_file(near, ec) && fs::is_regular_file(above, ec) ? above : near;
+        }
         img = img.lexically_normal();
         if (!fs::is_regular_file(img, ec)) {
           o << "<td>missing</td>";
