@@ -77,7 +77,7 @@ grep -E "^(rows|buckets|validation)" "$out/data-check.txt" || tail -n 4 "$out/da
 
 step "training: embedded local mode, a syncer and 2 learner islands (DiLoCo over loopback)"
 "$host" train --config "$root/configs/demo.toml" --islands 2 2>&1 | tee "$out/train.txt" | \
-  grep -vE "^\s*$" | grep -E "embedded run|outer steps|final cut|island-|bytes sent|exit codes|val_loss" || true
+  grep -vE "^\s*$" | grep -E "embedded run|outer steps|final cut|island-|traffic of the islands|exit codes|report:|val_loss" || true
 
 step "export the syncer's final cut as an adapter directory (Diffusers + PEFT layouts)"
 "$host" export --config "$root/configs/demo.toml" --checkpoint "$out/run/syncer" --output-dir "$out/adapter" > "$out/export.txt"
@@ -104,7 +104,8 @@ val_loss_at() {  # first and last val_loss of island-0's metrics.jsonl
 }
 echo "parity:      $(grep '^summary:' "$out/parity.txt" | sed 's/^summary: //')"
 echo "val_loss:    start $(val_loss_at 1p), end $(val_loss_at '$p') (island-0, held-out rows)"
-grep -E "outer steps merged|bytes sent by the islands" "$out/train.txt" | sed 's/^ */             /'
+grep -E "outer steps merged|traffic of the islands" "$out/train.txt" | sed 's/^ */             /'
+echo "report:      $out/run/report/index.html (loss, val_loss, learning rate, throughput, merges, traffic)"
 echo "adapter:     $out/adapter"
 echo "samples:     $out/grid.png (${#samples[@]} images in $out/samples)"
 echo "TensorBoard: tensorboard --logdir $out/run"

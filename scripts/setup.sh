@@ -12,6 +12,7 @@ packages=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg
   libstb-dev libsodium-dev libsentencepiece-dev
   libgtest-dev libgmock-dev
+  chromium  # report_test: a headless screenshot of the run report
 )
 
 missing=()

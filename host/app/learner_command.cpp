@@ -15,6 +15,7 @@
 #include "island/island_group.hpp"
 #include "island/run_island.hpp"
 #include "learner/learner.hpp"
+#include "report/report.hpp"
 #include "sync/diloco_sync.hpp"
 #include "sync/launch.hpp"
 
@@ -103,6 +104,11 @@ int run_train_islands(CommandContext& ctx, std::uint32_t islands) {
   if (e.island_ranks > 1 && cfg.get_string("train.shard") != "ddp")
     throw UsageError("train.island_ranks = " + std::to_string(e.island_ranks) + " needs train.shard = \"ddp\" (got \"" +
                      cfg.get_string("train.shard") + "\"); set --shard ddp");
+  e.after_summary = [](const std::filesystem::path& run_dir) {
+    std::string warning;
+    if (const auto index = report::try_write_report(run_dir, warning)) return "  report: " + index->string() + "\n";
+    return "  warning: the run report was not written: " + warning + "\n";
+  };
   return sync::run_embedded(cfg, e);
 }
 

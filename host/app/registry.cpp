@@ -17,6 +17,7 @@ Registry build_registry() {
   register_sample_command(r);
   register_export_command(r);
   register_merge_command(r);
+  register_report_command(r);
   return r;
 }
 

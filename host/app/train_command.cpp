@@ -6,10 +6,12 @@
 #include "island/island_group.hpp"
 #include "island/run_island.hpp"
 #include "learner/learner.hpp"
+#include "report/report.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace yeto::app {
@@ -42,6 +44,15 @@ int run_train(CommandContext& ctx) {
   }
   const auto result = learner::run(cfg, options, nullptr);
   if (result.stopped_early) spdlog::info("stopped at step {}; run the same command again to resume", result.steps);
+  // The run report, written by the rank that writes RUN_DIR; never a reason to fail the run.
+  if (options.logical_rank == 0) {
+    std::string warning;
+    if (const auto index = report::try_write_report(options.run_dir, warning))
+      std::printf("report: %s\n", index->string().c_str());
+    else
+      spdlog::warn("the run report was not written: {}", warning);
+    std::fflush(stdout);
+  }
   return 0;
 }
 

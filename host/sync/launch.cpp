@@ -521,7 +521,7 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
   json per = json::array();
   json missing = json::array();
   std::uint64_t lost_n = 0, restarted_n = 0;
-  double sent_total = 0, allreduce_total = 0;
+  double sent_total = 0, received_total = 0, allreduce_total = 0;
   for (std::uint32_t i = 0; i < islands; ++i) {
     const std::string id = "island-" + std::to_string(i);
     const bool ack = acked.count(id) > 0;
@@ -548,11 +548,16 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
       }
     }
     if (isl.contains("steps")) {
+      // A float32 ring all-reduce over the islands sends 2(N-1)/N x 4 x numel bytes per rank and
+      // step, and receives as many: the baseline counts both directions, as the islands' do.
       const double steps = isl["steps"].get<double>(), numel = isl["numel"].get<double>();
-      const double ar = islands > 1 ? steps * 2.0 * (islands - 1) / islands * 4.0 * numel : 0.0;
-      isl["allreduce_equivalent_bytes"] = ar;
-      sent_total += isl["bytes_sent"].get<double>();
-      allreduce_total += ar;
+      const double one_way = islands > 1 ? steps * 2.0 * (islands - 1) / islands * 4.0 * numel : 0.0;
+      isl["allreduce_equivalent_bytes"] = 2.0 * one_way;
+      const double sent = isl["bytes_sent"].get<double>(), received = isl["bytes_received"].get<double>();
+      isl["bytes_total"] = sent + received;
+      sent_total += sent;
+      received_total += received;
+      allreduce_total += 2.0 * one_way;
     }
     per.push_back(isl);
   }
@@ -561,8 +566,11 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
   s["islands_restarted"] = restarted_n;
   s["islands_missing"] = missing;  // islands that do not hold the final cut
   s["bytes_sent_total"] = sent_total;
+  s["bytes_received_total"] = received_total;
+  s["bytes_total"] = sent_total + received_total;
   s["allreduce_equivalent_bytes_total"] = allreduce_total;
-  if (sent_total > 0 && allreduce_total > 0) s["allreduce_over_sent"] = allreduce_total / sent_total;
+  if (sent_total + received_total > 0 && allreduce_total > 0)
+    s["allreduce_over_total"] = allreduce_total / (sent_total + received_total);
   return s;
 }
 
@@ -599,7 +607,8 @@ std::string format_summary(const json& s) {
         << human_bytes(i["bytes_sent"].get<double>()) << ", received "
         << human_bytes(i["bytes_received"].get<double>());
       if (i["allreduce_equivalent_bytes"].get<double>() > 0)
-        o << "; a data-parallel ring all-reduce would have sent "
+        o << " (" << human_bytes(i["bytes_total"].get<double>())
+          << " both ways); a data-parallel ring all-reduce would have sent and received "
           << human_bytes(i["allreduce_equivalent_bytes"].get<double>());
     }
     if (i.value("acknowledged_final_cut", false))
@@ -607,12 +616,13 @@ std::string format_summary(const json& s) {
     else
       o << "; does not hold the final cut (it did not acknowledge it): its local weights are not the result\n";
   }
-  if (s.contains("allreduce_over_sent")) {
+  if (s.contains("allreduce_over_total")) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.1f", s["allreduce_over_sent"].get<double>());
-    o << "  bytes sent by the islands: " << human_bytes(s["bytes_sent_total"].get<double>()) << " vs "
-      << human_bytes(s["allreduce_equivalent_bytes_total"].get<double>()) << " for all-reduce (" << buf
-      << "x less)\n";
+    std::snprintf(buf, sizeof buf, "%.1f", s["allreduce_over_total"].get<double>());
+    o << "  traffic of the islands, sent + received: " << human_bytes(s["bytes_sent_total"].get<double>()) << " + "
+      << human_bytes(s["bytes_received_total"].get<double>()) << " = " << human_bytes(s["bytes_total"].get<double>())
+      << " vs " << human_bytes(s["allreduce_equivalent_bytes_total"].get<double>())
+      << " for a float32 ring all-reduce, sent + received (" << buf << "x less)\n";
   }
   return o.str();
 }
@@ -651,6 +661,7 @@ int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
   atomic_write(e.run_dir / "summary.json", summary.dump(2) + "\n");
   std::fputs(format_summary(summary).c_str(), stdout);
   std::printf("  exit codes: syncer %d, islands %s\n", r.syncer_exit, summary["island_exits"].dump().c_str());
+  if (e.after_summary) std::fputs(e.after_summary(e.run_dir).c_str(), stdout);
   std::fflush(stdout);
   return r.exit_code();
 }

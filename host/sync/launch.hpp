@@ -103,8 +103,11 @@ LaunchResult run_islands(const IslandLaunch& launch);
 // the result (the final cut's file, or null), islands lost / restarted / missing (not holding
 // the final cut), per island its restarts, whether it acknowledged (holds) the final cut,
 // whether it was lost (failed for good without acknowledging it), its steps (last life), bytes
-// sent and received, and the bytes a data-parallel ring all-reduce of the same trainable
-// tensors would have sent over the same steps (2(N-1)/N x 4 bytes x numel per step).
+// sent and received (and their sum, bytes_total), and the bytes a data-parallel float32 ring
+// all-reduce of the same trainable tensors would have sent and received over the same steps
+// (allreduce_equivalent_bytes: each rank sends 2(N-1)/N x 4 bytes x numel per step and receives
+// as many, so both directions count, as they do for the islands). Totals: bytes_sent_total,
+// bytes_received_total, bytes_total, allreduce_equivalent_bytes_total and allreduce_over_total.
 nlohmann::json embedded_summary(const std::filesystem::path& run_dir, std::uint32_t islands);
 std::string format_summary(const nlohmann::json& summary);
 
@@ -119,6 +122,9 @@ struct EmbeddedRun {
   std::uint32_t islands = 2;
   std::uint32_t island_ranks = 1;                 // train.island_ranks: processes per island
   std::string log_level;                          // forwarded with --log-level when not empty
+  // Called once the run is over and summary.json is written; what it returns is printed after
+  // the summary (the train command writes the run report here and names it).
+  std::function<std::string(const std::filesystem::path& run_dir)> after_summary;
 };
 int run_embedded(const config::Config& cfg, const EmbeddedRun& run);
 

@@ -21,13 +21,13 @@ TEST(Cli, ProgramHelpExitsZeroAndDocumentsEveryFlag) {
                            "--pooled-text-embeds-column ", "--output ", "--set KEY=VALUE"})
     EXPECT_TRUE(contains(r.out, flag)) << flag;
   for (const char* cmd : {"train", "syncer", "learner", "export", "sample", "cache", "plugins", "init-model",
-                          "version", "config"})
+                          "report", "version", "config"})
     EXPECT_TRUE(contains(r.out, std::string("\n  ") + cmd + " ")) << cmd;
 }
 
 TEST(Cli, EveryCommandHasHelpExitingZero) {
   for (const char* cmd : {"train", "syncer", "learner", "export", "merge", "sample", "cache", "data", "plugins",
-                          "init-model", "inspect", "check-parity", "version", "config"}) {
+                          "init-model", "inspect", "check-parity", "report", "version", "config"}) {
     const auto r = run_host({cmd, "--help"});
     EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.err;
     EXPECT_TRUE(contains(r.out, std::string("Usage: yeto-host ") + cmd)) << cmd << ": " << r.out;

@@ -118,6 +118,12 @@ TEST(LearnerTrainFlux, ValLossDropsClearly) {
   EXPECT_TRUE(fs::exists(run.out() / "lora.safetensors"));
   EXPECT_TRUE(fs::exists(run.out() / "provenance.json"));
   EXPECT_TRUE(contains(read_file(run.out() / "lora.safetensors").substr(0, 4096), "lora_A.weight"));
+  // The run report, written at the end and named on stdout.
+  const fs::path index = run.out() / "report" / "index.html";
+  EXPECT_TRUE(contains(r.out, "report: " + index.string())) << r.out;
+  ASSERT_TRUE(fs::exists(index));
+  EXPECT_TRUE(contains(read_file(index), "<td data-key=\"final_step\">40</td>"));
+  EXPECT_TRUE(fs::exists(run.out() / "report" / "loss.png"));
 }
 
 // validation.prompts are rendered at the start, every validation.sample_every steps and on the

@@ -85,9 +85,30 @@ TEST(SyncLaunch, RunsASyncerAndTwoIslandsToTheFinalCutAndSummarises) {
     EXPECT_GT(i["bytes_sent"].get<double>(), 0);
     EXPECT_TRUE(i["final_digest_matches"].get<bool>());
   }
-  // 4-bit pseudo-gradients every H = 10 steps against float32 all-reduce every step.
-  EXPECT_GT(s["allreduce_over_sent"].get<double>(), 1.0);
+  // 4-bit pseudo-gradients every H = 10 steps against float32 all-reduce every step, both
+  // directions counted on both sides.
+  double sent = 0, received = 0, allreduce = 0;
+  for (const auto& i : s["per_island"]) {
+    EXPECT_GT(i["bytes_received"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(i["bytes_total"].get<double>(), i["bytes_sent"].get<double>() + i["bytes_received"].get<double>());
+    // 2 islands: each rank sends 2(2-1)/2 x 4 x numel bytes per step and receives as many.
+    EXPECT_DOUBLE_EQ(i["allreduce_equivalent_bytes"].get<double>(), i["steps"].get<double>() * 2.0 * 4.0 * 650.0);
+    sent += i["bytes_sent"].get<double>();
+    received += i["bytes_received"].get<double>();
+    allreduce += i["allreduce_equivalent_bytes"].get<double>();
+  }
+  EXPECT_DOUBLE_EQ(s["bytes_sent_total"].get<double>(), sent);
+  EXPECT_DOUBLE_EQ(s["bytes_received_total"].get<double>(), received);
+  EXPECT_DOUBLE_EQ(s["bytes_total"].get<double>(), sent + received);
+  EXPECT_DOUBLE_EQ(s["allreduce_equivalent_bytes_total"].get<double>(), allreduce);
+  EXPECT_DOUBLE_EQ(s["allreduce_over_total"].get<double>(), allreduce / (sent + received));
+  EXPECT_GT(s["allreduce_over_total"].get<double>(), 1.0);
   const std::string text = ys::format_summary(s);
+  EXPECT_NE(text.find("traffic of the islands, sent + received:"), std::string::npos) << text;
+  EXPECT_NE(text.find("for a float32 ring all-reduce, sent + received ("), std::string::npos) << text;
+  EXPECT_NE(text.find("x less)"), std::string::npos) << text;
+  EXPECT_NE(text.find("both ways); a data-parallel ring all-reduce would have sent and received"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("outer steps merged: 6"), std::string::npos) << text;
   EXPECT_NE(text.find("island-1:"), std::string::npos) << text;
 }

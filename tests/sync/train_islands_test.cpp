@@ -99,7 +99,22 @@ TEST(TrainIslands, TwoFluxIslandsMergeAndEndOnTheFinalCut) {
     EXPECT_EQ(i["steps"], 8) << s.dump();
     EXPECT_TRUE(i["final_digest_matches"].get<bool>()) << s.dump();
   }
-  EXPECT_GT(s["allreduce_over_sent"].get<double>(), 1.0) << s.dump();
+  EXPECT_GT(s["allreduce_over_total"].get<double>(), 1.0) << s.dump();
+  EXPECT_GT(s["bytes_received_total"].get<double>(), 0) << s.dump();
+  EXPECT_NE(r.out.find("traffic of the islands, sent + received:"), std::string::npos) << r.out;
+
+  // The run report, written when the run ended and named in the summary.
+  const fs::path index = run / "report" / "index.html";
+  EXPECT_NE(r.out.find("  report: " + index.string()), std::string::npos) << r.out;
+  ASSERT_TRUE(fs::exists(index)) << r.out;
+  const std::string html = yeto::read_file(index);
+  for (const char* png : {"loss.png", "lr.png", "throughput.png", "merges.png", "traffic.png"}) {
+    EXPECT_NE(html.find(std::string("src=\"") + png + "\""), std::string::npos) << png;
+    EXPECT_GT(fs::file_size(run / "report" / png), 1000u) << png;
+  }
+  EXPECT_NE(html.find("<td data-key=\"island-1.final_step\">8</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<td data-key=\"final_cut_reason\">learners_done</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<td data-key=\"acknowledged\">island-0, island-1</td>"), std::string::npos) << html;
 }
 
 // The syncer's budget ends the run long before train.max_steps: both islands stop on the
