@@ -12,7 +12,8 @@
 #      DiLoCo fragment synchronisation over loopback, TensorBoard logs in the run directory
 #   6. the syncer's final cut exported as a Diffusers + PEFT adapter directory
 #   7. a grid of images sampled from base + adapter
-#   8. a summary: val_loss at start and end, outer steps merged, bytes sent vs all-reduce
+#   8. a summary: val_loss at start and end, outer steps merged, traffic both ways vs all-reduce,
+#      the run report (plots and the validation renders over time)
 set -euo pipefail
 build_dir="${1:-build}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -105,7 +106,8 @@ val_loss_at() {  # first and last val_loss of island-0's metrics.jsonl
 echo "parity:      $(grep '^summary:' "$out/parity.txt" | sed 's/^summary: //')"
 echo "val_loss:    start $(val_loss_at 1p), end $(val_loss_at '$p') (island-0, held-out rows)"
 grep -E "outer steps merged|traffic of the islands" "$out/train.txt" | sed 's/^ */             /'
-echo "report:      $out/run/report/index.html (loss, val_loss, learning rate, throughput, merges, traffic)"
+echo "report:      $out/run/report/index.html (loss, val_loss, learning rate, throughput, merges, traffic, renders)"
+echo "renders:     $(ls "$out"/run/island-0/samples/*/p*.png 2>/dev/null | wc -l) validation renders in $out/run/island-0/samples (before training, every 100 steps, final cut)"
 echo "adapter:     $out/adapter"
 echo "samples:     $out/grid.png (${#samples[@]} images in $out/samples)"
 echo "TensorBoard: tensorboard --logdir $out/run"
