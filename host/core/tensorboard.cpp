@@ -96,8 +96,13 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, std::int64_
   std::memcpy(&bits, &f, sizeof bits);
   put_tag(v, 2, 5);
   put_fixed32(v, bits);
+  write_summary_value(v, step, wall_time);
+}
+
+void TensorBoardWriter::write_summary_value(const std::string& value, std::int64_t step, double wall_time) {
+  // Event { ...; Summary summary = 5; }  Summary { repeated Value value = 1; }
   std::string summary;
-  put_bytes(summary, 1, v);
+  put_bytes(summary, 1, value);
   std::string e = event(wall_time >= 0 ? wall_time : now_seconds(), step);
   put_bytes(e, 5, summary);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -119,12 +124,7 @@ void TensorBoardWriter::image(const std::string& tag, const std::string& png, in
   std::string v;
   put_bytes(v, 1, tag);
   put_bytes(v, 4, img);
-  std::string summary;
-  put_bytes(summary, 1, v);
-  std::string e = event(wall_time >= 0 ? wall_time : now_seconds(), step);
-  put_bytes(e, 5, summary);
-  std::lock_guard<std::mutex> lock(mutex_);
-  write_record(e);
+  write_summary_value(v, step, wall_time);
 }
 
 void TensorBoardWriter::session_start(std::int64_t step, const std::string& message) {

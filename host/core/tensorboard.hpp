@@ -37,6 +37,8 @@ class TensorBoardWriter {
 
  private:
   void write_record(const std::string& payload);
+  // One Summary.Value (encoded) as an Event at `step`.
+  void write_summary_value(const std::string& value, std::int64_t step, double wall_time);
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
   std::mutex mutex_;
