@@ -8,6 +8,7 @@
 #include <optional>
 
 #include <stb_image.h>
+#include <stb_image_write.h>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -138,6 +139,21 @@ ImageInfo probe_image_file(const std::filesystem::path& path, std::int64_t max_p
   // The whole file: a JPEG's size marker may follow large EXIF/ICC segments.
   const std::string bytes = read_media_file(path);
   return probe_image(bytes, path.string(), max_pixels);
+}
+
+std::string encode_png(const std::vector<std::uint8_t>& rgb, int height, int width) {
+  if (height <= 0 || width <= 0 || rgb.size() != static_cast<std::size_t>(height) * static_cast<std::size_t>(width) * 3)
+    throw Error("PNG: " + std::to_string(rgb.size()) + " bytes do not make a " + std::to_string(width) + "x" +
+                    std::to_string(height) + " RGB image",
+                ExitCode::failure);
+  std::string out;
+  auto sink = [](void* ctx, void* data, int size) {
+    static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<std::size_t>(size));
+  };
+  if (!stbi_write_png_to_func(sink, &out, width, height, 3, rgb.data(), width * 3) || out.empty())
+    throw Error("PNG: encoding a " + std::to_string(width) + "x" + std::to_string(height) + " image failed",
+                ExitCode::failure);
+  return out;
 }
 
 }  // namespace yeto::data

@@ -36,4 +36,8 @@ Image decode_image(std::string_view bytes, const std::string& what, std::int64_t
 Image decode_image_file(const std::filesystem::path& path, std::int64_t max_pixels);
 ImageInfo probe_image_file(const std::filesystem::path& path, std::int64_t max_pixels);
 
+// Encodes height x width RGB pixels (row-major, 3 bytes each) as PNG bytes (stb_image_write).
+// Throws yeto::Error when the size does not match or encoding fails.
+std::string encode_png(const std::vector<std::uint8_t>& rgb, int height, int width);
+
 }  // namespace yeto::data

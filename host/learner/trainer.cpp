@@ -19,6 +19,7 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "data/image.hpp"
 #include "data/loader.hpp"
 #include "data/manifest.hpp"
 #include "data/options.hpp"
@@ -37,7 +38,6 @@
 #include "learner/run_control.hpp"
 #include "learner/settings.hpp"
 #include "learner/timesteps.hpp"
-#include "sample/png.hpp"
 #include "plugin/host_api.hpp"
 #include "schedulers/scheduler.hpp"
 
@@ -653,7 +653,7 @@ void Loop::render(std::int64_t step, bool final) {
           (picture.detach().to(at::kFloat).cpu().clamp(0, 1) * 255).round().to(at::kByte).permute({1, 2, 0}).contiguous();
       const int height = static_cast<int>(bytes.size(0)), width = static_cast<int>(bytes.size(1));
       const std::vector<std::uint8_t> rgb(bytes.data_ptr<std::uint8_t>(), bytes.data_ptr<std::uint8_t>() + bytes.numel());
-      const std::string png = sample::encode_png(rgb, height, width);
+      const std::string png = data::encode_png(rgb, height, width);
       const std::string file = "p" + std::to_string(i) + ".png";
       atomic_write(dir / file, png);
       nlohmann::json rec = {{"step", step},  {"prompt_index", i}, {"prompt", s_.validation_prompts[i]},

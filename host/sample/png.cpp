@@ -3,30 +3,14 @@
 #include <cstdio>
 #include <fstream>
 
-#include <stb_image_write.h>
-
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "data/image.hpp"
 
 namespace yeto::sample {
 
-std::string encode_png(const std::vector<std::uint8_t>& rgb, int height, int width) {
-  if (height <= 0 || width <= 0 || rgb.size() != static_cast<std::size_t>(height) * static_cast<std::size_t>(width) * 3)
-    throw Error("PNG: " + std::to_string(rgb.size()) + " bytes do not make a " + std::to_string(width) + "x" +
-                    std::to_string(height) + " RGB image",
-                ExitCode::failure);
-  std::string out;
-  auto sink = [](void* ctx, void* data, int size) {
-    static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<std::size_t>(size));
-  };
-  if (!stbi_write_png_to_func(sink, &out, width, height, 3, rgb.data(), width * 3) || out.empty())
-    throw Error("PNG: encoding a " + std::to_string(width) + "x" + std::to_string(height) + " image failed",
-                ExitCode::failure);
-  return out;
-}
-
 void write_png(const std::filesystem::path& path, const std::vector<std::uint8_t>& rgb, int height, int width) {
-  atomic_write(path, encode_png(rgb, height, width));
+  atomic_write(path, data::encode_png(rgb, height, width));
 }
 
 std::filesystem::path output_path(const std::filesystem::path& path, std::size_t index, std::size_t count) {

@@ -8,11 +8,7 @@
 
 namespace yeto::sample {
 
-// Encodes height x width RGB pixels (row-major, 3 bytes each) as PNG bytes. Throws yeto::Error
-// when the size does not match or encoding fails.
-std::string encode_png(const std::vector<std::uint8_t>& rgb, int height, int width);
-
-// encode_png, then yeto::atomic_write to `path` (a partial file never appears).
+// data::encode_png, then yeto::atomic_write to `path` (a partial file never appears).
 void write_png(const std::filesystem::path& path, const std::vector<std::uint8_t>& rgb, int height, int width);
 
 // The output file of prompt `index` of `count`: `path` itself for a single prompt, else

@@ -18,7 +18,7 @@
 #include "core/metrics.hpp"
 #include "core/sha256.hpp"
 #include "core/strings.hpp"
-#include "sample/png.hpp"
+#include "data/image.hpp"
 #include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -288,7 +288,7 @@ TEST(TensorBoard, RunMetricsWritesJsonlAndDecodableEvents) {
     yeto::RunMetrics m(t.path(), true);
     m.record({{"step", 1}, {"loss", 0.75}, {"lr", 1e-4}, {"note", "text is not a scalar"}});
     m.record({{"step", 2}, {"loss", 0.5}, {"val_loss", std::nan("")}});
-    m.image("samples/p0", 2, yeto::sample::encode_png(rgb_expected(4 * 6 * 3), 4, 6), 4, 6);
+    m.image("samples/p0", 2, yeto::data::encode_png(rgb_expected(4 * 6 * 3), 4, 6), 4, 6);
     events = m.tensorboard_path();
     EXPECT_THROW(m.record({{"loss", 1.0}}), yeto::Error);  // no step
   }

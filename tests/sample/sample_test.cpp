@@ -30,6 +30,7 @@ extern "C" {
 #include "io/tensors.hpp"
 #include "io/weight_source.hpp"
 #include "sample/media.hpp"
+#include "data/image.hpp"
 #include "sample/png.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -265,7 +266,7 @@ TEST(SamplePng, EncodesAndDecodesBack) {
   const auto img = decode(tmp / "t.png");
   ASSERT_EQ(img.sizes(), (std::vector<int64_t>{5, 7, 3}));
   EXPECT_TRUE(std::equal(rgb.begin(), rgb.end(), img.data_ptr<std::uint8_t>()));
-  EXPECT_THROW(yeto::sample::encode_png(rgb, 5, 8), std::exception);
+  EXPECT_THROW(yeto::data::encode_png(rgb, 5, 8), std::exception);
   EXPECT_EQ(yeto::sample::output_path("d/o.png", 0, 1), fs::path("d/o.png"));
   EXPECT_EQ(yeto::sample::output_path("d/o.png", 12, 20), fs::path("d/o-012.png"));
 }
