@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string_view>
 
 #include "core/error.hpp"
 #include "data/image.hpp"
@@ -155,19 +157,18 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
     switch (row.media) {
       case MediaKind::image: {
         const std::string what = row.inline_image.empty() ? row.media_path.string() : "inline image";
+        // The file is read once: its header sizes the decode budget, then the same bytes decode.
+        const std::string file = row.inline_image.empty() ? read_media_file(row.media_path) : std::string();
+        const std::string_view bytes = row.inline_image.empty() ? std::string_view(file) : std::string_view(row.inline_image);
+        const ImageInfo info = probe_image(bytes, what, limits.max_pixels);
         if (depth == DecodeDepth::header) {
-          const ImageInfo info = row.inline_image.empty() ? probe_image_file(row.media_path, limits.max_pixels)
-                                                          : probe_image(row.inline_image, what, limits.max_pixels);
           s.source = std::to_string(info.width) + "x" + std::to_string(info.height) + " " + std::to_string(info.channels) + "ch" +
                      (info.sixteen_bit ? " 16-bit" : "");
           break;
         }
-        const ImageInfo info = row.inline_image.empty() ? probe_image_file(row.media_path, limits.max_pixels)
-                                                        : probe_image(row.inline_image, what, limits.max_pixels);
         const auto lease = DecodeBudget::process().reserve(
             picture_bytes(info.width, info.height) + static_cast<std::uint64_t>(w) * h * 3, o.decode_memory);
-        const Image img = row.inline_image.empty() ? decode_image_file(row.media_path, limits.max_pixels)
-                                                   : decode_image(row.inline_image, what, limits.max_pixels);
+        const Image img = decode_image(bytes, what, limits.max_pixels);
         s.source = std::to_string(img.width) + "x" + std::to_string(img.height);
         s.pixels.resize(static_cast<std::size_t>(w) * h * 3);
         resize_rgb(img.rgb.data(), img.width, img.height, s.pixels.data(), w, h, o.resize_mode);
@@ -181,12 +182,14 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
           break;
         }
         const ClipTarget t{w, h, o.resize_mode, s.shape.frames, o.fps};
-        const VideoInfo info = probe_video(row.media_path, limits);
-        // The decoder keeps a few reference frames besides the one being converted.
-        const auto lease = DecodeBudget::process().reserve(
-            4 * picture_bytes(info.width, info.height) + static_cast<std::uint64_t>(s.shape.frames) * w * h * 3,
-            o.decode_memory);
-        Clip clip = decode_video_clip(row.media_path, t, limits);
+        // Reserved once the reader has the stream's size, before any frame is decoded; the
+        // decoder keeps a few reference frames besides the one being converted.
+        std::optional<DecodeBudget::Lease> lease;
+        Clip clip = decode_video_clip(row.media_path, t, limits, [&](int source_width, int source_height) {
+          lease.emplace(DecodeBudget::process().reserve(
+              4 * picture_bytes(source_width, source_height) + static_cast<std::uint64_t>(s.shape.frames) * w * h * 3,
+              o.decode_memory));
+        });
         s.source = std::to_string(clip.source_frames) + " frames at " + std::to_string(clip.source_fps).substr(0, 5) + " fps" +
                    (clip.selection.padded ? ", " + std::to_string(clip.selection.padded) + " padded" : "");
         s.pixels = std::move(clip.rgb);

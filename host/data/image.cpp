@@ -28,13 +28,6 @@ int checked_len(std::string_view bytes, const std::string& what) {
   return static_cast<int>(bytes.size());
 }
 
-std::string read_media_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) bad(path.string() + ": cannot read (" + ec.message() + ")");
-  if (size == 0) bad(path.string() + ": empty file (0 bytes); replace it or remove the row");
-  return read_file(path);
-}
 
 // The size an image's header declares, read without the decoder (PNG, JPEG, GIF, BMP): the
 // decoder's own probe gives up on sizes beyond its limits and then names no size at all.
@@ -128,6 +121,14 @@ Image decode_image(std::string_view bytes, const std::string& what, std::int64_t
   }
   if (w != info.width || h != info.height) bad(what + ": decoded size differs from the declared size");
   return img;
+}
+
+std::string read_media_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) bad(path.string() + ": cannot read (" + ec.message() + ")");
+  if (size == 0) bad(path.string() + ": empty file (0 bytes); replace it or remove the row");
+  return read_file(path);
 }
 
 Image decode_image_file(const std::filesystem::path& path, std::int64_t max_pixels) {

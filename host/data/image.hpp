@@ -33,6 +33,8 @@ struct ImageInfo {
 ImageInfo probe_image(std::string_view bytes, const std::string& what, std::int64_t max_pixels);
 Image decode_image(std::string_view bytes, const std::string& what, std::int64_t max_pixels);
 // Reads the file (refusing empty files) and decodes it.
+// A media file's bytes; throws yeto::Error (bad_input) naming it when it cannot be read or is empty.
+std::string read_media_file(const std::filesystem::path& path);
 Image decode_image_file(const std::filesystem::path& path, std::int64_t max_pixels);
 ImageInfo probe_image_file(const std::filesystem::path& path, std::int64_t max_pixels);
 

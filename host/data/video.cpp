@@ -262,9 +262,11 @@ std::int64_t count_video_frames(const fs::path& path, const MediaLimits& limits)
   return n;
 }
 
-Clip decode_video_clip(const fs::path& path, const ClipTarget& t, const MediaLimits& limits) {
+Clip decode_video_clip(const fs::path& path, const ClipTarget& t, const MediaLimits& limits,
+                       const std::function<void(int width, int height)>& before_decode) {
   const std::int64_t count = count_video_frames(path, limits);
   VideoReader reader(path, limits);
+  if (before_decode) before_decode(reader.info().width, reader.info().height);
   Clip clip;
   clip.width = t.width;
   clip.height = t.height;

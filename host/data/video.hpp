@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,7 +80,10 @@ struct Clip {
   FrameSelection selection;
 };
 
-Clip decode_video_clip(const std::filesystem::path& path, const ClipTarget& target, const MediaLimits& limits);
+// `before_decode`, when given, is called with the stream's width and height once the container
+// is open and before the first frame is decoded (the caller sizes its memory budget by it).
+Clip decode_video_clip(const std::filesystem::path& path, const ClipTarget& target, const MediaLimits& limits,
+                       const std::function<void(int width, int height)>& before_decode = {});
 // `source_fps`: the sequence's declared rate; unset: treated as already at the target rate.
 Clip decode_frame_list(const std::vector<std::filesystem::path>& frames, std::optional<double> source_fps, const ClipTarget& target,
                        const MediaLimits& limits);
