@@ -68,7 +68,7 @@ void fsync_directory(const fs::path& dir) {
   ::close(dfd);
 }
 
-AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
+AtomicFile::AtomicFile(fs::path target, unsigned mode) : target_(std::move(target)) {
   const fs::path parent = target_.parent_path();
   if (!parent.empty()) {
     std::error_code ec;
@@ -77,7 +77,7 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
       throw Error("cannot create directory '" + parent.string() + "': " + ec.message());
   }
   temp_ = temp_name_for(target_);
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd_ < 0)
     throw Error("cannot create '" + temp_.string() + "' to write '" + target_.string() +
                 "': " + errno_text());
@@ -121,8 +121,8 @@ void AtomicFile::commit() {
   fsync_directory(target_.parent_path());
 }
 
-void atomic_write(const fs::path& path, std::string_view bytes) {
-  AtomicFile f(path);
+void atomic_write(const fs::path& path, std::string_view bytes, unsigned mode) {
+  AtomicFile f(path, mode);
   f.write(bytes);
   f.commit();
 }

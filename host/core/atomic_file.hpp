@@ -10,14 +10,16 @@
 
 namespace yeto {
 
-// Replaces `path` atomically with `bytes`. Creates missing parent directories.
-void atomic_write(const std::filesystem::path& path, std::string_view bytes);
+// Replaces `path` atomically with `bytes`. Creates missing parent directories. `mode` is the
+// file's permission bits from its creation on (0600: private from the first byte; the umask
+// still applies).
+void atomic_write(const std::filesystem::path& path, std::string_view bytes, unsigned mode = 0644);
 
 // Streaming variant for large outputs: write() any number of times, then commit().
 // Destroying an uncommitted writer removes the temporary file and leaves the target as it was.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::filesystem::path target);
+  explicit AtomicFile(std::filesystem::path target, unsigned mode = 0644);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;

@@ -168,20 +168,7 @@ fs::path ensure_secret(const fs::path& run_dir) {
     hex.push_back(k[c & 15]);
   }
   hex.push_back('\n');
-  // Private from its first byte: the temporary is created with mode 0600 (never at the default
-  // mode, even for a moment), written, synced, then renamed over the name.
-  const fs::path tmp = p.string() + ".tmp." + std::to_string(::getpid()) + ".0";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("cannot create " + tmp.string() + ": " + std::strerror(errno));
-  const bool ok = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), p.c_str()) != 0) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw Error("cannot write the run secret " + p.string() + ": " + std::strerror(ok ? errno : err));
-  }
-  fsync_directory(run_dir);
+  atomic_write(p, hex, 0600);  // private from its first byte, never chmod-ed after
   sodium_memzero(hex.data(), hex.size());
   sodium_memzero(b, sizeof b);
   return p;

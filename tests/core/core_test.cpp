@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,6 +98,21 @@ TEST(AtomicFile, StaleTemporariesOfDeadWritersAreRemoved) {
   EXPECT_TRUE(fs::exists(t / "notes.tmp.txt"));
   EXPECT_TRUE(fs::exists(t / "x.tmp.12a.1"));
   EXPECT_TRUE(fs::exists(t / "state.json"));
+}
+
+// A private file is private from its creation: the temporary already has the mode.
+TEST(AtomicFile, AModeIsTheFilesFromItsFirstByte) {
+  TempDir t;
+  const ::mode_t old = ::umask(022);
+  yeto::atomic_write(t / "secret", "s3cret", 0600);
+  yeto::atomic_write(t / "public", "hello");
+  ::umask(old);
+  struct stat sb {};
+  ASSERT_EQ(::stat((t / "secret").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat((t / "public").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0644u);
+  EXPECT_EQ(yeto::read_file(t / "secret"), "s3cret");
 }
 
 TEST(AtomicFile, ReadMissingFileNamesItAndIsNotFound) {
