@@ -235,7 +235,9 @@ TEST(SyncerLimits, TheTapeRotatesAndARestartAfterARotationFindsItsVersions) {
     if (r["event"] == "tape_rotated") {
       ASSERT_EQ(r["versions"].size(), 2u) << r.dump();
     }
-  // Every rotated tape but the newest is within a record of the limit.
+  // A tape is rotated only once it is over sync.tape_max_mb (0.01 MiB).
+  for (std::uint32_t n = 1; fs::exists(ys::rotated_tape_path(run.state / "tape.jsonl", n)); ++n)
+    EXPECT_GT(fs::file_size(ys::rotated_tape_path(run.state / "tape.jsonl", n)), 10485u) << "tape." << n << ".jsonl";
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
 }
 
