@@ -19,6 +19,7 @@
 #include "artifacts/merge.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
+#include "data/torch/batch.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/instance.hpp"
 #include "runtime/torch_runtime.hpp"
@@ -68,16 +69,6 @@ double real(const CommandContext& ctx, const std::string& option, double fallbac
   } catch (const std::exception&) {
     throw UsageError("--" + option + ": '" + v + "' is not a number");
   }
-}
-
-// [3, F, H, W] (or [3, H, W]) in [0, 1] -> F*H*W*3 bytes, frame-major, rounded as Diffusers'
-// numpy_to_pil ((x * 255).round()).
-std::vector<std::uint8_t> to_rgb8(const at::Tensor& media) {
-  const at::Tensor v = media.dim() == 3 ? media.unsqueeze(1) : media;
-  const auto bytes = (v.detach().to(at::kFloat).cpu().clamp(0, 1) * 255).round().to(at::kByte).permute({1, 2, 3, 0})
-                         .contiguous();
-  const auto* p = bytes.data_ptr<std::uint8_t>();
-  return std::vector<std::uint8_t>(p, p + bytes.numel());
 }
 
 enum class Format { png, mp4, frames };
@@ -185,21 +176,15 @@ int run_sample(CommandContext& ctx) {
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     request["prompts"] = nlohmann::json::array({prompts[i].prompt});
     request["seed"] = prompts[i].seed.value_or(seed);
-    const auto out = pipe->plugin().generate(request.dump(), {});
-    at::Tensor media;
-    for (const auto& [n, t] : out)
-      if (n == "video" || (n == "images" && !media.defined())) media = t;
-    const bool video = media.defined() && media.dim() == 5;
-    if (!media.defined() || (media.dim() != 4 && !video) || media.size(0) != 1 || media.size(1) != 3)
-      throw Error("sample: the plugin returned neither 'images' [1, 3, H, W] nor 'video' [1, 3, F, H, W]",
-                  ExitCode::failure);
+    const at::Tensor media = data::generated_media(pipe->plugin().generate(request.dump(), {}), "sample");
+    const bool video = media.dim() == 5;
     const int frames = video ? static_cast<int>(media.size(2)) : 1;
     const int height = static_cast<int>(media.size(-2)), width = static_cast<int>(media.size(-1));
     if (num_frames && video && *num_frames != frames)
       spdlog::info("sample: the plugin's shape rules changed --num-frames {} to {} frames", *num_frames, frames);
     if (num_frames && !video && *num_frames != 1)
       spdlog::info("sample: --num-frames {} asked, the plugin generated one image", *num_frames);
-    const auto rgb = to_rgb8(media[0]);
+    const auto rgb = data::media_to_rgb8(media[0]);
     std::filesystem::path path;
     switch (format) {
       case Format::png:

@@ -642,17 +642,10 @@ void Loop::render(std::int64_t step, bool final) {
       const nlohmann::json request = {{"prompts", {s_.validation_prompts[i]}}, {"seed", seed},
                                       {"steps", s_.sample_steps},           {"guidance", s_.sample_guidance},
                                       {"height", s_.sample_height},         {"width", s_.sample_width}};
-      at::Tensor media;
-      for (const auto& [name, t] : model_.generate(request))
-        if (name == "video" || (name == "images" && !media.defined())) media = t;
-      if (!media.defined() || media.dim() < 4 || media.size(0) < 1 || media.size(1) != 3)
-        throw Error("the plugin returned neither 'images' [1, 3, H, W] nor 'video' [1, 3, F, H, W]", ExitCode::failure);
-      // An image, or a video's first frame: [3, H, W] in [0, 1] to 8-bit RGB, row-major.
-      const at::Tensor picture = media.dim() == 5 ? media[0].select(1, 0) : media[0];
-      const auto bytes =
-          (picture.detach().to(at::kFloat).cpu().clamp(0, 1) * 255).round().to(at::kByte).permute({1, 2, 0}).contiguous();
-      const int height = static_cast<int>(bytes.size(0)), width = static_cast<int>(bytes.size(1));
-      const std::vector<std::uint8_t> rgb(bytes.data_ptr<std::uint8_t>(), bytes.data_ptr<std::uint8_t>() + bytes.numel());
+      const at::Tensor media = data::generated_media(model_.generate(request), "validation render");
+      // An image, or a video's first frame.
+      const std::vector<std::uint8_t> rgb = data::media_to_rgb8(media.dim() == 5 ? media[0].select(1, 0) : media[0]);
+      const int height = static_cast<int>(media.size(-2)), width = static_cast<int>(media.size(-1));
       const std::string png = data::encode_png(rgb, height, width);
       const std::string file = "p" + std::to_string(i) + ".png";
       atomic_write(dir / file, png);

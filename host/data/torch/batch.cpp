@@ -25,6 +25,24 @@ at::ScalarType scalar_type(const std::string& d) {
 
 }  // namespace
 
+at::Tensor generated_media(const std::vector<std::pair<std::string, at::Tensor>>& outputs, const std::string& who) {
+  at::Tensor media;
+  for (const auto& [name, t] : outputs)
+    if (name == "video" || (name == "images" && !media.defined())) media = t;
+  if (!media.defined() || (media.dim() != 4 && media.dim() != 5) || media.size(0) != 1 || media.size(1) != 3)
+    throw Error(who + ": the plugin returned neither 'images' [1, 3, H, W] nor 'video' [1, 3, F, H, W]",
+                ExitCode::failure);
+  return media;
+}
+
+std::vector<std::uint8_t> media_to_rgb8(const at::Tensor& media) {
+  const at::Tensor v = media.dim() == 3 ? media.unsqueeze(1) : media;
+  const auto bytes =
+      (v.detach().to(at::kFloat).cpu().clamp(0, 1) * 255).round().to(at::kByte).permute({1, 2, 3, 0}).contiguous();
+  const auto* p = bytes.data_ptr<std::uint8_t>();
+  return std::vector<std::uint8_t>(p, p + bytes.numel());
+}
+
 at::Tensor pixels_to_tensor(const Sample& s) {
   const auto f = s.shape.frames, h = s.shape.height, w = s.shape.width;
   if (static_cast<std::int64_t>(s.pixels.size()) != f * h * w * 3)

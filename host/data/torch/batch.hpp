@@ -2,8 +2,10 @@
 // LibTorch (library yeto_data_torch).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +28,13 @@ at::Tensor pixels_to_tensor(const Sample& sample);
 // Cached tensors, in their stored dtype; .pt/.pth are loaded with torch::pickle_load.
 at::Tensor raw_to_tensor(const RawTensor& raw);
 at::Tensor load_tensor_file(const TensorRef& ref);
+
+// The other way, for what a plugin generated: its "video" output, else its "images", checked to be
+// [1, 3, H, W] or [1, 3, F, H, W] (throws yeto::Error naming `who` otherwise).
+at::Tensor generated_media(const std::vector<std::pair<std::string, at::Tensor>>& outputs, const std::string& who);
+// [3, F, H, W] (or [3, H, W]) in [0, 1] -> F*H*W*3 bytes, frame-major, rounded as Diffusers'
+// numpy_to_pil ((x * 255).round()).
+std::vector<std::uint8_t> media_to_rgb8(const at::Tensor& media);
 
 // Throws yeto::Error when samples of one batch differ in kind or shape (bucket_by_shape
 // exists to prevent that) or when a cached tensor is missing from some of them.
