@@ -15,6 +15,7 @@
 #include "core/strings.hpp"
 #include "initmodel/init_model.hpp"
 #include "io/tensors.hpp"
+#include "models/autoencoder_kl.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/instance.hpp"
@@ -160,6 +161,18 @@ InitResult init_model(const std::optional<fs::path>& config_file, const std::vec
       for (auto& [n, t] : params) {
         t = t.detach().to(at::kCPU).contiguous();
         count += t.numel();
+      }
+      const json& spec = preset["components"].value(name, json::object());
+      if (spec.value("weights", "") == "pixel-codec") {
+        const std::string class_name = index[name][1].get<std::string>();
+        if (class_name != "AutoencoderKL")
+          throw Error(where + ": components." + name + ".weights \"pixel-codec\" is for an AutoencoderKL, not " + class_name,
+                      ExitCode::bad_input);
+        const fs::path vae_config = staging.path / name / "config.json";
+        models::set_pixel_codec_weights(models::AutoencoderKLConfig::from_json(json::parse(read_file(vae_config)),
+                                                                               vae_config.string()),
+                                        params, where + ": components." + name);
+        spdlog::info("init-model: {}: analytic pixel-codec weights", name);
       }
       io::save_safetensors(staging.path / name / weights_file(index[name][0].get<std::string>()), params, {{"format", "pt"}});
       result.parameters[name] = count;

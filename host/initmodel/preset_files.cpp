@@ -60,6 +60,9 @@ std::vector<std::string> write_preset_files(const fs::path& dir, const json& pre
       const json& spec = components[name];
       if (!spec.is_object() || (spec.contains("config") && !spec["config"].is_object()))
         throw bad("components." + name + " must be {\"config\": {...}}");
+      if (spec.contains("weights") && !(spec["weights"].is_string() && spec["weights"] == "pixel-codec"))
+        throw bad("components." + name + ".weights must be \"pixel-codec\" (the only analytic weights init-model "
+                  "writes), got " + spec["weights"].dump());
       c.config = spec.value("config", json::object());
     }
     comps.push_back(std::move(c));

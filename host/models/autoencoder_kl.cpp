@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <ATen/ATen.h>
 #include <torch/nn/functional.h>
@@ -419,6 +420,104 @@ std::string autoencoder_kl_rename(const std::string& name) {
     }
   }
   return name;
+}
+
+// ---- the pixel codec ---------------------------------------------------------------------------
+
+void set_pixel_codec_weights(const AutoencoderKLConfig& c, std::vector<std::pair<std::string, at::Tensor>>& params,
+                             const std::string& where) {
+  const std::int64_t rgb = c.in_channels;
+  if (c.norm_num_groups != 1)
+    cfg::bad(where, "norm_num_groups", "must be 1 for the pixel codec (got " + std::to_string(c.norm_num_groups) + ")");
+  if (c.out_channels != rgb)
+    cfg::bad(where, "out_channels", "must equal in_channels (" + std::to_string(rgb) + ") for the pixel codec");
+  if (c.latent_channels < rgb)
+    cfg::bad(where, "latent_channels", "must be at least in_channels (" + std::to_string(rgb) + ") for the pixel codec");
+  for (auto ch : c.block_out_channels)
+    if (ch < 2 * rgb + 2)
+      cfg::bad(where, "block_out_channels", "entries must be at least 2 * in_channels + 2 = " + std::to_string(2 * rgb + 2) +
+                                                " for the pixel codec (got " + std::to_string(ch) + ")");
+  // Channel layout inside encoder and decoder: 0..rgb-1 the signal, rgb..2rgb-1 its negation,
+  // 2rgb and 2rgb+1 the constants +k and -k; the rest stay 0.
+  constexpr double k = 100.0;     // the constant pair: the GroupNorm's scale, whatever the signal
+  constexpr double shift = 20.0;  // SiLU(x + 20) = x + 20 to float precision for |x| <= 1
+  constexpr double logvar = -30.0;  // the lower clamp: std 3e-7, a sample is the mean
+  auto ends = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  auto has = [](const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; };
+  auto eye_1x1 = [](at::Tensor& w) {  // [out, in, 1, 1] (or [out, in, 3, 3]: the centre tap)
+    w.zero_();
+    const std::int64_t n = std::min(w.size(0), w.size(1)), mid = w.size(2) / 2;
+    for (std::int64_t i = 0; i < n; ++i) w[i][i][mid][mid] = 1.0;
+  };
+  // conv_in: signal, its negation and the constant pair from `from` channels.
+  auto conv_in = [&](at::Tensor& w, at::Tensor& b) {
+    w.zero_();
+    b.zero_();
+    for (std::int64_t i = 0; i < rgb; ++i) {
+      w[i][i][1][1] = 1.0;
+      w[rgb + i][i][1][1] = -1.0;
+    }
+    b[2 * rgb] = k;
+    b[2 * rgb + 1] = -k;
+  };
+  // conv_norm_out: mean 0 and variance (2|s|^2 + 2k^2)/C per position, so gamma = k*sqrt(2/C)
+  // gives the signal back; the shift keeps SiLU linear; everything else is dropped.
+  auto norm_out = [&](at::Tensor& w, at::Tensor& b) {
+    const double gamma = k * std::sqrt(2.0 / static_cast<double>(w.size(0)));
+    w.zero_();
+    b.zero_();
+    for (std::int64_t i = 0; i < rgb; ++i) {
+      w[i] = gamma;
+      b[i] = shift;
+    }
+  };
+  auto conv_out = [&](at::Tensor& w, at::Tensor& b, std::int64_t logvar_from) {
+    w.zero_();
+    b.zero_();
+    for (std::int64_t i = 0; i < rgb; ++i) {
+      w[i][i][1][1] = 1.0;
+      b[i] = -shift;
+    }
+    if (logvar_from > 0) b.narrow(0, logvar_from, b.size(0) - logvar_from).fill_(logvar);
+  };
+  std::map<std::string, at::Tensor*> by_name;
+  for (auto& [n, t] : params) by_name[n] = &t;
+  auto get = [&](const std::string& n) -> at::Tensor& {
+    const auto it = by_name.find(n);
+    if (it == by_name.end())
+      throw Error(where + ": the pixel codec needs the parameter '" + n + "', which this AutoencoderKL does not have",
+                  ExitCode::bad_input);
+    return *it->second;
+  };
+  at::NoGradGuard no_grad;
+  for (auto& [n, t] : params) {
+    if (has(n, ".resnets.") && (ends(n, ".conv2.weight") || ends(n, ".conv2.bias"))) {
+      t.zero_();  // the residual branch adds 0
+    } else if (has(n, ".attentions.") && (ends(n, ".to_out.0.weight") || ends(n, ".to_out.0.bias"))) {
+      t.zero_();  // so does the mid-block attention
+    } else if (ends(n, ".conv_shortcut.weight") || ends(n, "quant_conv.weight")) {
+      eye_1x1(t);
+    } else if (ends(n, ".conv_shortcut.bias") || ends(n, "quant_conv.bias")) {
+      t.zero_();
+    } else if (has(n, ".downsamplers.") && ends(n, ".conv.weight")) {
+      // Diffusers pads the right and bottom by one before the stride-2 3x3 convolution, so the
+      // top-left 2x2 taps of each window are exactly one 2x2 block: average it.
+      t.zero_();
+      for (std::int64_t i = 0; i < std::min(t.size(0), t.size(1)); ++i) t[i][i].narrow(0, 0, 2).narrow(1, 0, 2).fill_(0.25);
+    } else if (has(n, ".upsamplers.") && ends(n, ".conv.weight")) {
+      eye_1x1(t);  // after the nearest-neighbour doubling
+    } else if ((has(n, ".downsamplers.") || has(n, ".upsamplers.")) && ends(n, ".conv.bias")) {
+      t.zero_();
+    }
+  }
+  conv_in(get("encoder.conv_in.weight"), get("encoder.conv_in.bias"));
+  norm_out(get("encoder.conv_norm_out.weight"), get("encoder.conv_norm_out.bias"));
+  conv_out(get("encoder.conv_out.weight"), get("encoder.conv_out.bias"), c.latent_channels);
+  conv_in(get("decoder.conv_in.weight"), get("decoder.conv_in.bias"));
+  norm_out(get("decoder.conv_norm_out.weight"), get("decoder.conv_norm_out.bias"));
+  conv_out(get("decoder.conv_out.weight"), get("decoder.conv_out.bias"), 0);
 }
 
 }  // namespace yeto::models

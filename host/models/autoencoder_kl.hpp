@@ -101,6 +101,22 @@ TORCH_MODULE(AutoencoderKL);
 
 DiagonalGaussian diagonal_gaussian(const at::Tensor& moments);
 
+// The analytic "pixel codec" weights for an AutoencoderKL config (init-model presets whose VAE
+// says "weights": "pixel-codec"): the encoder averages each 2^(blocks-1) x 2^(blocks-1) block of
+// the image into latent channels 0..in_channels-1 (the other latent channels are 0, the log
+// variance is -30, so a sample is the mean), and the decoder repeats every latent pixel over its
+// block. No training is needed, and decoded latents show exactly what a denoiser generated, which
+// a randomly initialised VAE turns into noise. Every residual branch of the resnets and the
+// mid-block attention is switched off (zero output projection); the two GroupNorms outside the
+// residual branches (conv_norm_out) see the signal next to its negation and a large constant pair,
+// so their mean is 0 and their variance is set by the constant (relative error below 2e-4 for
+// pixel values in [-1, 1]). Requires norm_num_groups 1, in_channels = out_channels,
+// latent_channels >= in_channels and every block_out_channels entry >= 2 * in_channels + 2;
+// throws yeto::Error (bad_input) naming `where` and the key otherwise. `params` are the
+// component's parameters (state-dict names and CPU float tensors), overwritten in place.
+void set_pixel_codec_weights(const AutoencoderKLConfig& config, std::vector<std::pair<std::string, at::Tensor>>& params,
+                             const std::string& where);
+
 // Checkpoint name -> current Diffusers name for legacy VAE attention blocks
 // (`mid_block.attentions.0.query.weight` -> `...to_q.weight`, key/value/proj_attn likewise).
 std::string autoencoder_kl_rename(const std::string& name);

@@ -90,6 +90,9 @@ TEST(InitModelPresetFiles, MalformedPresetsNameTheKey) {
   p = tiny_preset();
   p["model_index"]["vae"] = {"diffusers"};
   fails_with(p, "model_index.vae must be a [library, class] pair");
+  p = tiny_preset();
+  p["components"]["transformer"]["weights"] = "identity";
+  fails_with(p, "components.transformer.weights must be \"pixel-codec\"");
   fails_with(json::array(), "a preset must be a JSON object");
 }
 

@@ -167,6 +167,62 @@ TEST(AutoencoderKL, ConfigErrorsNameTheKey) {
   }
 }
 
+// The analytic pixel codec: latents are the block means of the image in channels 0-2 (exactly a
+// sample: log variance -30), and decoding repeats them over the block -- for the Flux layout
+// (16 latent channels, no quant convs, 4 blocks) and an SD-style one (4 channels, quant convs,
+// 3 blocks). A random VAE does neither; a config it cannot serve is refused naming the key.
+TEST(AutoencoderKL, PixelCodecEncodesBlockMeansAndDecodesBlocks) {
+  struct Layout {
+    nlohmann::json config;
+    std::int64_t factor;
+  };
+  const std::vector<Layout> layouts = {
+      {{{"block_out_channels", {8, 16, 16, 16}}, {"down_block_types", std::vector<std::string>(4, "DownEncoderBlock2D")},
+        {"up_block_types", std::vector<std::string>(4, "UpDecoderBlock2D")}, {"layers_per_block", 2},
+        {"latent_channels", 16}, {"norm_num_groups", 1}, {"use_quant_conv", false}, {"use_post_quant_conv", false}},
+       8},
+      {{{"block_out_channels", {8, 12, 12}}, {"down_block_types", std::vector<std::string>(3, "DownEncoderBlock2D")},
+        {"up_block_types", std::vector<std::string>(3, "UpDecoderBlock2D")}, {"layers_per_block", 1},
+        {"latent_channels", 4}, {"norm_num_groups", 1}},
+       4}};
+  for (const auto& l : layouts) {
+    SCOPED_TRACE(l.config.dump());
+    torch::manual_seed(3);
+    const auto cfg = AutoencoderKLConfig::from_json(l.config, "vae/config.json");
+    AutoencoderKL vae(cfg);
+    std::vector<std::pair<std::string, at::Tensor>> params;
+    for (const auto& p : vae->named_parameters()) params.emplace_back(p.key(), p.value());
+    yeto::models::set_pixel_codec_weights(cfg, params, "vae");
+    at::NoGradGuard no_grad;
+    const std::int64_t f = l.factor, side = 8 * f;
+    // Flat blocks of random colours: encoded to their colours, decoded back to the image.
+    const auto colours = at::rand({2, 3, 8, 8}) * 2 - 1;
+    const auto blocks = colours.repeat_interleave(f, 2).repeat_interleave(f, 3);
+    const auto dist = vae->encode(blocks);
+    ASSERT_EQ(dist.mean.sizes(), (at::IntArrayRef{2, cfg.latent_channels, 8, 8}));
+    EXPECT_LT((dist.mean.narrow(1, 0, 3) - colours).abs().max().item<double>(), 2e-4);
+    EXPECT_EQ(dist.mean.narrow(1, 3, cfg.latent_channels - 3).abs().max().item<double>(), 0.0);
+    EXPECT_TRUE((dist.logvar == -30).all().item<bool>());
+    EXPECT_LT((vae->decode(dist.mean) - blocks).abs().max().item<double>(), 5e-4);
+    // Any image: the latent is the mean of each block.
+    const auto noise = at::rand({1, 3, side, side}) * 2 - 1;
+    const auto means = at::avg_pool2d(noise, {f, f});
+    EXPECT_LT((vae->encode(noise).mean.narrow(1, 0, 3) - means).abs().max().item<double>(), 2e-4);
+  }
+  auto bad = layouts[0].config;
+  bad["norm_num_groups"] = 4;
+  const auto cfg = AutoencoderKLConfig::from_json(bad, "vae/config.json");
+  AutoencoderKL vae(cfg);
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  for (const auto& p : vae->named_parameters()) params.emplace_back(p.key(), p.value());
+  try {
+    yeto::models::set_pixel_codec_weights(cfg, params, "vae/config.json");
+    FAIL() << "expected an error";
+  } catch (const yeto::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vae/config.json: key 'norm_num_groups'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(AutoencoderKL, LegacyAttentionNamesAreRenamed) {
   EXPECT_EQ(yeto::models::autoencoder_kl_rename("encoder.mid_block.attentions.0.query.weight"),
             "encoder.mid_block.attentions.0.to_q.weight");

@@ -199,6 +199,14 @@ FamilyDescription FamilyDescription::parse(const std::string& text, const std::s
     for (auto e = patches.begin(); e != patches.end(); ++e)
       if (!components.contains(e.key()))
         bad(at + ": configs." + e.key() + " is not a component of the preset's model_index");
+    // Analytic weights the host writes instead of random ones (e.g. "pixel-codec" for a VAE).
+    const json weights = preset.value("weights", json::object());
+    if (!weights.is_object()) bad(at + ": 'weights' must be an object {component: \"name\"}");
+    for (auto e = weights.begin(); e != weights.end(); ++e) {
+      if (!components.contains(e.key())) bad(at + ": weights." + e.key() + " is not a component of the preset's model_index");
+      if (!e.value().is_string()) bad(at + ": weights." + e.key() + " must be a string");
+      components[e.key()]["weights"] = e.value();
+    }
     d.presets_[p.key()] = {{"description", string_at(preset, "description", at)},
                            {"model_index", model_index},
                            {"components", components}};
