@@ -22,6 +22,7 @@
 #include "data/torch/batch.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/instance.hpp"
+#include "report/grid.hpp"
 #include "runtime/torch_runtime.hpp"
 #include "sample/fold_adapter.hpp"
 #include "sample/media.hpp"
@@ -102,6 +103,16 @@ std::filesystem::path frames_dir(std::string output, std::size_t index, std::siz
   return output + "-" + number;
 }
 
+// Where --compare-base writes the base model's media: the output with "-base" before the
+// extension (a frames directory: DIR-base/).
+std::string base_output(std::string output) {
+  bool dir = false;
+  while (output.size() > 1 && output.back() == '/') output.pop_back(), dir = true;
+  const std::filesystem::path p(output);
+  if (dir || p.extension().empty()) return output + "-base" + (dir ? "/" : "");
+  return (p.parent_path() / (p.stem().string() + "-base" + p.extension().string())).string();
+}
+
 int run_sample(CommandContext& ctx) {
   std::vector<PromptEntry> prompts;
   for (const auto& p : ctx.values("prompt")) prompts.push_back({p, std::nullopt});
@@ -113,6 +124,11 @@ int run_sample(CommandContext& ctx) {
   if (!ctx.has("output")) throw UsageError("sample: --output PATH (.png, .mp4 or a directory/) is required");
   const std::string output = ctx.value("output");
   const Format format = output_format(ctx, output);
+  const bool compare_base = ctx.has("compare-base");
+  if (compare_base && !ctx.has("adapter-dir"))
+    throw UsageError("sample: --compare-base renders every prompt with the base model and with the adapter; give --adapter-dir DIR");
+  if (ctx.has("grid") && std::filesystem::path(ctx.value("grid")).extension() != ".png")
+    throw UsageError("--grid " + ctx.value("grid") + ": the grid is a PNG image; end the path in .png");
 
   const std::uint64_t seed = number<std::uint64_t>(ctx, "seed", 0, 0);
   nlohmann::json request = {{"steps", number<std::int64_t>(ctx, "steps", 28, 1)},
@@ -147,36 +163,42 @@ int run_sample(CommandContext& ctx) {
   if (!pipe->plugin().has(YETO_CAP_GENERATE))
     throw Error("sample: plugin '" + pipe->loaded_plugin().manifest.name + "' does not implement generation",
                 ExitCode::not_available);
-  for (const auto& a : adapter_dirs) {
-    // An adapter directory may hold the plugin's own files (capability artifacts) next to its
-    // LoRA weights, or instead of them (trainables that no LoRA file holds).
-    const std::filesystem::path own = a.path / artifacts::kPluginArtifactDir;
-    const bool has_own = std::filesystem::is_directory(own);
-    const bool has_lora = !std::filesystem::is_directory(a.path) ||
-                          std::filesystem::exists(a.path / artifacts::kDiffusersFile) ||
-                          std::filesystem::exists(a.path / artifacts::kPeftWeightsFile);
-    if (has_lora || !has_own) {
-      const FoldReport folded = fold_adapter(*pipe, cfg, a.path, a.component);
-      spdlog::info("sample: folded {} LoRA modules of {} from {} into the model", folded.modules, folded.components,
-                   a.path.string());
+  // The base model is sampled first with --compare-base, then the adapters fold in.
+  auto fold_adapters = [&] {
+    for (const auto& a : adapter_dirs) {
+      // An adapter directory may hold the plugin's own files (capability artifacts) next to its
+      // LoRA weights, or instead of them (trainables that no LoRA file holds).
+      const std::filesystem::path own = a.path / artifacts::kPluginArtifactDir;
+      const bool has_own = std::filesystem::is_directory(own);
+      const bool has_lora = !std::filesystem::is_directory(a.path) ||
+                            std::filesystem::exists(a.path / artifacts::kDiffusersFile) ||
+                            std::filesystem::exists(a.path / artifacts::kPeftWeightsFile);
+      if (has_lora || !has_own) {
+        const FoldReport folded = fold_adapter(*pipe, cfg, a.path, a.component);
+        spdlog::info("sample: folded {} LoRA modules of {} from {} into the model", folded.modules, folded.components,
+                     a.path.string());
+      }
+      if (has_own) {
+        const std::string name = pipe->loaded_plugin().manifest.name;
+        if (!pipe->plugin().has(YETO_CAP_ARTIFACTS))
+          throw Error("sample: " + own.string() + " holds plugin files, but plugin '" + name +
+                          "' does not read them (no capability artifacts); sample with the plugin that exported it",
+                      ExitCode::bad_input);
+        const std::string what = pipe->plugin().load_artifact(own.string());
+        spdlog::info("sample: plugin '{}' loaded its files from {}: {}", name, own.string(), what.substr(0, 400));
+      }
     }
-    if (has_own) {
-      const std::string name = pipe->loaded_plugin().manifest.name;
-      if (!pipe->plugin().has(YETO_CAP_ARTIFACTS))
-        throw Error("sample: " + own.string() + " holds plugin files, but plugin '" + name +
-                        "' does not read them (no capability artifacts); sample with the plugin that exported it",
-                    ExitCode::bad_input);
-      const std::string what = pipe->plugin().load_artifact(own.string());
-      spdlog::info("sample: plugin '{}' loaded its files from {}: {}", name, own.string(), what.substr(0, 400));
-    }
-  }
+  };
 
   // One generation per prompt, each from its own seed (the prompts file's, else --seed): a
   // prompt's picture does not depend on the other prompts of the run.
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
+  auto generate = [&](std::size_t i) {
     request["prompts"] = nlohmann::json::array({prompts[i].prompt});
     request["seed"] = prompts[i].seed.value_or(seed);
-    const at::Tensor media = data::generated_media(pipe->plugin().generate(request.dump(), {}), "sample");
+    return data::generated_media(pipe->plugin().generate(request.dump(), {}), "sample");
+  };
+  // Writes prompt i's media in the output format; returns the first frame for the grid.
+  auto write = [&](std::size_t i, const at::Tensor& media, const std::string& to) {
     const bool video = media.dim() == 5;
     const int frames = video ? static_cast<int>(media.size(2)) : 1;
     const int height = static_cast<int>(media.size(-2)), width = static_cast<int>(media.size(-1));
@@ -192,21 +214,46 @@ int run_sample(CommandContext& ctx) {
           throw Error("sample: the plugin generated a " + std::to_string(frames) + "-frame video; write it as .mp4 or "
                       "a frames directory (--output DIR/), not as PNG",
                       ExitCode::bad_input);
-        path = output_path(output, i, prompts.size());
+        path = output_path(to, i, prompts.size());
         write_png(path, rgb, height, width);
         break;
       case Format::mp4: {
-        path = output_path(output, i, prompts.size());
+        path = output_path(to, i, prompts.size());
         const std::string codec = write_mp4(path, rgb, frames, height, width, fps);
         spdlog::info("sample: {} frame(s) {}x{} at {} fps, encoder {}", frames, width, height, fps, codec);
         break;
       }
       case Format::frames:
-        path = frames_dir(output, i, prompts.size());
+        path = frames_dir(to, i, prompts.size());
         write_frames(path, rgb, frames, height, width);
         break;
     }
     std::cout << path.string() << "\n";
+    report::Image first;
+    first.width = width;
+    first.height = height;
+    first.rgb.assign(rgb.begin(), rgb.begin() + static_cast<std::ptrdiff_t>(width) * height * 3);
+    return first;
+  };
+
+  std::vector<std::vector<report::Image>> cells(prompts.size());
+  if (compare_base)
+    for (std::size_t i = 0; i < prompts.size(); ++i) cells[i].push_back(write(i, generate(i), base_output(output)));
+  fold_adapters();
+  for (std::size_t i = 0; i < prompts.size(); ++i) cells[i].push_back(write(i, generate(i), output));
+
+  if (ctx.has("grid")) {
+    report::GridSpec spec;
+    std::string with = "base model";
+    for (const auto& a : adapter_dirs) with += " + " + a.path.filename().string();
+    if (compare_base) spec.column_titles.push_back("base model");
+    spec.column_titles.push_back(with);
+    for (const auto& p : prompts) spec.row_labels.push_back(p.prompt);
+    spec.cells = std::move(cells);
+    const report::Image grid = report::labelled_grid(spec);
+    write_png(ctx.value("grid"), grid.rgb, grid.height, grid.width);
+    spdlog::info("sample: grid of {} prompt(s) x {} column(s) -> {}", prompts.size(), spec.column_titles.size(),
+                 ctx.value("grid"));
   }
   return 0;
 }
@@ -245,6 +292,8 @@ void register_sample_command(Registry& r) {
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},
                {"output", "PATH", "Output: FILE.png, FILE.mp4 or DIR/ (frames) (required)."},
                {"format", "F", "png, mp4 or frames (default: from --output)."},
+               {"compare-base", "", "Render every prompt with the base model too, before the adapters fold in (same seed), as <stem>-base<ext>; needs --adapter-dir."},
+               {"grid", "FILE.png", "Also write a labelled grid: one row per prompt, the base model (with --compare-base) and the adapted model side by side (the first frame of a clip)."},
                {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn. DIR:COMPONENT folds it into that denoiser (e.g. DIR:transformer_2, the low-noise expert of Wan 2.2), needed with several denoisers for an adapter without yeto_diffusion_adapter.json.", true}};
   c.run = run_sample;
   r.add(std::move(c));

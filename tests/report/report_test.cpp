@@ -20,6 +20,7 @@
 #include <stb_image_write.h>
 
 #include "core/atomic_file.hpp"
+#include "report/grid.hpp"
 #include "report/plot.hpp"
 #include "report/report.hpp"
 #include "support/process.hpp"
@@ -371,6 +372,42 @@ TEST(ReportPlot, TicksAreRoundNumbersAndEmptyPlotsAreDrawn) {
   const auto img = yeto::report::render(empty);
   EXPECT_EQ(img.width, 900);
   EXPECT_EQ(img.rgb.size(), 900u * 420u * 3u);
+}
+
+// `sample --grid`'s labelled grid: titles on top, one row per label, cells scaled by nearest
+// neighbour to the cell side; long labels wrap at spaces; mismatched rows are refused.
+TEST(ReportGrid, CellsAreScaledIntoTheirRowsAndLabelsWrap) {
+  using yeto::report::Image;
+  using yeto::report::Rgb;
+  EXPECT_EQ(yeto::report::wrap_text("a red square on a blue background", 36),
+            (std::vector<std::string>{"a red", "square", "on a", "blue", "backgr", "ound"}));
+  EXPECT_EQ(yeto::report::wrap_text("one two", 1000), (std::vector<std::string>{"one two"}));
+  yeto::report::GridSpec spec;
+  spec.column_titles = {"base model", "base model + adapter"};
+  spec.row_labels = {"a red square", "a blue bar on a white background, a label long enough to wrap twice or more"};
+  const Rgb red{255, 0, 0}, blue{0, 0, 255}, white{255, 255, 255};
+  Image a(8, 8, red), b(8, 8, blue);
+  b.set(0, 0, white);  // its top-left pixel becomes a 24 x 24 square at cell side 192
+  spec.cells = {{a, b}, {b, a}};
+  spec.cell_side = 192;
+  spec.label_width = 200;
+  const Image g = yeto::report::labelled_grid(spec);
+  EXPECT_EQ(g.width, 200 + 2 * (192 + 16));
+  // Header (two title lines: the second title wraps), then rows of at least cell + padding.
+  const int header = 2 * 20 + 16;
+  EXPECT_GE(g.height, header + 2 * (192 + 16));
+  const int x0 = 200 + 8, x1 = 200 + 192 + 16 + 8, y0 = header + 8;
+  EXPECT_EQ(g.at(x0 + 100, y0 + 100), red);
+  EXPECT_EQ(g.at(x1 + 100, y0 + 100), blue);
+  EXPECT_EQ(g.at(x1 + 23, y0 + 23), white);
+  EXPECT_EQ(g.at(x1 + 24, y0 + 24), blue);
+  // The label and title text is drawn in dark ink left of and above the cells.
+  int ink = 0;
+  for (int y = 0; y < g.height; ++y)
+    for (int x = 0; x < 200; ++x) ink += g.at(x, y).r < 100;
+  EXPECT_GT(ink, 200);
+  spec.cells.pop_back();
+  EXPECT_THROW(yeto::report::labelled_grid(spec), std::invalid_argument);
 }
 
 // The page as a browser shows it: headless Chromium opens index.html from disk and its screenshot
