@@ -29,7 +29,7 @@ int run_merge(CommandContext& ctx) {
   const artifacts::MergeReport r = artifacts::merge_adapter(o);
   for (const auto& c : r.components) {
     std::cout << (c.component.empty() ? std::string("model") : c.component) << ": " << c.modules
-              << " LoRA modules merged, " << c.shards.size() << " shard(s), " << c.total_bytes << " bytes";
+              << (r.full ? " fully trained tensors written, " : " LoRA modules merged, ") << c.shards.size() << " shard(s), " << c.total_bytes << " bytes";
     if (!c.index.empty()) std::cout << ", index " << c.index.filename().string();
     std::cout << "\n";
   }
@@ -52,7 +52,8 @@ void register_merge_command(Registry& r) {
       "*.safetensors.index.json when there is more than one shard. Every other file of the repository is hard-linked "
       "(copied across file systems), so --output-dir is a complete Diffusers repository. An adapter whose "
       "yeto_diffusion_adapter.json records another base (hub id, commit or component content) is refused, naming "
-      "both. See docs/ARTIFACTS.md.";
+      "both. A full fine-tune (tuning.mode = full) exported by `export` merges the same way: its tensors replace the "
+      "base weights of the same names. See docs/ARTIFACTS.md.";
   c.run_config = true;
   c.options = {
       {"adapter-dir", "DIR", "Adapter directory or LoRA .safetensors file; DIR:COMPONENT merges it into that denoiser "

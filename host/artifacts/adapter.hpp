@@ -52,6 +52,9 @@ inline constexpr const char* kRecordFile = "yeto_diffusion_adapter.json";
 // export, load_artifact at sample), a folder inside the adapter directory.
 inline constexpr const char* kPluginArtifactDir = "plugin";
 inline constexpr const char* kComfyFile = "comfyui_lora.safetensors";
+// A full fine-tune's trained denoiser tensors (float32, the denoiser's own parameter names
+// without the component prefix), which `merge` writes over the base weights.
+inline constexpr const char* kFullWeightsFile = "yeto_full_weights.safetensors";
 inline constexpr const char* kRecordFormat = "yeto-diffusion-adapter";
 inline constexpr int kRecordVersion = 1;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -87,16 +88,51 @@ std::string weight_stem(const io::WeightSource& ws) {
   return first.rfind("model", 0) == 0 ? "model" : "diffusion_pytorch_model";
 }
 
-MergedComponent merge_component(const io::DiffusersRepo& repo, const std::string& name, const Adapter& adapter,
-                                const std::string& adapter_component, const MergeOptions& o, const fs::path& out_dir) {
-  MergedComponent mc;
-  mc.component = name;
-  const io::WeightSource ws = io::WeightSource::open(component_info(repo, name).dir, o.variant);
-  const auto modules = adapter.modules_of(adapter_component);
+// A full fine-tune exported by `export` (tuning.mode = full): the record and the trained tensors.
+struct FullWeights {
+  fs::path file;
+  json record;
+  std::string component;
+  std::map<std::string, at::Tensor> tensors;
+};
 
-  // Every adapted module must have a base weight of the matching shape.
-  std::map<std::string, const LoraModule*> by_weight;
-  for (const auto& [path, m] : modules) {
+bool is_full_weights_dir(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kFullWeightsFile, ec);
+}
+
+FullWeights read_full_weights(const fs::path& dir) {
+  FullWeights f;
+  f.file = dir / kFullWeightsFile;
+  const fs::path record_file = dir / kRecordFile;
+  try {
+    f.record = json::parse(read_file(record_file));
+  } catch (const json::exception& e) {
+    throw Error(record_file.string() + ": not valid JSON (" + e.what() + ")", ExitCode::bad_input);
+  } catch (const Error& e) {
+    throw Error(dir.string() + " holds " + kFullWeightsFile + " but no readable " + kRecordFile + " (" + e.what() +
+                    "); export the run again",
+                ExitCode::bad_input);
+  }
+  if (!f.record.is_object() || !f.record.contains("full") || !f.record["full"].is_object() ||
+      !f.record["full"].value("component", json()).is_string())
+    throw Error(record_file.string() + ": no \"full\": {\"component\": ...} entry for " + kFullWeightsFile +
+                    "; export the run again",
+                ExitCode::bad_input);
+  f.component = f.record["full"]["component"].get<std::string>();
+  f.tensors = io::load_safetensors(f.file);
+  if (f.tensors.empty()) throw Error(f.file.string() + ": holds no tensors", ExitCode::bad_input);
+  return f;
+}
+
+// New values for some of a component's weights, by weight name: each computes the merged
+// tensor from the base one (read when it is written, one tensor at a time).
+using Replacements = std::map<std::string, std::function<at::Tensor(const at::Tensor& base)>>;
+
+// W += scale * B @ A for every module of the adapter's component, checked against the base.
+Replacements lora_replacements(const io::WeightSource& ws, const Adapter& adapter, const std::string& adapter_component) {
+  Replacements out;
+  for (const auto& [path, m] : adapter.modules_of(adapter_component)) {
     const std::string wname = path + ".weight";
     if (!ws.has(wname)) {
       throw Error(adapter.file.string() + ": adapter module '" + adapter_component + "." + path +
@@ -117,9 +153,39 @@ MergedComponent merge_component(const io::DiffusersRepo& repo, const std::string
                       "; merging into float8 weights is not supported (merge into a bf16/fp16/fp32 base)",
                   ExitCode::bad_input);
     }
-    by_weight.emplace(wname, m);
+    const LoraModule* lora = m;
+    out.emplace(wname, [lora](const at::Tensor& base) {
+      return (base.to(at::kFloat) + at::mm(lora->B, lora->A).mul_(lora->scale)).to(base.scalar_type());
+    });
   }
+  return out;
+}
 
+// A full fine-tune's tensors written over the base: every one must be a base weight of the same
+// shape (cast to the base's dtype).
+Replacements full_replacements(const io::WeightSource& ws, const FullWeights& full) {
+  Replacements out;
+  for (const auto& [name, t] : full.tensors) {
+    if (!ws.has(name))
+      throw Error(full.file.string() + ": trained tensor '" + name + "' is not a weight of " + ws.root().string() +
+                      did_you_mean(name, ws.names()) + "; the fine-tune was made for another model",
+                  ExitCode::bad_input);
+    const auto& shape = ws.locate(name).info->shape;
+    if (std::vector<std::int64_t>(shape.begin(), shape.end()) != t.sizes().vec())
+      throw Error(full.file.string() + ": trained tensor '" + name + "' is " + io::shape_str(t.sizes().vec()) +
+                      " but the base weight is " + io::shape_str(shape) + "; the fine-tune was made for another model",
+                  ExitCode::bad_input);
+    const at::Tensor trained = t;
+    out.emplace(name, [trained](const at::Tensor& base) { return trained.to(base.scalar_type()); });
+  }
+  return out;
+}
+
+// The component's weights with `replace` applied, as shards of at most max_shard_bytes.
+MergedComponent merge_component(const io::WeightSource& ws, const std::string& name, const Replacements& replace,
+                                const MergeOptions& o, const fs::path& out_dir) {
+  MergedComponent mc;
+  mc.component = name;
   std::vector<TensorHeader> headers;
   std::vector<std::uint64_t> sizes;
   for (const auto& n : ws.names()) {
@@ -140,17 +206,14 @@ MergedComponent merge_component(const io::DiffusersRepo& repo, const std::string
     for (auto i : plan[s]) {
       const auto& h = headers[i];
       const auto loc = ws.locate(h.name);
-      auto it = by_weight.find(h.name);
-      if (it == by_weight.end()) {
+      auto it = replace.find(h.name);
+      if (it == replace.end()) {
         buf.resize(loc.info->nbytes);
         loc.file.copy_to(*loc.info, buf.data());
         w.write(h.name, buf.data(), buf.size());
       } else {
-        const LoraModule& m = *it->second;
-        const at::Tensor base = io::to_tensor(loc.file, *loc.info);
-        const at::Tensor folded =
-            (base.to(at::kFloat) + at::mm(m.B, m.A).mul_(m.scale)).to(base.scalar_type()).contiguous();
-        w.write(h.name, folded.data_ptr(), folded.nbytes());
+        const at::Tensor merged = it->second(io::to_tensor(loc.file, *loc.info)).contiguous();
+        w.write(h.name, merged.data_ptr(), merged.nbytes());
         ++mc.modules;
       }
       loc.file.release(*loc.info);
@@ -273,18 +336,45 @@ MergeReport merge_adapter(const MergeOptions& o) {
                        " has no component " + o.component);
     ro.into = o.component;
   }
-  const Adapter adapter = read_adapter(o.adapter, ro);
+  // A LoRA adapter (any layout read_adapter reads), or a full fine-tune exported by `export`.
+  const bool full = is_full_weights_dir(o.adapter);
+  Adapter adapter;
+  FullWeights trained;
+  if (full) {
+    trained = read_full_weights(o.adapter);
+    if (!o.component.empty() && o.component != trained.component)
+      throw UsageError("--adapter-dir " + o.adapter.string() + ":" + o.component + ": the fine-tune is of " +
+                       trained.component);
+  } else {
+    adapter = read_adapter(o.adapter, ro);
+  }
+  const json& record = full ? trained.record : adapter.record;
+  const std::string what = full ? "fine-tune" : "adapter";
 
-  const auto mismatches = base_mismatches(adapter.record, model.repo, repo);
+  const auto mismatches = base_mismatches(record, model.repo, repo);
   if (!mismatches.empty()) {
-    throw Error("the adapter " + o.adapter.string() + " was trained on another base than --model " + o.model + ":\n  " +
-                    join(mismatches, "\n  ") + "\nmerge it into the model it was trained on",
+    throw Error("the " + what + " " + o.adapter.string() + " was trained on another base than --model " + o.model +
+                    ":\n  " + join(mismatches, "\n  ") + "\nmerge it into the model it was trained on",
                 ExitCode::bad_input);
   }
-  if (repo.single_model() && adapter.components().size() != 1) {
-    throw Error(o.adapter.string() + ": the adapter addresses " + join(adapter.components(), ", ") + " but " +
+  const std::vector<std::string> components = full ? std::vector<std::string>{trained.component} : adapter.components();
+  if (repo.single_model() && components.size() != 1) {
+    throw Error(o.adapter.string() + ": the adapter addresses " + join(components, ", ") + " but " +
                     repo.dir().string() + " is a single model",
                 ExitCode::bad_input);
+  }
+
+  // Every replacement is checked against the base before anything is written.
+  struct Planned {
+    io::WeightSource ws;
+    Replacements replace;
+  };
+  std::map<std::string, Planned> merged;  // repo component -> its weights and replacements
+  for (const auto& ac : components) {
+    const std::string rc = repo_component(repo, ac);
+    io::WeightSource ws = io::WeightSource::open(component_info(repo, rc).dir, o.variant);
+    Replacements replace = full ? full_replacements(ws, trained) : lora_replacements(ws, adapter, ac);
+    merged.emplace(rc, Planned{std::move(ws), std::move(replace)});
   }
 
   std::error_code ec;
@@ -299,13 +389,12 @@ MergeReport merge_adapter(const MergeOptions& o) {
   fs::create_directories(o.output_dir);
 
   MergeReport report;
-  std::map<std::string, std::string> merged;  // repo component -> adapter component
-  for (const auto& ac : adapter.components()) merged.emplace(repo_component(repo, ac), ac);
-  for (const auto& [rc, ac] : merged) {
+  report.full = full;
+  for (const auto& [rc, plan] : merged) {
     const auto& info = component_info(repo, rc);
     const fs::path out = rc.empty() ? o.output_dir : o.output_dir / rc;
     fs::create_directories(out);
-    report.components.push_back(merge_component(repo, rc, adapter, ac, o, out));
+    report.components.push_back(merge_component(plan.ws, rc, plan.replace, o, out));
     // The folder's other files (config.json, ...) travel with it; its old weights do not.
     for (const auto& e : fs::directory_iterator(info.dir)) {
       const std::string n = e.path().filename().string();
@@ -313,9 +402,9 @@ MergeReport merge_adapter(const MergeOptions& o) {
       if (rc.empty() && e.is_directory()) continue;
       link_tree(e.path(), out / n, report);
     }
-    spdlog::info("merged {} LoRA modules into {} ({} shard(s), {} bytes)", report.components.back().modules,
-              rc.empty() ? std::string("the model") : rc, report.components.back().shards.size(),
-              report.components.back().total_bytes);
+    spdlog::info("merged {} {} into {} ({} shard(s), {} bytes)", report.components.back().modules,
+                 full ? "fully trained tensors" : "LoRA modules", rc.empty() ? std::string("the model") : rc,
+                 report.components.back().shards.size(), report.components.back().total_bytes);
   }
   if (!repo.single_model()) {
     for (const auto& e : fs::directory_iterator(repo.dir())) {

@@ -52,11 +52,14 @@ struct MergedComponent {
 struct MergeReport {
   std::vector<MergedComponent> components;
   std::size_t linked = 0, copied = 0;  // other files of the repository
+  bool full = false;  // a full fine-tune's tensors were written (MergedComponent::modules counts them)
 };
 
 // Throws yeto::Error: bad_input when the adapter's recorded base model (id, commit or
 // component content hash) differs from `model` (naming both), or a module does not fit;
 // usage for an unusable output directory.
+// `options.adapter` may also be a full fine-tune exported by `export` (yeto_full_weights.safetensors
+// and its record): its tensors replace the base weights of the same names.
 MergeReport merge_adapter(const MergeOptions& options);
 
 // The identity of one component's content: SHA-256 over its config and weight files' names and
