@@ -58,7 +58,7 @@ std::vector<KeyDef> build_schema() {
       P("model.hub_cache", "", "Hugging Face hub cache directory; empty: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."),
       C("model.precision", "auto", {"auto", "fp32", "bf16", "fp16"}, "Compute precision of the frozen base; LoRA weights and the loss stay float32. auto: bf16 where supported, else fp32."),
       C("model.scheduler_timesteps", "diffusers-0.33", {"diffusers-0.33", "diffusers-0.37"}, "Which Diffusers release's timestep table the sampling scheduler follows where releases differ (only UniPC with flow sigmas, e.g. Wan): diffusers-0.33 (v0.33.1 - v0.36.0; 4 Wan steps: 999, 899, 749, 499) or diffusers-0.37 (v0.37.0 and later: 999, 900, 750, 500)."),
-      I("model.max_sequence_length", 0, "Text tokens the family's sequence encoder (e.g. T5) is given in training and caching; 0: the family's default (FLUX.1: 512).").flag("max-sequence-length").range(0, 4096),
+      I("model.max_sequence_length", 0, "Text tokens the family's sequence encoder (e.g. T5) is given in training, caching and the validation renders; 0: the family's default (FLUX.1: 512).").flag("max-sequence-length").range(0, 4096),
 
       // [plugins]
       L("plugins.dirs", {"plugins"}, "Directories searched for signed plugins (relative paths: from the config file, then the install)."),

@@ -106,6 +106,7 @@ Settings read_settings(const config::Config& cfg) {
   s.sample_width = cfg.get_int("validation.sample_width");
   if (s.sample_height == 0) s.sample_height = cfg.get_int("data.height");
   if (s.sample_width == 0) s.sample_width = cfg.get_int("data.width");
+  s.sample_max_sequence_length = cfg.get_int("model.max_sequence_length");
   s.tuning = cfg.get_string("tuning.mode");
   s.precision = cfg.get_string("model.precision");
   s.device = cfg.get_string("run.device");

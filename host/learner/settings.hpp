@@ -60,6 +60,9 @@ struct Settings {
   double sample_guidance = 3.5;
   std::int64_t sample_height = 0;  // 0: data.height
   std::int64_t sample_width = 0;   // 0: data.width
+  // model.max_sequence_length: the renders encode prompts to the length training uses (0: the
+  // family's default, which training uses too).
+  std::int64_t sample_max_sequence_length = 0;
   bool tensorboard = true;
   std::string tuning = "lora";
   std::string precision = "auto";

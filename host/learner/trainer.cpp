@@ -639,9 +639,12 @@ void Loop::render(std::int64_t step, bool final) {
     if (!render_index_) render_index_ = std::make_unique<JsonlWriter>(opt_.run_dir / "samples" / "index.jsonl");
     for (std::size_t i = 0; i < s_.validation_prompts.size(); ++i) {
       const std::uint64_t seed = static_cast<std::uint64_t>(s_.sample_seed) + i;
-      const nlohmann::json request = {{"prompts", {s_.validation_prompts[i]}}, {"seed", seed},
-                                      {"steps", s_.sample_steps},           {"guidance", s_.sample_guidance},
-                                      {"height", s_.sample_height},         {"width", s_.sample_width}};
+      nlohmann::json request = {{"prompts", {s_.validation_prompts[i]}}, {"seed", seed},
+                                {"steps", s_.sample_steps},           {"guidance", s_.sample_guidance},
+                                {"height", s_.sample_height},         {"width", s_.sample_width}};
+      // The text the model trains on: a render at another length conditions it on padding it
+      // never saw (a Flux run at 32 tokens rendered at 512 drew none of its learned shapes).
+      if (s_.sample_max_sequence_length > 0) request["max_sequence_length"] = s_.sample_max_sequence_length;
       const at::Tensor media = data::generated_media(model_.generate(request), "validation render");
       // An image, or a video's first frame.
       const std::vector<std::uint8_t> rgb = data::media_to_rgb8(media.dim() == 5 ? media[0].select(1, 0) : media[0]);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -135,7 +136,12 @@ TEST(LearnerTrainFlux, ValidationRendersAreWrittenAndDoNotChangeTraining) {
   with.replace(with.find(keys), keys.size(),
                keys + "prompts = [\"a red square\", \"a blue circle\"]\nsample_every = 3\nsample_steps = 2\n"
                       "sample_seed = 11\nsample_height = 32\nsample_width = 32\n");
-  TrialRun rendered(with), plain(flux_toml(6));
+  // Training and the renders encode prompts at 16 T5 tokens (the family's default is 512).
+  const std::string model_keys = "precision = \"fp32\"\n", length = "max_sequence_length = 16\n";
+  std::string without = flux_toml(6);
+  with.insert(with.find(model_keys) + model_keys.size(), length);
+  without.insert(without.find(model_keys) + model_keys.size(), length);
+  TrialRun rendered(with), plain(without);
   const auto r = rendered.train();
   ASSERT_EQ(r.exit_code, 0) << r.all();
   ASSERT_EQ(plain.train().exit_code, 0);
@@ -168,6 +174,38 @@ TEST(LearnerTrainFlux, ValidationRendersAreWrittenAndDoNotChangeTraining) {
   EXPECT_TRUE(contains(events, "samples/p0") && contains(events, "samples/p1")) << "no TensorBoard image summaries";
   EXPECT_TRUE(contains(events, "\x89PNG"));
   EXPECT_TRUE(contains(r.all(), "validation renders of the final weights")) << r.all();
+
+  // The final render is what `sample` draws from the run's adapter with the run's text length
+  // (up to the rounding of folding the adapter into the weights); at the family's default length
+  // the picture is another one.
+  auto sampled = [&](const std::string& tokens) {
+    const fs::path png = rendered.dir / ("sample-" + tokens + ".png");
+    const auto s = yeto::test::run_host(
+        {"sample", "--model", (fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny").string(), "--diffusion-adapter", "flux",
+         "--adapter-dir", (rendered.out() / "lora.safetensors").string(), "--prompt", "a red square", "--seed", "11",
+         "--steps", "2", "--guidance", "3.5", "--height", "32", "--width", "32", "--max-sequence-length", tokens,
+         "--output", png.string()});
+    EXPECT_EQ(s.exit_code, 0) << s.all();
+    return png;
+  };
+  auto rgb = [](const fs::path& png) {
+    return yeto::test::run_process({"ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-i", png.string(), "-f",
+                                    "rawvideo", "-pix_fmt", "rgb24", "-"})
+        .out;
+  };
+  auto mean_abs = [](const std::string& a, const std::string& b) {
+    if (a.size() != b.size() || a.empty()) return 255.0;
+    double sum = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      sum += std::abs(static_cast<int>(static_cast<unsigned char>(a[i])) - static_cast<unsigned char>(b[i]));
+    return sum / static_cast<double>(a.size());
+  };
+  const std::string render = rgb(rendered.out() / "samples/final/p0.png");
+  ASSERT_EQ(render.size(), 32u * 32 * 3);
+  const double same_length = mean_abs(render, rgb(sampled("16"))), default_length = mean_abs(render, rgb(sampled("512")));
+  std::cout << "final render vs sample: " << same_length << " at 16 tokens, " << default_length << " at 512 (mean |diff|)\n";
+  EXPECT_LT(same_length, 0.5);  // measured 0 (the same bytes)
+  EXPECT_GT(default_length, 1.0);  // measured 2.2
 }
 
 TEST(LearnerTrainFlux, DeterministicAndResumableBitExactly) {
