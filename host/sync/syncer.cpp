@@ -435,6 +435,15 @@ struct Syncer::Impl {
     send(c, MsgType::fragment, payload ? std::string_view(*payload) : std::string_view(fragment_payload(p)));
     note_sent(c, p);
   }
+  // A push refused as too stale or ahead of the syncer: the learner needs the current version,
+  // which is already on its way when this connection was sent it (every connection gets the
+  // full fragments after `welcome` and every merge's update or fragment). A second copy would
+  // only queue behind the first and keep the learner stale; it is sent only when the connection
+  // has not been sent the current version.
+  void resend_if_missing(const ConnPtr& c, std::uint32_t p) {
+    if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) return;
+    send_fragment(c, p);
+  }
   // After a merge of fragment p: the q4 update (when there is one) to every connection that holds
   // exactly its base version, the full public state to every other.
   bool holds_base(const ConnPtr& c, std::uint32_t p) const {
@@ -813,16 +822,14 @@ struct Syncer::Impl {
       reject(c, "base version " + std::to_string(m.base_version) + " is ahead of the syncer's " +
                     std::to_string(frag.version), p);
       ack(c, p, PushStatus::invalid);
-      send_fragment(c, p);
-      return;
+      return resend_if_missing(c, p);
     }
     const std::uint64_t stale = frag.version - m.base_version;
     if (stale > o.max_staleness) {
       reject(c, "too stale: " + std::to_string(stale) + " merges behind (sync.max_staleness = " +
                     std::to_string(o.max_staleness) + ")", p);
       ack(c, p, PushStatus::too_stale);
-      send_fragment(c, p);
-      return;
+      return resend_if_missing(c, p);
     }
     std::vector<float> delta;
     try {

@@ -622,6 +622,85 @@ TEST(SyncMultiProcess, ReplayedAndReorderedSealedFramesAreRefused) {
   expect_bit_identical_to_final_cut(run, {id});
 }
 
+// A learner at the protocol level (a raw socket): after `welcome` it gets every fragment in full,
+// then q4 updates, each on top of exactly the version it holds and reproducing the syncer's CRC.
+// A push refused as too stale is answered with the ack alone: the current version is already on
+// its way, so no second copy of the fragment is queued.
+TEST(SyncMultiProcess, ARawLearnerAppliesEveryUpdateOnItsBaseAndGetsNoResendWhenStale) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=1", "sync.budget_outer_steps=120", "sync.max_staleness=2"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 2;
+  }, 15)) << run.logs();
+  const std::uint64_t run_id = ys::run_id_from_name("yeto");
+  const ys::Key key = ys::run_key_from_secret(kSecret);
+  const int fd = dial(run.port);
+  ASSERT_GE(fd, 0);
+  ys::FrameDecoder d(run_id, 1 << 20);
+  const auto ch = read_frame(fd, d);
+  ASSERT_TRUE(ch);
+  const auto server = ys::Challenge::decode(ch->payload).server_nonce;
+  const auto layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
+                                       ys::FragmentPattern::binpack);
+  ys::Hello h;
+  h.learner_id = "raw";
+  h.client_nonce = ys::random_nonce();
+  h.layout_fp = layout.fingerprint();
+  send_all(fd, h.seal(key, run_id, server));
+  const auto w = read_frame(fd, d);
+  ASSERT_TRUE(w && w->type == ys::MsgType::welcome);
+  ys::Session s(ys::session_key(key, server, h.client_nonce), 'L', 'S');
+  std::map<std::uint32_t, ys::FragmentMsg> held;
+  int fragments = 0, updates = 0, fragments_after_stale = 0;
+  bool stale_sent = false;
+  std::optional<Clock::time_point> stale_acked;
+  const auto end = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < end && !(stale_acked && Clock::now() - *stale_acked > std::chrono::milliseconds(400))) {
+    auto f = read_frame(fd, d);
+    ASSERT_TRUE(f) << run.logs();
+    const ys::MsgType type = f->type;
+    const std::string payload = s.open(std::move(*f));
+    if (type == ys::MsgType::fragment) {
+      auto fm = ys::FragmentMsg::decode(payload);
+      ++fragments;
+      if (stale_acked) ++fragments_after_stale;
+      held[fm.fragment] = std::move(fm);
+    } else if (type == ys::MsgType::update) {
+      const auto u = ys::UpdateMsg::decode(payload);
+      ASSERT_TRUE(held.count(u.fragment)) << "an update before the fragment it applies to";
+      auto& mine = held[u.fragment];
+      ASSERT_EQ(u.base_version, mine.version) << "an update on a version this connection does not hold";
+      u.apply_to(mine.data);
+      mine.version = u.version;
+      EXPECT_EQ(ys::public_crc(mine.data), u.crc) << "update to version " << u.version;
+      ++updates;
+    } else if (type == ys::MsgType::push_ack) {
+      if (ys::PushAck::decode(payload).status == ys::PushStatus::too_stale) stale_acked = Clock::now();
+    } else if (type == ys::MsgType::final_cut) {
+      break;
+    }
+    if (!stale_sent && held.count(0) && held[0].version >= 4 && updates >= 4) {
+      // Based on version 0: more than sync.max_staleness = 2 merges behind.
+      send_all(fd, s.seal(ys::MsgType::push, run_id,
+                          ys::Push::from_delta_f32(0, 0, 8, 10, std::vector<float>(held[0].data.size(), 0.0f)).encode()));
+      stale_sent = true;
+    }
+  }
+  EXPECT_TRUE(stale_acked) << run.logs();
+  EXPECT_EQ(fragments, 2) << "only the catch-up after welcome is a full fragment";
+  EXPECT_EQ(fragments_after_stale, 0) << "the fragment was sent again after a too-stale push";
+  EXPECT_GE(updates, 4);
+  send_all(fd, s.seal(ys::MsgType::leave, run_id, ""));
+  ::close(fd);
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(expect_continuous(run.tape()), 120u);
+  expect_bit_identical_to_final_cut(run, {"isle-a"});
+}
+
 // A learner that misses updates (everything the syncer sends it is lost for a while, then its
 // connection breaks) gets the full fragments when it reconnects, is given updates again after
 // that, and ends bit-identical to the final cut like the learner that missed nothing.
