@@ -1,17 +1,21 @@
-// End-to-end outer-step latency on loopback: an in-process syncer and L learner clients
-// (threads, each with its own TCP connection) on P trainable parameters. Each learner
+// End-to-end outer-step latency and traffic on loopback: an in-process syncer and L learner
+// clients (threads, each with its own TCP connection) on P trainable parameters. Each learner
 // changes its weights a little per inner step; every H inner steps it pushes its q4
-// pseudo-gradient; the syncer merges when all L have pushed and broadcasts the new fragment
-// (exact float32). Latency = push queued -> merged global applied, from the clients' progress
-// events. Also prints bytes per learner per inner step next to what data-parallel ring
-// all-reduce of float32 gradients would send per step.
-//   sync_loopback_bench [params=50000000] [learners=4] [rounds=3] [inner_steps=10]
+// pseudo-gradient; the syncer merges when all L have pushed and broadcasts the new state. The
+// same run is made twice, side by side: with the exact float32 downlink (sync.downlink = f32)
+// and with the q4 downlink (the default: q4 updates of the public state). Latency = push queued
+// -> merged global applied, from the clients' progress events. Traffic: bytes each learner sent
+// and received per inner step (frames as on the wire, handshake and catch-up included), against
+// a data-parallel float32 ring all-reduce of the same parameters every step, which sends
+// 2(L-1)/L x 4P bytes per learner and receives as many.
+//   sync_loopback_bench [params=50000000] [learners=4] [rounds=3] [inner_steps=10] [keep]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -25,19 +29,26 @@
 namespace ys = yeto::sync;
 namespace fs = std::filesystem;
 
-int main(int argc, char** argv) {
-  const std::uint64_t params = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 50'000'000ull;
-  const int learners = argc > 2 ? std::atoi(argv[2]) : 4;
-  const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
-  const std::uint32_t H = argc > 4 ? static_cast<std::uint32_t>(std::atoi(argv[4])) : 10;
-  const fs::path dir = fs::temp_directory_path() / ("yeto-sync-bench-" + std::to_string(::getpid()));
+namespace {
+
+struct Result {
+  double wall = 0;
+  std::vector<double> latency;
+  double sent_per_step = 0, received_per_step = 0;  // per learner per inner step, whole run
+  // The same between the first and the last merge a learner applied: without the handshake, the
+  // initial catch-up and the final cut.
+  double steady_sent_per_step = 0, steady_received_per_step = 0;
+  std::uint64_t updates = 0, fragments = 0;
+};
+
+Result run(ys::Downlink downlink, std::uint64_t params, int learners, int rounds, std::uint32_t H, const fs::path& dir) {
   fs::create_directories(dir);
   const std::string secret = "bench-secret-0123456789abcdef";
-
   ys::SyncerOptions so;
   so.state_dir = dir / "state";
   so.run_secret = secret;
   so.quorum = static_cast<std::uint32_t>(learners);
+  so.downlink = downlink;
   // Generous timeouts: on a small shared machine one 50 M-parameter broadcast takes seconds.
   so.timeouts.heartbeat_s = 1;
   so.timeouts.learner_timeout_s = 120;
@@ -63,6 +74,8 @@ int main(int argc, char** argv) {
   const auto layout = ys::build_layout(specs, 1, ys::FragmentPattern::binpack);
 
   std::vector<ys::ClientStats> stats(learners);
+  // Per learner: the client's counters when it applied its first and its last merge.
+  std::vector<std::optional<ys::ClientStats>> first(learners), last(learners);
   std::vector<std::thread> ts;
   const auto t0 = std::chrono::steady_clock::now();
   for (int l = 0; l < learners; ++l)
@@ -87,44 +100,92 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         const auto r = c.step(ms, 8);
         if (r.finished || r.failed) break;
+        if (!r.applied.empty() && r.applied.front().version > 0) {
+          (first[l] ? last[l] : first[l]) = c.stats();
+        }
       }
       c.close(30);
       stats[l] = c.stats();
     });
   for (auto& t : ts) t.join();
   st.join();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  std::vector<double> lat;
+  Result r;
+  r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int l = 0; l < learners; ++l) {
     std::ifstream in(dir / ("bench-" + std::to_string(l) + ".jsonl"));
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line);
-      if (j["event"] == "applied" && j.contains("round_latency_s")) lat.push_back(j["round_latency_s"].get<double>());
+      if (j["event"] == "applied" && j.contains("round_latency_s")) r.latency.push_back(j["round_latency_s"].get<double>());
     }
   }
-  std::sort(lat.begin(), lat.end());
-  std::printf("sync loopback: %d learners x %llu params, H = %u, %d outer steps, %.1f s wall\n", learners,
-              static_cast<unsigned long long>(params), H, rounds, wall);
-  if (!lat.empty())
-    std::printf("  outer-step latency (push queued -> merged global applied): median %.3f s, max %.3f s (%zu samples)\n",
-                lat[lat.size() / 2], lat.back(), lat.size());
+  std::sort(r.latency.begin(), r.latency.end());
   std::uint64_t sent = 0, recv = 0, steps = 0;
   for (const auto& s : stats) {
     sent += s.bytes_sent;
     recv += s.bytes_received;
     steps += s.steps;
+    r.updates += s.updates_received;
+    r.fragments += s.fragments_received;
   }
-  const double per_step_sent = static_cast<double>(sent) / static_cast<double>(std::max<std::uint64_t>(steps, 1));
-  const double per_step_recv = static_cast<double>(recv) / static_cast<double>(std::max<std::uint64_t>(steps, 1));
-  const double q4_push = static_cast<double>(ys::q4_encoded_bytes(params, 64));
-  const double allreduce = 2.0 * (learners - 1) / learners * 4.0 * static_cast<double>(params);
-  std::printf("  bytes per learner per inner step: sent %.3g (q4 push every H steps: %.3g), received %.3g\n",
-              per_step_sent, q4_push / H, per_step_recv);
-  std::printf("  data-parallel ring all-reduce of f32 gradients: %.3g sent per learner per step\n", allreduce);
-  std::printf("  ratio all-reduce / sync sent: %.1fx (steady state, q4 + H: %.1fx); received incl. f32 broadcast: %.1fx\n",
-              allreduce / per_step_sent, allreduce / (q4_push / H), allreduce / per_step_recv);
-  if (argc > 5 && std::string(argv[5]) == "keep") std::printf("  kept %s\n", dir.c_str());
+  r.sent_per_step = static_cast<double>(sent) / static_cast<double>(std::max<std::uint64_t>(steps, 1));
+  r.received_per_step = static_cast<double>(recv) / static_cast<double>(std::max<std::uint64_t>(steps, 1));
+  sent = recv = steps = 0;
+  for (int l = 0; l < learners; ++l) {
+    if (!first[l] || !last[l]) continue;
+    sent += last[l]->bytes_sent - first[l]->bytes_sent;
+    recv += last[l]->bytes_received - first[l]->bytes_received;
+    steps += last[l]->steps - first[l]->steps;
+  }
+  r.steady_sent_per_step = static_cast<double>(sent) / static_cast<double>(std::max<std::uint64_t>(steps, 1));
+  r.steady_received_per_step = static_cast<double>(recv) / static_cast<double>(std::max<std::uint64_t>(steps, 1));
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::uint64_t params = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 50'000'000ull;
+  const int learners = argc > 2 ? std::atoi(argv[2]) : 4;
+  const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
+  const std::uint32_t H = argc > 4 ? static_cast<std::uint32_t>(std::atoi(argv[4])) : 10;
+  const bool keep = argc > 5 && std::string(argv[5]) == "keep";
+  const fs::path dir = fs::temp_directory_path() / ("yeto-sync-bench-" + std::to_string(::getpid()));
+  const Result f32 = run(ys::Downlink::f32, params, learners, rounds, H, dir / "f32");
+  const Result q4 = run(ys::Downlink::q4, params, learners, rounds, H, dir / "q4");
+
+  // A float32 ring all-reduce of the parameters every inner step: 2(L-1)/L x 4P sent per learner,
+  // and as many received.
+  const double allreduce_one_way = 2.0 * (learners - 1) / learners * 4.0 * static_cast<double>(params);
+  const double allreduce = 2.0 * allreduce_one_way;
+  const double q4_bytes = static_cast<double>(ys::q4_encoded_bytes(params, 64));
+  std::printf("sync loopback: %d learners x %llu params, H = %u, %d outer steps per run\n", learners,
+              static_cast<unsigned long long>(params), H, rounds);
+  std::printf("  float32 ring all-reduce every step, per learner per step: sent %.4g + received %.4g = %.4g bytes\n",
+              allreduce_one_way, allreduce_one_way, allreduce);
+  std::printf("  steady state per learner per step: q4 push %.4g (q4(P)/H), f32 broadcast %.4g (4P/H), q4 update %.4g\n",
+              q4_bytes / H, 4.0 * static_cast<double>(params) / H, q4_bytes / H);
+  std::printf("  %-9s %-7s %8s %12s %12s %12s %12s %10s %9s %9s %8s %8s\n", "downlink", "span", "wall_s",
+              "latency_med", "sent/step", "recv/step", "both/step", "x_allred", "sent_x", "recv_x", "updates", "full");
+  for (const auto& [name, r] : {std::pair<const char*, const Result&>{"f32", f32}, {"q4", q4}}) {
+    for (const bool steady : {false, true}) {
+      const double sent = steady ? r.steady_sent_per_step : r.sent_per_step;
+      const double recv = steady ? r.steady_received_per_step : r.received_per_step;
+      std::printf("  %-9s %-7s %8.1f %12.3f %12.4g %12.4g %12.4g %10.1f %9.1f %9.1f %8llu %8llu\n", name,
+                  steady ? "steady" : "run", r.wall, r.latency.empty() ? 0.0 : r.latency[r.latency.size() / 2], sent,
+                  recv, sent + recv, allreduce / (sent + recv), allreduce_one_way / sent, allreduce_one_way / recv,
+                  static_cast<unsigned long long>(r.updates), static_cast<unsigned long long>(r.fragments));
+    }
+  }
+  std::printf("  q4 / f32 downlink, received per learner: %.2fx less over the run, %.2fx less in the steady state;\n"
+              "  both ways: %.2fx less over the run, %.2fx less in the steady state\n",
+              f32.received_per_step / q4.received_per_step, f32.steady_received_per_step / q4.steady_received_per_step,
+              (f32.sent_per_step + f32.received_per_step) / (q4.sent_per_step + q4.received_per_step),
+              (f32.steady_sent_per_step + f32.steady_received_per_step) /
+                  (q4.steady_sent_per_step + q4.steady_received_per_step));
+  std::printf("  (x_allred: all-reduce bytes both ways / the learner's bytes both ways; sent_x, recv_x: per direction.\n"
+              "   run: the whole run, with the handshake, the initial catch-up and the final cut (float32, once each);\n"
+              "   steady: from the first to the last merge each learner applied)\n");
+  if (keep) std::printf("  kept %s\n", dir.c_str());
   else fs::remove_all(dir);
   return 0;
 }

@@ -105,6 +105,9 @@ struct SyncClient::Impl {
   std::uint64_t step_no = 0;
 
   // communication thread
+  // The public state of every fragment as this connection has delivered it (full fragments,
+  // then q4 updates on top of exactly their base version); reset with every connection.
+  std::vector<std::optional<FragmentMsg>> held;
   asio::io_context io{1};
   std::shared_ptr<Link> link;
   std::thread thread;
@@ -115,6 +118,7 @@ struct SyncClient::Impl {
     run_id = run_id_from_name(o.run_name);
     const std::size_t f = layout.fragments.size();
     latest.resize(f);
+    held.resize(f);
     base.resize(f);
     base_version.assign(f, 0);
     have_base.assign(f, false);
@@ -284,6 +288,9 @@ struct SyncClient::Impl {
       }
       if (final_ack_queued && !final_ack_sent && final_cut) control.emplace_back(MsgType::final_ack, FinalAck{final_cut->digest}.encode());
     }
+    // A new connection starts from the full fragments it sends; nothing of an earlier one (or of
+    // a syncer that restarted behind it) is a base for its updates.
+    for (auto& slot : held) slot.reset();
     event("connected", {{"needs_init", w.needs_init}, {"versions", w.versions}});
     asio::co_spawn(io, writer(l), asio::detached);
     asio::co_spawn(io, heartbeat(l), asio::detached);
@@ -301,9 +308,42 @@ struct SyncClient::Impl {
             FragmentMsg fm = FragmentMsg::decode(p);
             if (fm.fragment >= layout.fragments.size() || fm.data.size() != layout.fragments[fm.fragment].numel)
               throw ClientError("syncer sent a fragment of the wrong shape");
+            held[fm.fragment] = fm;
             std::lock_guard lk(mu);
             ++st.fragments_received;
             latest[fm.fragment] = std::move(fm);
+            cv.notify_all();
+            break;
+          }
+          case MsgType::update: {
+            const UpdateMsg u = UpdateMsg::decode(p);
+            if (u.fragment >= layout.fragments.size() || u.numel != layout.fragments[u.fragment].numel)
+              throw ClientError("syncer sent an update of the wrong shape");
+            auto& mine = held[u.fragment];
+            if (!mine || mine->version != u.base_version)
+              throw ClientError("update of fragment " + std::to_string(u.fragment) + " to version " +
+                                std::to_string(u.version) + " applies on top of version " +
+                                std::to_string(u.base_version) + ", but this connection holds " +
+                                (mine ? "version " + std::to_string(mine->version) : std::string("none")) +
+                                ": reconnecting for the full fragment");
+            try {
+              u.apply_to(mine->data);
+            } catch (...) {
+              mine.reset();
+              throw;
+            }
+            mine->version = u.version;
+            if (public_crc(mine->data) != u.crc) {
+              mine.reset();
+              event("update_mismatch", {{"fragment", u.fragment}, {"version", u.version}});
+              throw ClientError("update of fragment " + std::to_string(u.fragment) + " to version " +
+                                std::to_string(u.version) +
+                                " does not reproduce the syncer's public state (CRC differs): reconnecting for the "
+                                "full fragment");
+            }
+            std::lock_guard lk(mu);
+            ++st.updates_received;
+            latest[u.fragment] = *mine;
             cv.notify_all();
             break;
           }
@@ -581,6 +621,7 @@ void SyncClient::close(double timeout_s) {
   impl_->event("closed", {{"steps", impl_->step_no}, {"connects", s.connects}, {"bytes_sent", s.bytes_sent},
                           {"bytes_received", s.bytes_received}, {"pushes_sent", s.pushes_sent},
                           {"pushes_accepted", s.pushes_accepted}, {"fragments_received", s.fragments_received},
+                          {"updates_received", s.updates_received},
                           {"numel", impl_->layout.total_numel()}});
 }
 

@@ -45,7 +45,8 @@ struct ClientStats {
   std::uint64_t pushes_sent = 0;
   std::uint64_t pushes_accepted = 0;
   std::uint64_t pushes_refused = 0;
-  std::uint64_t fragments_received = 0;
+  std::uint64_t fragments_received = 0;  // full fragments (catch-up, the f32 downlink)
+  std::uint64_t updates_received = 0;    // q4 updates applied to the public state
   std::uint64_t steps = 0;
 };
 

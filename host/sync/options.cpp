@@ -42,6 +42,7 @@ void SyncerOptions::validate() const {
   if (!(outer_lr > 0)) throw UsageError("sync.outer_lr must be positive");
   if (outer_momentum < 0 || outer_momentum >= 1) throw UsageError("sync.outer_momentum must lie in [0, 1)");
   if (checkpoint_every < 1) throw UsageError("sync.checkpoint_every must be at least 1");
+  if (quant_block < 8 || quant_block > (1u << 24)) throw UsageError("sync.quant_block must lie in [8, 2^24]");
   if (heloco_params.block < 1) throw UsageError("sync.heloco_block must be at least 1");
   if (expected_learners < 1) throw UsageError("sync.islands must be at least 1");
   if (expect_window_s < 0) throw UsageError("sync.join_timeout_s must not be negative");
@@ -79,6 +80,8 @@ void parse_host_port(const std::string& s, std::string& host, std::uint16_t& por
   port = static_cast<std::uint16_t>(v);
 }
 
+const char* downlink_name(Downlink d) { return d == Downlink::q4 ? "q4" : "f32"; }
+
 Timeouts timeouts_from_config(const config::Config& c) {
   Timeouts t;
   t.heartbeat_s = c.get_number("sync.heartbeat_s");
@@ -103,6 +106,11 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.heloco = c.get_bool("sync.heloco");
   o.heloco_params.block = static_cast<std::uint32_t>(c.get_int("sync.heloco_block"));
   o.checkpoint_every = static_cast<std::uint64_t>(c.get_int("sync.checkpoint_every"));
+  const std::string downlink = c.get_string("sync.downlink");
+  if (downlink == "q4") o.downlink = Downlink::q4;
+  else if (downlink == "f32") o.downlink = Downlink::f32;
+  else throw UsageError("sync.downlink must be q4 or f32, not '" + downlink + "'");
+  o.quant_block = static_cast<std::uint32_t>(c.get_int("sync.quant_block"));
   o.max_frame = static_cast<std::size_t>(c.get_int("sync.max_frame_mb")) << 20;
   o.budget_outer_steps = static_cast<std::uint64_t>(c.get_int("sync.budget_outer_steps"));
   o.budget_samples = static_cast<std::uint64_t>(c.get_int("sync.budget_samples"));

@@ -36,6 +36,11 @@ struct Timeouts {
   void validate() const;
 };
 
+// What the syncer broadcasts after a merge: q4 updates of the public state (default; see
+// UpdateMsg in protocol.hpp) or the exact float32 fragment.
+enum class Downlink { q4, f32 };
+const char* downlink_name(Downlink d);
+
 struct SyncerOptions {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 0;  // 0: ephemeral (the chosen port is written to DIR/port)
@@ -50,6 +55,8 @@ struct SyncerOptions {
   bool heloco = true;
   HelocoParams heloco_params;
   std::uint64_t checkpoint_every = 1;
+  Downlink downlink = Downlink::q4;
+  std::uint32_t quant_block = 64;  // block of the q4 downlink (sync.quant_block, as the pushes)
   std::size_t max_frame = 1024ull << 20;
   std::uint64_t budget_outer_steps = 0;
   std::uint64_t budget_samples = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/crc32c.hpp"
@@ -27,12 +28,13 @@ const char* msg_name(MsgType t) {
     case MsgType::final_ack: return "final_ack";
     case MsgType::error: return "error";
     case MsgType::done: return "done";
+    case MsgType::update: return "update";
   }
   return "unknown";
 }
 
 namespace {
-bool known_type(std::uint16_t t) { return t >= 1 && t <= 13; }
+bool known_type(std::uint16_t t) { return t >= 1 && t <= 14; }
 }  // namespace
 
 std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {
@@ -40,7 +42,8 @@ std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {
 }
 
 bool is_bulk(MsgType t) {
-  return t == MsgType::init || t == MsgType::fragment || t == MsgType::push || t == MsgType::final_cut;
+  return t == MsgType::init || t == MsgType::fragment || t == MsgType::push || t == MsgType::final_cut ||
+         t == MsgType::update;
 }
 
 std::string encode_frame(MsgType type, std::uint64_t run_id, std::string_view payload) {
@@ -504,6 +507,95 @@ Push Push::from_delta_f32(std::uint32_t fragment, std::uint64_t base, std::uint6
   m.encoding = DeltaEncoding::f32;
   m.body.assign(reinterpret_cast<const char*>(delta.data()), delta.size() * 4);
   return m;
+}
+
+std::string UpdateMsg::encode() const {
+  ByteWriter w;
+  w.u32(fragment);
+  w.u64(base_version);
+  w.u64(version);
+  w.u64(numel);
+  w.u32(block);
+  w.u32(crc);
+  w.u64(body.size());
+  w.bytes(body.data(), body.size());
+  return w.take();
+}
+UpdateMsg UpdateMsg::decode(std::string_view p) {
+  ByteReader r(p);
+  UpdateMsg m;
+  m.fragment = r.u32();
+  m.base_version = r.u64();
+  m.version = r.u64();
+  m.numel = r.u64();
+  m.block = r.u32();
+  m.crc = r.u32();
+  const std::uint64_t n = r.u64();
+  if (n > r.remaining()) throw WireError("update: body is truncated");
+  m.body = std::string(r.raw(n));
+  r.expect_end();
+  if (m.version != m.base_version + 1)
+    throw WireError("update: version " + std::to_string(m.version) + " does not follow its base version " +
+                    std::to_string(m.base_version));
+  if (m.block < 2 || m.block > (1u << 24)) throw WireError("update: q4 block size out of range");
+  if (m.numel > (1ull << 40) || m.body.size() != q4_encoded_bytes(m.numel, m.block))
+    throw WireError("update: q4 body has the wrong size for " + std::to_string(m.numel) + " values");
+  return m;
+}
+void UpdateMsg::apply_to(std::span<float> pub) const {
+  if (pub.size() != numel)
+    throw WireError("update: " + std::to_string(numel) + " values for a fragment of " + std::to_string(pub.size()));
+  if (block < 2 || block > (1u << 24) || body.size() != q4_encoded_bytes(numel, block))
+    throw WireError("update: q4 body has the wrong size");
+  const std::uint64_t nb = q4_blocks(numel, block);
+  std::vector<float> scales(nb);
+  std::memcpy(scales.data(), body.data(), nb * 4);
+  std::vector<float> u(numel);
+  try {
+    q4_decode_into(numel, block, scales.data(), reinterpret_cast<const std::uint8_t*>(body.data() + nb * 4), u);
+  } catch (const Error& e) {
+    throw WireError(std::string("update: ") + e.what());
+  }
+  // One IEEE float32 addition per value: the same bytes whatever the vector width.
+  for (std::size_t i = 0; i < pub.size(); ++i) pub[i] = pub[i] + u[i];
+}
+
+std::uint32_t public_crc(std::span<const float> pub) {
+  return crc32c(std::string_view(reinterpret_cast<const char*>(pub.data()), pub.size() * 4));
+}
+
+Published publish_update(std::uint32_t fragment, std::uint64_t base_version, std::uint64_t version,
+                         std::span<const float> theta, std::vector<float>& pub, std::uint32_t block) {
+  if (theta.size() != pub.size()) throw Error("publish_update: the public state has another size than the master");
+  Published out;
+  std::vector<float> u(theta.size());
+  bool finite = true;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    u[i] = theta[i] - pub[i];
+    finite = finite && std::isfinite(u[i]);
+    out.update_max = std::max(out.update_max, std::fabs(u[i]));
+  }
+  if (!finite) {
+    std::copy(theta.begin(), theta.end(), pub.begin());
+    out.update_max = std::numeric_limits<float>::infinity();
+    return out;
+  }
+  UpdateMsg m;
+  m.fragment = fragment;
+  m.base_version = base_version;
+  m.version = version;
+  m.numel = u.size();
+  m.block = block;
+  const std::uint64_t nb = q4_blocks(u.size(), block);
+  m.body.resize(q4_encoded_bytes(u.size(), block));
+  std::vector<float> scales(nb);
+  q4_encode_into(u, block, scales.data(), reinterpret_cast<std::uint8_t*>(m.body.data() + nb * 4));
+  std::memcpy(m.body.data(), scales.data(), nb * 4);
+  m.apply_to(pub);  // exactly what every learner does with the message
+  for (std::size_t i = 0; i < u.size(); ++i) out.residual_max = std::max(out.residual_max, std::fabs(theta[i] - pub[i]));
+  m.crc = public_crc(pub);
+  out.update = std::move(m);
+  return out;
 }
 
 const char* push_status_name(PushStatus s) {

@@ -26,7 +26,7 @@
 namespace yeto::sync {
 
 inline constexpr std::uint32_t kMagic = 0x4E595359;  // "YSYN" as little-endian bytes
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kTagBytes = 32;   // handshake MAC (welcome)
 inline constexpr std::size_t kSealBytes = 16;  // AEAD tag that ends every sealed payload
@@ -49,9 +49,10 @@ enum class MsgType : std::uint16_t {
   final_ack = 11,
   error = 12,
   done = 13,  // the learner reached its own step budget; payload as heartbeat
+  update = 14,  // a q4 update of a fragment on top of the version the learner holds (compressed downlink)
 };
 const char* msg_name(MsgType t);
-bool is_bulk(MsgType t);  // init, fragment, push, final_cut: capped by max_frame, not kControlCap
+bool is_bulk(MsgType t);  // init, fragment, push, final_cut, update: capped by max_frame, not kControlCap
 
 struct Frame {
   MsgType type{};
@@ -195,6 +196,45 @@ struct FragmentMsg {
   std::string encode() const;
   static FragmentMsg decode(std::string_view p);
 };
+
+// The compressed downlink. The syncer keeps, per fragment, its exact master θ and the public
+// state P that every learner holds. After a merge it sends u = θ − P q4-encoded; the syncer and
+// every learner add the decoded update to P in float32, element by element, in the same way
+// (UpdateMsg::apply_to), so all of them hold P bit for bit, and θ − P (at most half a q4 step
+// of the update per value) is carried into the next update (error feedback).
+struct UpdateMsg {
+  std::uint32_t fragment = 0;
+  std::uint64_t base_version = 0;  // the version of P the update applies on top of
+  std::uint64_t version = 0;       // the version it produces
+  std::uint64_t numel = 0;
+  std::uint32_t block = 0;         // q4 block size
+  std::uint32_t crc = 0;           // CRC-32C of the resulting P's float32 bytes
+  std::string body;                // q4: scales, then codes
+  std::string encode() const;
+  // Throws WireError for a malformed message: truncated, trailing bytes, a block size out of
+  // range, a body whose size does not match numel and block, or a version that does not follow
+  // its base.
+  static UpdateMsg decode(std::string_view p);
+  // P += decoded update, in float32, value by value. Throws WireError (P untouched) for a
+  // malformed body (wrong size, a NaN/Inf/negative scale, a zero nibble) or P of another size.
+  void apply_to(std::span<float> pub) const;
+};
+
+// CRC-32C of a public state's float32 bytes (what UpdateMsg::crc names).
+std::uint32_t public_crc(std::span<const float> pub);
+
+// What the syncer published after a merge: the update (none when θ − P is not finite, i.e.
+// values near FLT_MAX: P is then set to θ and sent in full), the largest |θ − P| before
+// (update_max) and after (residual_max) it.
+struct Published {
+  std::optional<UpdateMsg> update;
+  float update_max = 0;
+  float residual_max = 0;
+};
+// The syncer's side of the compressed downlink: u = θ − P (float32), q4 with `block`, then
+// P += decoded u exactly as a learner does it.
+Published publish_update(std::uint32_t fragment, std::uint64_t base_version, std::uint64_t version,
+                         std::span<const float> theta, std::vector<float>& pub, std::uint32_t block);
 
 enum class DeltaEncoding : std::uint8_t { q4 = 0, f32 = 1 };
 

@@ -13,7 +13,9 @@
 namespace yeto::sync {
 namespace {
 constexpr std::uint32_t kCkptMagic = 0x504B4359;  // "YCKP"
-constexpr std::uint32_t kCkptFormat = 1;
+// Format 2 added each fragment's public state after its momentum; format 1 (no public state:
+// learners held the exact parameters) is still read.
+constexpr std::uint32_t kCkptFormat = 2;
 }  // namespace
 
 std::string encode_checkpoint(const SyncerState& s) {
@@ -39,6 +41,7 @@ std::string encode_checkpoint(const SyncerState& s) {
       w.u64(f.params.size());
       w.floats(f.params);
       w.floats(f.momentum);
+      w.floats(f.pub.empty() ? f.params : f.pub);
       w.bytes(&f.spread_ema, 8);
       w.str(f.last_merge_event);
     }
@@ -65,7 +68,8 @@ SyncerState decode_checkpoint(std::string_view bytes, const std::string& where) 
   try {
     ByteReader r(bytes.substr(0, bytes.size() - 4));
     if (r.u32() != kCkptMagic) throw bad("not a syncer checkpoint");
-    if (r.u32() != kCkptFormat) throw bad("unknown checkpoint format");
+    const std::uint32_t format = r.u32();
+    if (format != 1 && format != kCkptFormat) throw bad("unknown checkpoint format " + std::to_string(format));
     SyncerState s;
     s.initialised = r.u8() != 0;
     s.finished = r.u8() != 0;
@@ -95,6 +99,7 @@ SyncerState decode_checkpoint(std::string_view bytes, const std::string& where) 
         if (n != frag.numel) throw bad("fragment length mismatch");
         f.params = r.floats(n);
         f.momentum = r.floats(n);
+        f.pub = format >= 2 ? r.floats(n) : f.params;
         std::memcpy(&f.spread_ema, r.raw(8).data(), 8);
         f.last_merge_event = r.str(1u << 24);
         s.fragments.push_back(std::move(f));

@@ -1,5 +1,6 @@
 // The syncer's durable state and its checkpoint file. The checkpoint is the source of
-// truth of a run: exact float32 parameters and outer momentum of every fragment, their
+// truth of a run: exact float32 parameters (the master θ), the public state P every learner
+// holds (the sum of the broadcast updates) and the outer momentum of every fragment, their
 // versions, the learner registry, the budget counters and, per fragment, the tape record of
 // its last merge (so a restart can re-append a merge record a crash cut off). It is written
 // with yeto::AtomicFile and ends with a CRC-32C of everything before it.
@@ -27,7 +28,11 @@ struct LearnerRecord {
 
 struct FragmentState {
   std::uint64_t version = 0;
-  std::vector<float> params;
+  std::vector<float> params;    // the exact master θ (the final cut, the export)
+  // The public state P of this version: what every learner holds (the initial state plus every
+  // decoded update, see UpdateMsg). Equal to params with the f32 downlink. Empty in memory
+  // means "equal to params" (a checkpoint always stores it).
+  std::vector<float> pub;
   std::vector<float> momentum;
   double spread_ema = -1;        // recent spread of push arrivals (s); < 0: none yet
   std::string last_merge_event;  // JSON line of the last merge of this fragment

@@ -49,6 +49,8 @@ class PersistFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+constexpr std::uint64_t kNotSent = ~std::uint64_t{0};
+
 // Read buffer of a peer that has not authenticated: enough for a challenge-sized control frame.
 constexpr std::size_t kStrangerBuffer = 4096 + kHeaderBytes;
 constexpr std::size_t kLearnerBuffer = 1 << 16;
@@ -74,6 +76,11 @@ struct Conn {
   Nonce server_nonce{};
   std::optional<Session> session;
   std::string learner_id;  // set once authenticated
+  // Per fragment, the version of the public state this connection has been sent (kNotSent:
+  // none yet). TCP keeps the order, so it is what the learner holds once it has read that far:
+  // an update goes only to a connection at exactly the update's base version, every other one
+  // gets the full fragment.
+  std::vector<std::uint64_t> sent;
   std::deque<std::string> outq;
   bool closed = false;
   // Refused with an `error` frame: nothing more is read, and the writer closes the connection
@@ -410,15 +417,50 @@ struct Syncer::Impl {
     close(c);
   }
 
-  void send_fragment(const ConnPtr& c, std::uint32_t p, const std::string* payload = nullptr) {
-    if (payload) return send(c, MsgType::fragment, *payload);
-    FragmentMsg m{p, st.fragments[p].version, st.fragments[p].params};
-    send(c, MsgType::fragment, m.encode());
+  // The public state of fragment p: what every learner holds at its version.
+  const std::vector<float>& public_state(std::uint32_t p) const {
+    const auto& f = st.fragments[p];
+    return f.pub.size() == f.params.size() ? f.pub : f.params;
   }
-  void broadcast_fragment(std::uint32_t p) {
-    const std::string payload = FragmentMsg{p, st.fragments[p].version, st.fragments[p].params}.encode();
-    for (const auto& c : conns)
-      if (c->session) send_fragment(c, p, &payload);
+  std::string fragment_payload(std::uint32_t p) const {
+    return FragmentMsg{p, st.fragments[p].version, public_state(p)}.encode();
+  }
+  void note_sent(const ConnPtr& c, std::uint32_t p) {
+    if (c->sent.size() < st.fragments.size()) c->sent.resize(st.fragments.size(), kNotSent);
+    c->sent[p] = st.fragments[p].version;
+  }
+  // The full public state of fragment p (catch-up, a refused push, the f32 downlink).
+  void send_fragment(const ConnPtr& c, std::uint32_t p, const std::string* payload = nullptr) {
+    if (c->closed || !c->session) return;
+    send(c, MsgType::fragment, payload ? std::string_view(*payload) : std::string_view(fragment_payload(p)));
+    note_sent(c, p);
+  }
+  // A push refused as too stale or ahead of the syncer: the learner needs the current version,
+  // which is already on its way when this connection was sent it (every connection gets the
+  // full fragments after `welcome` and every merge's update or fragment). A second copy would
+  // only queue behind the first and keep the learner stale; it is sent only when the connection
+  // has not been sent the current version.
+  void resend_if_missing(const ConnPtr& c, std::uint32_t p) {
+    if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) return;
+    send_fragment(c, p);
+  }
+  // After a merge of fragment p: the q4 update (when there is one) to every connection that holds
+  // exactly its base version, the full public state to every other.
+  bool holds_base(const ConnPtr& c, std::uint32_t p) const {
+    return p < c->sent.size() && c->sent[p] + 1 == st.fragments[p].version;
+  }
+  void broadcast_fragment(std::uint32_t p, const std::string* update = nullptr) {
+    std::optional<std::string> full;
+    for (const auto& c : conns) {
+      if (!c->session || c->closed) continue;
+      if (update && holds_base(c, p)) {
+        send(c, MsgType::update, *update);
+        note_sent(c, p);
+        continue;
+      }
+      if (!full) full = fragment_payload(p);
+      send_fragment(c, p, &*full);
+    }
   }
 
   // ---------------------------------------------------------------- connections
@@ -736,6 +778,7 @@ struct Syncer::Impl {
       FragmentState f;
       f.params = pack_fragment(st.layout, p, tensors);
       f.momentum.assign(f.params.size(), 0.0f);
+      f.pub = f.params;
       st.fragments.push_back(std::move(f));
     }
     st.initialised = true;
@@ -779,14 +822,14 @@ struct Syncer::Impl {
       reject(c, "base version " + std::to_string(m.base_version) + " is ahead of the syncer's " +
                     std::to_string(frag.version), p);
       ack(c, p, PushStatus::invalid);
-      return send_fragment(c, p);
+      return resend_if_missing(c, p);
     }
     const std::uint64_t stale = frag.version - m.base_version;
     if (stale > o.max_staleness) {
       reject(c, "too stale: " + std::to_string(stale) + " merges behind (sync.max_staleness = " +
                     std::to_string(o.max_staleness) + ")", p);
       ack(c, p, PushStatus::too_stale);
-      return send_fragment(c, p);
+      return resend_if_missing(c, p);
     }
     std::vector<float> delta;
     try {
@@ -994,6 +1037,24 @@ struct Syncer::Impl {
     outer_step(f.params, f.momentum, merged, o.outer_lr, o.outer_momentum);
     ++f.version;
     ++st.outer_steps;
+    // The new public state: P + the decoded q4 update of θ − P (the residual stays in θ − P and
+    // goes out with the next update), or θ itself with the f32 downlink.
+    if (f.pub.size() != f.params.size()) f.pub = f.params;
+    json downlink = {{"encoding", downlink_name(o.downlink)}};
+    std::optional<std::string> update;
+    if (o.downlink == Downlink::q4) {
+      Published pb = publish_update(p, f.version - 1, f.version, f.params, f.pub, o.quant_block);
+      downlink["update_max"] = pb.update_max;
+      downlink["residual_max"] = pb.residual_max;
+      if (pb.update) {
+        downlink["public_crc"] = pb.update->crc;
+        update = pb.update->encode();
+      } else {
+        downlink["encoding"] = "f32";  // θ − P not finite: P = θ, sent in full
+      }
+    } else {
+      f.pub = f.params;
+    }
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < r.pushes.size(); ++i) {
       auto& reg = st.registry[who[i]];
@@ -1020,12 +1081,22 @@ struct Syncer::Impl {
                 {"grace_s", grace}, {"spread_s", spread}, {"round_latency_s", now - r.first},
                 {"update_norm", l2_norm(merged)},
                 {"heloco", {{"kept", hs.kept}, {"shrunk", hs.shrunk}, {"reoriented", hs.reoriented}}}};
+    // What each connected learner is sent (bytes on the wire, frame included): the update, or the
+    // full fragment to a learner that does not hold the update's base.
+    if (update) downlink["update_bytes"] = update->size() + kHeaderBytes + kSealBytes;
+    downlink["fragment_bytes"] = public_state(p).size() * 4 + 20 + kHeaderBytes + kSealBytes;
+    std::uint64_t to_update = 0, to_full = 0;
+    for (const auto& c : conns)
+      if (c->session && !c->closed) ++(update && holds_base(c, p) ? to_update : to_full);
+    downlink["updates_sent"] = to_update;
+    downlink["fragments_sent"] = to_full;
+    rec["downlink"] = downlink;
     f.last_merge_event = rec.dump();
-    // Durable before visible: the checkpoint (when due) is written before the tape record and
-    // before any learner sees the new version.
+    // Durable before visible: the checkpoint (when due, with θ and P) is written before the tape
+    // record and before any learner sees the new version.
     if (++merges_since_ckpt >= o.checkpoint_every) checkpoint();
     taped_raw(rec);
-    broadcast_fragment(p);
+    broadcast_fragment(p, update ? &*update : nullptr);
     check_budget();
   }
 

@@ -1,7 +1,8 @@
 // The fragment syncer: accepts learner islands over TCP, authenticates them, merges their
 // pseudo-gradients per fragment (quorum, adaptive grace window, token-weighted RDA, HeLoCo
-// correction, Nesterov outer step), broadcasts new global fragments, keeps the event tape and
-// the checkpoint in the state directory, and ends the run with the terminal handshake.
+// correction, Nesterov outer step), broadcasts each merge's new global state (a q4 update of
+// the public state every learner holds, or the exact fragment), keeps the event tape and the
+// checkpoint in the state directory, and ends the run with the terminal handshake.
 // docs/PROTOCOL.md and the "Synchronisation" section of docs/DESIGN.md state every rule.
 #pragma once
 

@@ -5,6 +5,7 @@
 // through the unsealed messages; the opening itself is exercised on every frame.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "sync/protocol.hpp"
 
@@ -38,6 +39,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             case ys::MsgType::final_cut: ys::FinalCut::decode(f->payload); break;
             case ys::MsgType::final_ack: ys::FinalAck::decode(f->payload); break;
             case ys::MsgType::error: ys::ErrorMsg::decode(f->payload); break;
+            case ys::MsgType::update: {
+              const auto u = ys::UpdateMsg::decode(f->payload);
+              if (u.numel <= (1u << 16)) {
+                std::vector<float> pub(u.numel, 1.0f);
+                u.apply_to(pub);
+              }
+              break;
+            }
             case ys::MsgType::leave: break;
           }
         } catch (const ys::WireError&) {

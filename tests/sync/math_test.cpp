@@ -8,10 +8,12 @@
 #include <span>
 #include <string>
 
+#include "core/crc32c.hpp"
 #include "core/error.hpp"
 #include "sync/layout.hpp"
 #include "sync/merge.hpp"
 #include "sync/options.hpp"
+#include "sync/protocol.hpp"
 #include "sync/quant.hpp"
 #include "sync/state.hpp"
 
@@ -532,8 +534,8 @@ TEST(SyncCheckpoint, RoundTripIsExactAndCorruptionIsRefused) {
   s.initialised = true;
   s.layout = ys::build_layout({{"a", 3}, {"b", 2}}, 2, ys::FragmentPattern::strided);
   s.fragments.resize(2);
-  s.fragments[0] = {5, {0.1f, -2.5f, 3e-8f}, {1, 2, 3}, 0.25, R"({"event":"merge"})"};
-  s.fragments[1] = {7, {4, 5}, {-1, -2}, -1, ""};
+  s.fragments[0] = {5, {0.1f, -2.5f, 3e-8f}, {0.125f, -2.5f, 0}, {1, 2, 3}, 0.25, R"({"event":"merge"})"};
+  s.fragments[1] = {7, {4, 5}, {4.5f, 5}, {-1, -2}, -1, ""};
   s.outer_steps = 12;
   s.samples_merged = 960;
   s.wall_seconds = 3.5;
@@ -544,6 +546,8 @@ TEST(SyncCheckpoint, RoundTripIsExactAndCorruptionIsRefused) {
   EXPECT_EQ(r.layout.fingerprint(), s.layout.fingerprint());
   EXPECT_EQ(r.fragments[0].params, s.fragments[0].params);
   EXPECT_EQ(r.fragments[0].momentum, s.fragments[0].momentum);
+  EXPECT_EQ(r.fragments[0].pub, s.fragments[0].pub);
+  EXPECT_EQ(r.fragments[1].pub, s.fragments[1].pub);
   EXPECT_EQ(r.fragments[1].version, 7u);
   EXPECT_EQ(r.fragments[0].last_merge_event, s.fragments[0].last_merge_event);
   EXPECT_EQ(r.outer_steps, 12u);
@@ -555,6 +559,111 @@ TEST(SyncCheckpoint, RoundTripIsExactAndCorruptionIsRefused) {
     EXPECT_THROW(ys::decode_checkpoint(bad, "test"), yeto::Error) << i;
   }
   EXPECT_THROW(ys::decode_checkpoint(bytes.substr(0, bytes.size() - 5), "test"), yeto::Error);
+}
+
+// A checkpoint of format 1 (before the public state was stored) is still read: its learners
+// held the exact parameters, so the public state is the parameters.
+TEST(SyncCheckpoint, FormatOneReadsThePublicStateAsTheParameters) {
+  ys::SyncerState s;
+  s.initialised = true;
+  s.layout = ys::build_layout({{"a", 3}}, 1, ys::FragmentPattern::binpack);
+  s.fragments = {{4, {1.5f, 2.5f, 3.5f}, {-7.25f, -8.25f, -9.25f}, {0, 0, 0}, -1, ""}};
+  std::string bytes = ys::encode_checkpoint(s);
+  const std::string pub(reinterpret_cast<const char*>(s.fragments[0].pub.data()), 12);
+  const std::size_t at = bytes.find(pub);
+  ASSERT_NE(at, std::string::npos);
+  bytes.erase(at, pub.size());
+  const std::uint32_t one = 1;
+  std::memcpy(bytes.data() + 4, &one, 4);
+  const std::uint32_t crc = yeto::crc32c(std::string_view(bytes).substr(0, bytes.size() - 4));
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+  const auto r = ys::decode_checkpoint(bytes, "format-1");
+  EXPECT_EQ(r.fragments[0].params, s.fragments[0].params);
+  EXPECT_EQ(r.fragments[0].pub, s.fragments[0].params);
+  EXPECT_EQ(r.fragments[0].version, 4u);
+  const std::uint32_t nine = 9;
+  std::memcpy(bytes.data() + 4, &nine, 4);
+  const std::uint32_t crc9 = yeto::crc32c(std::string_view(bytes).substr(0, bytes.size() - 4));
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc9, 4);
+  EXPECT_THROW(ys::decode_checkpoint(bytes, "format-9"), yeto::Error);
+}
+
+// ---------------------------------------------------------------- compressed downlink
+
+// The q4 downlink with error feedback: after every update the public state P that learners
+// hold is within half a q4 step (of that update's block) of the master θ, the residual never
+// accumulates over many merges, a learner that applies the same message holds P bit for bit,
+// and once θ stops moving P converges to it.
+TEST(SyncDownlink, ErrorFeedbackKeepsThePublicStateWithinHalfAStepOfTheMaster) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  const std::uint32_t block = 64;
+  std::vector<float> theta(1000);  // 15 full blocks and a partial one
+  for (auto& x : theta) x = n01(rng);
+  std::vector<float> pub = theta, learner = theta;
+  float worst = 0, largest_step = 0;
+  for (std::uint64_t v = 1; v <= 300; ++v) {
+    // An outer step of varying size (some blocks still, the scale changing over the run).
+    const float scale = 1e-3f * (1.0f + 0.5f * std::sin(static_cast<float>(v)));
+    for (std::size_t i = 0; i < theta.size(); ++i) {
+      const float step = (i / block) % 5 == 3 ? 0.0f : scale * n01(rng);
+      largest_step = std::max(largest_step, std::fabs(step));
+      theta[i] -= step;
+    }
+    const ys::Published pb = ys::publish_update(0, v - 1, v, theta, pub, block);
+    ASSERT_TRUE(pb.update.has_value());
+    // What a learner receives and does: decode the message, add it, check the CRC.
+    const ys::UpdateMsg u = ys::UpdateMsg::decode(pb.update->encode());
+    EXPECT_EQ(u.base_version, v - 1);
+    EXPECT_EQ(u.version, v);
+    u.apply_to(learner);
+    ASSERT_EQ(0, std::memcmp(learner.data(), pub.data(), pub.size() * 4)) << "merge " << v;
+    EXPECT_EQ(ys::public_crc(learner), u.crc);
+    // Per value: |θ − P| <= s/2 of its block in this update (s = max|u_block| / 7), plus the
+    // rounding of the float32 addition.
+    std::vector<float> scales(ys::q4_blocks(u.numel, block));
+    std::memcpy(scales.data(), u.body.data(), scales.size() * 4);
+    float resid = 0;
+    for (std::size_t i = 0; i < theta.size(); ++i) {
+      const float r = std::fabs(theta[i] - pub[i]);
+      resid = std::max(resid, r);
+      const float ulp = std::nextafter(std::fabs(pub[i]), INFINITY) - std::fabs(pub[i]);
+      ASSERT_LE(r, scales[i / block] * 0.5f * 1.0001f + ulp) << "merge " << v << " value " << i;
+    }
+    EXPECT_FLOAT_EQ(pb.residual_max, resid);
+    EXPECT_LE(pb.residual_max, pb.update_max / 14.0f * 1.0001f + 1e-6f);
+    worst = std::max(worst, resid);
+  }
+  // No accumulation: the residual stays a fraction of one outer step, merge after merge.
+  EXPECT_LT(worst, largest_step / 10.0f);
+  // θ stands still: each update carries the residual and shrinks it at least 14-fold, down to
+  // the float32 rounding of the addition.
+  float before = 0;
+  for (std::size_t i = 0; i < theta.size(); ++i) before = std::max(before, std::fabs(theta[i] - pub[i]));
+  for (std::uint64_t v = 301; v <= 306; ++v) {
+    const ys::Published pb = ys::publish_update(0, v - 1, v, theta, pub, block);
+    EXPECT_LE(pb.residual_max, std::max(before / 14.0f * 1.0001f, 2.4e-7f)) << v;
+    before = pb.residual_max;
+  }
+  EXPECT_LE(before, 2.4e-7f * 4);
+}
+
+TEST(SyncDownlink, ZeroUpdateIsExactAndOverflowFallsBackToTheMaster) {
+  std::vector<float> theta = {1, -2, 3, 0.5f, 7, 8, 9, 10, 11};
+  std::vector<float> pub = theta;
+  const auto same = ys::publish_update(1, 4, 5, theta, pub, 8);
+  ASSERT_TRUE(same.update.has_value());
+  EXPECT_EQ(pub, theta);
+  EXPECT_EQ(same.update_max, 0.0f);
+  EXPECT_EQ(same.residual_max, 0.0f);
+  // θ − P overflows float32: no update can carry it; P becomes θ (sent in full).
+  theta[0] = 3e38f;
+  pub[0] = -3e38f;
+  const auto big = ys::publish_update(1, 5, 6, theta, pub, 8);
+  EXPECT_FALSE(big.update.has_value());
+  EXPECT_EQ(pub, theta);
+  std::vector<float> short_pub(3);
+  EXPECT_THROW(ys::publish_update(1, 6, 7, theta, short_pub, 8), yeto::Error);
 }
 
 TEST(SyncOptions, TimeoutHierarchyIsValidated) {

@@ -60,6 +60,23 @@ TEST(SyncMultiProcess, ThreeLearnersEveryOuterStepMergesAll) {
       for (const auto& k : {"event", "time", "fragment", "version", "learners"}) EXPECT_TRUE(r.contains(k)) << k;
     }
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b", "isle-c"});
+  expect_downlink(run, {"isle-a", "isle-b", "isle-c"}, "q4");
+}
+
+// The exact downlink (sync.downlink = f32) stays available: every merge sends the float32
+// fragment, no learner gets an update, and all end bit-identical to the final cut.
+TEST(SyncMultiProcess, TheExactFloat32DownlinkStillWorks) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=12", "sync.downlink=f32"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2);
+  EXPECT_EQ(syncer->wait(25), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  EXPECT_EQ(expect_continuous(run.tape()), 12u);
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+  EXPECT_EQ(expect_downlink(run, {"isle-a", "isle-b"}, "f32"), 0u);
 }
 
 // (b): SIGKILL one learner mid-run: after its timeout the quorum adapts and merges go on with
@@ -119,6 +136,7 @@ TEST(SyncMultiProcess, KilledLearnerQuorumAdaptsAndRejoinCatchesUp) {
     EXPECT_GT(j["version"].get<std::uint64_t>(), 0u);
   }
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b", "isle-c"});
+  expect_downlink(run, {"isle-a", "isle-b", "isle-c.second"}, "q4");
 }
 
 // (c): SIGKILL the syncer: it restarts from its checkpoint on the same port, learners
@@ -156,6 +174,9 @@ TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) {
   EXPECT_EQ(m["versions"][0].get<std::uint64_t>(), last[0]);
   EXPECT_EQ(m["versions"][1].get<std::uint64_t>(), last[1]);
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+  // The restarted syncer sent full fragments on reconnection and updates after that; no learner
+  // applied an update on a state it did not hold, nor a version twice.
+  expect_downlink(run, {"isle-a", "isle-b"}, "q4");
 }
 
 // A learner whose run secret differs is told so at once: it stops with an authentication
@@ -389,9 +410,16 @@ namespace {
 // accepts is forwarded to the syncer, and every byte of both directions is recorded. An
 // optional `mangle` sees each complete learner→syncer frame (connection number and frame
 // number, both from 0; the hello is frame 0) and returns the bytes to forward in its place,
-// so the test can replay, hold back or reorder sealed frames.
+// so the test can replay, hold back or reorder sealed frames. `blackout(conn, frame, ms)`
+// drops everything the syncer sends on connection `conn` from the learner's frame `frame` on,
+// then cuts that connection `ms` later: the learner misses what was sent meanwhile.
 class CapturingProxy {
  public:
+  void blackout(int conn, int frame, int ms) {
+    blackout_conn_ = conn;
+    blackout_frame_ = frame;
+    blackout_ms_ = ms;
+  }
   using Mangle = std::function<std::string(int conn, int frame, const std::string& bytes)>;
   CapturingProxy(std::uint16_t target, std::uint64_t run_id, Mangle mangle = {})
       : target_(target), run_id_(run_id), mangle_(std::move(mangle)) {
@@ -444,7 +472,10 @@ class CapturingProxy {
     int frame = 0;
     char buf[1 << 16];
     bool open = true;
+    std::optional<Clock::time_point> dark_since;
     while (open && !stop_) {
+      if (!dark_since && conn == blackout_conn_ && frame >= blackout_frame_) dark_since = Clock::now();
+      if (dark_since && Clock::now() - *dark_since > std::chrono::milliseconds(blackout_ms_)) break;
       pollfd p[2] = {{learner, POLLIN, 0}, {syncer, POLLIN, 0}};
       if (poll(p, 2, 50) <= 0) continue;
       if (p[0].revents) {
@@ -471,6 +502,7 @@ class CapturingProxy {
       if (p[1].revents) {
         const ssize_t n = ::recv(syncer, buf, sizeof buf, 0);
         if (n <= 0) break;
+        if (dark_since) continue;  // lost on the way
         {
           std::lock_guard lk(mu_);
           to_learner_.append(buf, static_cast<std::size_t>(n));
@@ -487,6 +519,7 @@ class CapturingProxy {
   std::uint16_t target_;
   std::uint64_t run_id_;
   Mangle mangle_;
+  std::atomic<int> blackout_conn_{-1}, blackout_frame_{0}, blackout_ms_{0};
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -587,6 +620,133 @@ TEST(SyncMultiProcess, ReplayedAndReorderedSealedFramesAreRefused) {
     }
   EXPECT_EQ(refused, 2u) << all;
   expect_bit_identical_to_final_cut(run, {id});
+}
+
+// A learner at the protocol level (a raw socket): after `welcome` it gets every fragment in full,
+// then q4 updates, each on top of exactly the version it holds and reproducing the syncer's CRC.
+// A push refused as too stale is answered with the ack alone: the current version is already on
+// its way, so no second copy of the fragment is queued.
+TEST(SyncMultiProcess, ARawLearnerAppliesEveryUpdateOnItsBaseAndGetsNoResendWhenStale) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=1", "sync.budget_outer_steps=120", "sync.max_staleness=2"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 2;
+  }, 15)) << run.logs();
+  const std::uint64_t run_id = ys::run_id_from_name("yeto");
+  const ys::Key key = ys::run_key_from_secret(kSecret);
+  const int fd = dial(run.port);
+  ASSERT_GE(fd, 0);
+  ys::FrameDecoder d(run_id, 1 << 20);
+  const auto ch = read_frame(fd, d);
+  ASSERT_TRUE(ch);
+  const auto server = ys::Challenge::decode(ch->payload).server_nonce;
+  const auto layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
+                                       ys::FragmentPattern::binpack);
+  ys::Hello h;
+  h.learner_id = "raw";
+  h.client_nonce = ys::random_nonce();
+  h.layout_fp = layout.fingerprint();
+  send_all(fd, h.seal(key, run_id, server));
+  const auto w = read_frame(fd, d);
+  ASSERT_TRUE(w && w->type == ys::MsgType::welcome);
+  ys::Session s(ys::session_key(key, server, h.client_nonce), 'L', 'S');
+  std::map<std::uint32_t, ys::FragmentMsg> held;
+  int fragments = 0, updates = 0, fragments_after_stale = 0;
+  bool stale_sent = false;
+  std::optional<Clock::time_point> stale_acked;
+  const auto end = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < end && !(stale_acked && Clock::now() - *stale_acked > std::chrono::milliseconds(400))) {
+    auto f = read_frame(fd, d);
+    ASSERT_TRUE(f) << run.logs();
+    const ys::MsgType type = f->type;
+    const std::string payload = s.open(std::move(*f));
+    if (type == ys::MsgType::fragment) {
+      auto fm = ys::FragmentMsg::decode(payload);
+      ++fragments;
+      if (stale_acked) ++fragments_after_stale;
+      held[fm.fragment] = std::move(fm);
+    } else if (type == ys::MsgType::update) {
+      const auto u = ys::UpdateMsg::decode(payload);
+      ASSERT_TRUE(held.count(u.fragment)) << "an update before the fragment it applies to";
+      auto& mine = held[u.fragment];
+      ASSERT_EQ(u.base_version, mine.version) << "an update on a version this connection does not hold";
+      u.apply_to(mine.data);
+      mine.version = u.version;
+      EXPECT_EQ(ys::public_crc(mine.data), u.crc) << "update to version " << u.version;
+      ++updates;
+    } else if (type == ys::MsgType::push_ack) {
+      if (ys::PushAck::decode(payload).status == ys::PushStatus::too_stale) stale_acked = Clock::now();
+    } else if (type == ys::MsgType::final_cut) {
+      break;
+    }
+    if (!stale_sent && held.count(0) && held[0].version >= 4 && updates >= 4) {
+      // Based on version 0: more than sync.max_staleness = 2 merges behind.
+      send_all(fd, s.seal(ys::MsgType::push, run_id,
+                          ys::Push::from_delta_f32(0, 0, 8, 10, std::vector<float>(held[0].data.size(), 0.0f)).encode()));
+      stale_sent = true;
+    }
+  }
+  EXPECT_TRUE(stale_acked) << run.logs();
+  EXPECT_EQ(fragments, 2) << "only the catch-up after welcome is a full fragment";
+  EXPECT_EQ(fragments_after_stale, 0) << "the fragment was sent again after a too-stale push";
+  EXPECT_GE(updates, 4);
+  send_all(fd, s.seal(ys::MsgType::leave, run_id, ""));
+  ::close(fd);
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(expect_continuous(run.tape()), 120u);
+  expect_bit_identical_to_final_cut(run, {"isle-a"});
+}
+
+// A learner that misses updates (everything the syncer sends it is lost for a while, then its
+// connection breaks) gets the full fragments when it reconnects, is given updates again after
+// that, and ends bit-identical to the final cut like the learner that missed nothing.
+TEST(SyncMultiProcess, ALearnerThatMissedUpdatesCatchesUpFromTheFullFragment) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=1", "sync.budget_outer_steps=40"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1);
+  {
+    CapturingProxy proxy(run.port, ys::run_id_from_name("yeto"));
+    ASSERT_NE(proxy.port(), 0);
+    proxy.blackout(0, 12, 700);
+    const std::uint16_t syncer_port = run.port;
+    run.port = proxy.port();
+    auto b = run.start_learner("isle-b", 2);
+    run.port = syncer_port;
+    EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+    EXPECT_EQ(a->wait(10), 0) << run.logs();
+    EXPECT_EQ(b->wait(10), 0) << run.logs();
+    EXPECT_GE(proxy.connections(), 2) << run.logs();
+  }
+  EXPECT_EQ(expect_continuous(run.tape()), 40u);
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+  expect_downlink(run, {"isle-a", "isle-b"}, "q4");
+  // isle-b's second connection started from full fragments that skipped versions it never got.
+  std::map<std::int64_t, std::uint64_t> last;
+  int connects = 0;
+  bool skipped = false;
+  std::uint64_t fragments = 0, updates = 0;
+  for (const auto& e : learner_events(run, "isle-b")) {
+    if (e["event"] == "connected") ++connects;
+    if (e["event"] == "applied" && connects >= 2) {
+      const auto p = e["fragment"].get<std::int64_t>();
+      if (e["version"].get<std::uint64_t>() > last[p] + 1) skipped = true;
+    }
+    if (e["event"] == "applied" && connects < 2) last[e["fragment"].get<std::int64_t>()] = e["version"];
+    if (e["event"] == "closed") {
+      fragments = e["fragments_received"];
+      updates = e["updates_received"];
+    }
+  }
+  EXPECT_GE(connects, 2);
+  EXPECT_TRUE(skipped) << "isle-b missed no version";
+  EXPECT_GE(fragments, 4u) << "two connections, two fragments each";
+  EXPECT_GT(updates, 0u);
 }
 
 // Merges average: with the default quorum (1) and learners at equal speed, the adaptive grace

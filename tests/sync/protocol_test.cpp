@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/error.hpp"
@@ -132,7 +133,7 @@ TEST(SyncSeal, RoundTripHidesThePayloadAndCountsTheTagInTheLength) {
   EXPECT_EQ(len, payload.size() + ys::kSealBytes);
   std::uint16_t version;
   std::memcpy(&version, bytes.data() + 4, 2);
-  EXPECT_EQ(version, 2u);
+  EXPECT_EQ(version, 3u);
   // No 64-byte piece of the tensor's bytes is readable in the frame.
   for (std::size_t off = 0; off + 64 <= data.size() * 4; off += 64)
     ASSERT_FALSE(contains(bytes, reinterpret_cast<const char*>(data.data()) + off, 64)) << off;
@@ -230,7 +231,7 @@ TEST(SyncSeal, VersionOneFramesAreRefused) {
     d.next();
     FAIL() << "a version 1 frame was accepted";
   } catch (const ys::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 2)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 3)"), std::string::npos)
         << e.what();
   }
 }
@@ -348,6 +349,80 @@ TEST(SyncMessages, PushQ4AndF32Deltas) {
   EXPECT_THROW(ys::Push::decode(bad.encode()).delta(), ys::WireError);
 }
 
+// A q4 downlink update: what a learner decodes and applies reproduces the syncer's public state
+// bit for bit; a malformed update is refused with a WireError that says what is wrong, and
+// leaves the learner's state untouched.
+TEST(SyncMessages, UpdateRoundTripAndMalformedUpdatesAreRefused) {
+  std::vector<float> theta(130), pub(130), learner;
+  for (std::size_t i = 0; i < theta.size(); ++i) {
+    pub[i] = std::sin(static_cast<float>(i));
+    theta[i] = pub[i] + 0.01f * std::cos(static_cast<float>(3 * i));
+  }
+  learner = pub;
+  const ys::Published pb = ys::publish_update(3, 11, 12, theta, pub, 32);
+  ASSERT_TRUE(pb.update.has_value());
+  const std::string wire = pb.update->encode();
+  const ys::UpdateMsg u = ys::UpdateMsg::decode(wire);
+  EXPECT_EQ(u.fragment, 3u);
+  EXPECT_EQ(u.base_version, 11u);
+  EXPECT_EQ(u.version, 12u);
+  EXPECT_EQ(u.numel, 130u);
+  EXPECT_EQ(u.body.size(), ys::q4_encoded_bytes(130, 32));
+  u.apply_to(learner);
+  EXPECT_EQ(0, std::memcmp(learner.data(), pub.data(), pub.size() * 4));
+  EXPECT_EQ(ys::public_crc(learner), u.crc);
+
+  auto refused = [](const std::string& bytes, const std::string& why) {
+    try {
+      ys::UpdateMsg::decode(bytes);
+      ADD_FAILURE() << "accepted an update that should fail with: " << why;
+    } catch (const ys::WireError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  for (std::size_t n = 0; n < wire.size(); ++n) EXPECT_THROW(ys::UpdateMsg::decode(wire.substr(0, n)), ys::WireError) << n;
+  refused(wire + "x", "trailing bytes");
+  ys::UpdateMsg m = u;
+  m.version = 14;
+  refused(m.encode(), "does not follow its base version");
+  m = u;
+  m.block = 1;
+  refused(m.encode(), "block size out of range");
+  m = u;
+  m.numel = 131;
+  refused(m.encode(), "wrong size for 131 values");
+  m = u;
+  m.body.pop_back();
+  refused(m.encode(), "wrong size");
+  // Bodies that decode but cannot be applied: a NaN or negative scale, a zero nibble, a fragment
+  // of another size. The learner's state is untouched.
+  const std::vector<float> before = learner;
+  m = u;
+  const float nan = std::nanf("");
+  std::memcpy(m.body.data(), &nan, 4);
+  EXPECT_THROW(ys::UpdateMsg::decode(m.encode()).apply_to(learner), ys::WireError);
+  m = u;
+  const float neg = -1.0f;
+  std::memcpy(m.body.data() + 4, &neg, 4);
+  EXPECT_THROW(ys::UpdateMsg::decode(m.encode()).apply_to(learner), ys::WireError);
+  m = u;
+  m.body[ys::q4_blocks(130, 32) * 4] = 0;
+  EXPECT_THROW(ys::UpdateMsg::decode(m.encode()).apply_to(learner), ys::WireError);
+  std::vector<float> other(129);
+  EXPECT_THROW(u.apply_to(other), ys::WireError);
+  EXPECT_EQ(0, std::memcmp(learner.data(), before.data(), before.size() * 4));
+  // A count far beyond the payload is refused before allocating.
+  ys::ByteWriter w;
+  w.u32(0);
+  w.u64(1);
+  w.u64(2);
+  w.u64(1ull << 62);
+  w.u32(64);
+  w.u32(0);
+  w.u64(1ull << 60);
+  EXPECT_THROW(ys::UpdateMsg::decode(w.take()), ys::WireError);
+}
+
 TEST(SyncMessages, TruncationsAndLiesNeverCrash) {
   ys::Init in;
   in.tensors = {{"a", 2}};
@@ -374,6 +449,11 @@ TEST(SyncFrame, MutatedFramesNeverCrash) {
       ys::encode_frame(ys::MsgType::fragment, kRun, ys::FragmentMsg{0, 1, {1, 2, 3}}.encode()),
       ys::encode_frame(ys::MsgType::init, kRun, ys::Init{ys::FragmentPattern::binpack, 1, {{"w", 2}}, {1, 2}}.encode()),
   };
+  {
+    std::vector<float> theta(45, 0.25f), pub(45, 0.0f);
+    seeds.push_back(ys::encode_frame(ys::MsgType::update, kRun,
+                                     ys::publish_update(0, 1, 2, theta, pub, 16).update->encode()));
+  }
   const auto sn = ys::random_nonce();
   const auto sk = ys::session_key(kKey, sn, ys::random_nonce());
   ys::Session sealer(sk, 'L', 'S');
@@ -407,6 +487,14 @@ TEST(SyncFrame, MutatedFramesNeverCrash) {
           switch (f.type) {
             case ys::MsgType::push: ys::Push::decode(f.payload).delta(); break;
             case ys::MsgType::fragment: ys::FragmentMsg::decode(f.payload); break;
+            case ys::MsgType::update: {
+              const auto u = ys::UpdateMsg::decode(f.payload);
+              if (u.numel <= 4096) {
+                std::vector<float> held(u.numel, 1.0f);
+                u.apply_to(held);
+              }
+              break;
+            }
             case ys::MsgType::init: ys::Init::decode(f.payload); break;
             case ys::MsgType::heartbeat: ys::Heartbeat::decode(f.payload); break;
             case ys::MsgType::hello: ys::Hello::open(kKey, sn, f); break;

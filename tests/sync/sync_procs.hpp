@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -204,6 +205,68 @@ inline void expect_bit_identical_to_final_cut(const RunDir& run, const std::vect
   EXPECT_TRUE(m["missing"].empty()) << m.dump();
 }
 
+// A learner's JSON-lines progress events (RUN_DIR/NAME.events.jsonl).
+inline std::vector<json> learner_events(const RunDir& run, const std::string& name) {
+  std::vector<json> out;
+  std::ifstream in(run.dir / (name + ".events.jsonl"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+// The downlink, on the tape and at the learners (`lives`: event files, one per learner process).
+// Every merge's broadcast has the expected encoding; with q4, the public state P stays within
+// one q4 step of the master θ after each update (|θ − P| <= max|θ − P before| / 7) and an update
+// is much smaller than the fragment. Learners applied updates only on exactly their base (no
+// `update_mismatch`, no disconnect over an update), never applied a version twice before the
+// final cut, and received updates (q4) or none (f32). Returns the updates received.
+inline std::uint64_t expect_downlink(const RunDir& run, const std::vector<std::string>& lives,
+                                     const std::string& encoding) {
+  std::size_t merges = 0;
+  for (const auto& r : run.tape()) {
+    if (r["event"] != "merge") continue;
+    ++merges;
+    const json& d = r["downlink"];
+    EXPECT_EQ(d["encoding"], encoding) << r.dump();
+    if (encoding != "q4") continue;
+    EXPECT_LE(d["residual_max"].get<double>(), d["update_max"].get<double>() / 7 + 1e-6) << r.dump();
+    EXPECT_LT(d["update_bytes"].get<double>() * 4, d["fragment_bytes"].get<double>()) << r.dump();
+  }
+  EXPECT_GT(merges, 0u);
+  std::uint64_t updates = 0;
+  for (const auto& life : lives) {
+    std::map<std::int64_t, std::uint64_t> last;
+    bool final_seen = false, closed = false;
+    for (const auto& e : learner_events(run, life)) {
+      const std::string ev = e["event"];
+      EXPECT_NE(ev, "update_mismatch") << life << ": " << e.dump();
+      if (ev == "disconnected") {
+        EXPECT_EQ(e["reason"].get<std::string>().find("update"), std::string::npos) << life << ": " << e.dump();
+      }
+      if (ev == "final_cut") final_seen = true;
+      if (ev == "applied" && !final_seen) {
+        const auto p = e["fragment"].get<std::int64_t>();
+        const auto v = e["version"].get<std::uint64_t>();
+        if (last.count(p)) {
+          EXPECT_GT(v, last[p]) << life << " applied version " << v << " of fragment " << p << " again";
+        }
+        last[p] = v;
+      }
+      if (ev == "closed") {
+        closed = true;
+        const auto u = e.value("updates_received", std::uint64_t{0});
+        updates += u;
+        if (encoding == "q4") {
+          EXPECT_GT(u, 0u) << life;
+        } else {
+          EXPECT_EQ(u, 0u) << life;
+        }
+      }
+    }
+    EXPECT_TRUE(closed) << life << " has no `closed` event";
+  }
+  return updates;
+}
 
 inline int dial(std::uint16_t port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
