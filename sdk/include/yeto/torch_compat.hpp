@@ -84,7 +84,8 @@ inline at::Tensor sdpa_math(const at::Tensor& q, const at::Tensor& k, const at::
     const auto k3 = kf.reshape({-1, lk, d});
     auto sizes = qf.sizes().vec();
     sizes.back() = lk;
-    scores = at::baddbmm(at::empty({q3.size(0), lq, lk}, qf.options()), q3, k3.transpose(1, 2), 0.0, s).view(sizes);
+    // A zero (not empty) input: LibTorch 1.13's small-size CPU kernel reads it even with beta 0.
+    scores = at::baddbmm(at::zeros({q3.size(0), lq, lk}, qf.options()), q3, k3.transpose(1, 2), 0.0, s).view(sizes);
   } else {
     scores = at::matmul(qf, kf.transpose(-2, -1)) * s;
   }
