@@ -75,20 +75,7 @@ inline at::Tensor sdpa_math(const at::Tensor& q, const at::Tensor& k, const at::
   const auto kf = upcast ? k.to(at::kFloat) : k;
   const auto vf = upcast ? v.to(at::kFloat) : v;
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores;
-  if (qf.dim() >= 3 && kf.dim() == qf.dim() && qf.sizes().slice(0, qf.dim() - 2) == kf.sizes().slice(0, kf.dim() - 2)) {
-    // The scale inside the GEMM (alpha), as Diffusers' AttnProcessor computes it with baddbmm:
-    // no separate pass over the [.., Lq, Lk] scores forward or backward.
-    const auto lq = qf.size(-2), lk = kf.size(-2), d = qf.size(-1);
-    const auto q3 = qf.reshape({-1, lq, d});
-    const auto k3 = kf.reshape({-1, lk, d});
-    auto sizes = qf.sizes().vec();
-    sizes.back() = lk;
-    // A zero (not empty) input: LibTorch 1.13's small-size CPU kernel reads it even with beta 0.
-    scores = at::baddbmm(at::zeros({q3.size(0), lq, lk}, qf.options()), q3, k3.transpose(1, 2), 0.0, s).view(sizes);
-  } else {
-    scores = at::matmul(qf, kf.transpose(-2, -1)) * s;
-  }
+  auto scores = at::matmul(qf, kf.transpose(-2, -1)) * s;
   if (is_causal) {
     const auto lq = q.size(-2);
     const auto lk = k.size(-2);
