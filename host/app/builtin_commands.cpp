@@ -5,22 +5,28 @@
 
 #include "app/commands.hpp"
 #include "core/version.hpp"
+#include "runtime/torch_runtime.hpp"
 
 namespace yeto::app {
 namespace {
 
 int run_version(CommandContext& ctx) {
   const BuildInfo& b = build_info();
+  const auto blas = runtime::blas_kernels();
   if (ctx.has("json")) {
     nlohmann::json j = {{"version", b.version},       {"git_commit", b.git_commit},
                         {"build_type", b.build_type}, {"compiler", b.compiler},
                         {"torch_version", b.torch_version}, {"cuda", b.cuda}};
+    if (!blas.config.empty()) j["blas"] = {{"config", blas.config}, {"kernels", blas.active}, {"detected", blas.detected}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   std::cout << "yeto-host " << b.version << " (" << b.git_commit << ", " << b.build_type << ")\n"
             << "compiler " << b.compiler << "\n"
             << "libtorch " << b.torch_version << (b.cuda ? " with CUDA" : " (CPU)") << "\n";
+  if (!blas.config.empty())
+    std::cout << "blas " << blas.config << ", " << blas.active << " kernels"
+              << (blas.changed ? " (the library picked " + blas.detected + " for this CPU)" : std::string()) << "\n";
   return 0;
 }
 

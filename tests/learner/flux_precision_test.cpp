@@ -27,7 +27,8 @@ namespace fs = std::filesystem;
 
 bool is_lora(const std::string& name) { return name.find("lora_") != std::string::npos; }
 
-config::Config flux_config(const yeto::test::TempDir& dir, const std::string& precision) {
+config::Config flux_config(const yeto::test::TempDir& dir, const std::string& precision, int steps = 3,
+                           const std::string& lr = "0.01") {
   const fs::path repo = fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
   dir.write("run.toml",
             "[model]\nid = \"" + repo.string() + "\"\nadapter = \"flux\"\nprecision = \"" + precision +
@@ -35,8 +36,9 @@ config::Config flux_config(const yeto::test::TempDir& dir, const std::string& pr
                 "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
                 "[validation]\nsplit = 0.25\n"
                 "[lora]\nr = 4\nalpha = 4.0\n"
-                "[train]\nmax_steps = 3\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
-                "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\n"
+                "[train]\nmax_steps = " + std::to_string(steps) +
+                "\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
+                "[optimizer]\nlearning_rate = " + lr + "\nweight_decay = 0.0\n"
                 "[diffusion]\nseed = 5\n");
   const std::vector<config::Override> o = {
       {"plugins.dirs", "[\"" + (fs::path(YETO_STAGE_DIR) / "plugins").string() + "\"]", "test"},
@@ -112,6 +114,56 @@ TEST(LearnerFluxPrecision, Bf16BaseTrainsFloat32LoraMasters) {
   const auto saved = io::load_safetensors(o.run_dir / "lora.safetensors");
   ASSERT_EQ(saved.size(), lora_before.size());
   for (const auto& [name, t] : saved) EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+}
+
+struct RunOutcome {
+  std::vector<double> losses;
+  double first_val = NAN, last_val = NAN;
+  std::string adapter_bytes;
+};
+
+RunOutcome train_once(const std::string& precision, int steps, const std::string& lr) {
+  yeto::test::TempDir dir;
+  learner::test::write_dataset(dir / "data", 8, {}, 32);
+  const auto cfg = flux_config(dir, precision, steps, lr);
+  auto pipeline = pipeline::Pipeline::open(cfg);
+  auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
+                                 boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
+  RunOptions o;
+  o.run_dir = dir / "run";
+  o.console = false;
+  const auto r = train(*model, cfg, o, nullptr);
+  RunOutcome out;
+  out.losses = loss_series(o.run_dir);
+  out.first_val = r.first_val_loss.value_or(NAN);
+  out.last_val = r.last_val_loss.value_or(NAN);
+  out.adapter_bytes = read_file(o.run_dir / "lora.safetensors");
+  return out;
+}
+
+// The bf16 compute path (frozen base converted once, bf16 GEMMs through oneDNN, LoRA masters,
+// optimizer and loss float32) against float32 on the same seed and data: the first step's loss
+// (same timesteps and noise, the adapter still zero, so only the base's rounding differs) within
+// 2 % of float32's (measured: 0.5 %); the run trains (held-out loss falls by at least 5 % over 30
+// steps, as float32's does; measured: 15 % both); and a second bf16 run writes the same adapter
+// bytes.
+TEST(LearnerFluxPrecision, Bf16FirstLossNearFloat32TrainsAndIsDeterministic) {
+  const int steps = 30;
+  const auto f32 = train_once("fp32", steps, "0.02");
+  const auto b16 = train_once("bf16", steps, "0.02");
+  const auto again = train_once("bf16", steps, "0.02");
+  ASSERT_EQ(f32.losses.size(), static_cast<std::size_t>(steps));
+  ASSERT_EQ(b16.losses.size(), static_cast<std::size_t>(steps));
+  const double rel = std::abs(b16.losses.front() - f32.losses.front()) / f32.losses.front();
+  std::cout << "first-step loss fp32 " << f32.losses.front() << " bf16 " << b16.losses.front() << " (rel " << rel
+            << "); val_loss fp32 " << f32.first_val << " -> " << f32.last_val << ", bf16 " << b16.first_val
+            << " -> " << b16.last_val << "\n";
+  EXPECT_LT(rel, 0.02);
+  EXPECT_NE(b16.losses.front(), f32.losses.front()) << "the bf16 run computed in float32";
+  EXPECT_LT(f32.last_val, 0.95 * f32.first_val);
+  EXPECT_LT(b16.last_val, 0.95 * b16.first_val);
+  EXPECT_EQ(b16.losses, again.losses);
+  EXPECT_TRUE(b16.adapter_bytes == again.adapter_bytes) << "two bf16 runs with one seed wrote different adapters";
 }
 
 }  // namespace

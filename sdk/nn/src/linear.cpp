@@ -54,14 +54,24 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   for (const auto& name : order_) {
     const auto& a = adapters_.at(name);
     if (!a.active || a.merged) continue;
+    // The adapter runs in the frozen base's compute dtype, as autocast runs a float32 weight
+    // under bf16: the float32 masters are cast (r x in and out x r, small) for the two GEMMs and
+    // their gradients come back to the masters in float32; the activations are never copied to
+    // float32. Dropout 0 is no pass at all, and the scale rides on the add.
+    const auto compute = x.scalar_type();
     auto A = matrix_of(lora_A_, name);
     auto B = matrix_of(lora_B_, name);
-    auto h = x.to(A.scalar_type());
+    if (at::isFloatingType(compute) && A.scalar_type() != compute) {
+      A = A.to(compute);
+      B = B.to(compute);
+    }
+    auto h = x.scalar_type() == A.scalar_type() ? x : x.to(A.scalar_type());
     if (a.config.dropout > 0.0) {
       h = at::dropout(h, a.config.dropout, is_training());
     }
-    auto delta = at::linear(at::linear(h, A), B) * (a.config.scale() * a.multiplier);
-    y = y + delta.to(y.scalar_type());
+    const double s = a.config.scale() * a.multiplier;
+    auto delta = at::linear(at::linear(h, A), B);
+    y = delta.scalar_type() == y.scalar_type() ? at::add(y, delta, s) : y + (delta * s).to(y.scalar_type());
   }
   return y;
 }

@@ -42,13 +42,30 @@ std::string activation_name(Activation a) {
 
 at::Tensor quick_gelu(const at::Tensor& x) { return x * at::sigmoid(x * 1.702); }
 
+namespace {
+
+// LibTorch 1.13's CPU kernels for activations and layer norm on bf16 / half tensors convert
+// element by element and run 6-13x slower than the float32 kernels (a [2, 320, 1024] GELU: 26 ms
+// bf16 vs 3.7 ms float32, layer norm 2.1 ms vs 0.16 ms); two casts cost ~0.2 ms each. On the CPU
+// these run in float32 and the result is cast back, which is what the bf16 kernels compute anyway
+// (float32 math, one rounding at the end). Other devices keep their native reduced-precision kernels.
+bool reduced_on_cpu(const at::Tensor& x) {
+  return x.is_cpu() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf);
+}
+
+}  // namespace
+
 at::Tensor gelu_tanh(const at::Tensor& x) {
-  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), transformers' NewGELUActivation.
-  const double c = std::sqrt(2.0 / M_PI);
-  return 0.5 * x * (1.0 + at::tanh(c * (x + 0.044715 * at::pow(x, 3.0))));
+  if (reduced_on_cpu(x)) return at::gelu(x.to(at::kFloat), "tanh").to(x.scalar_type());
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): transformers' NewGELUActivation and
+  // torch.nn.GELU(approximate="tanh") (Diffusers' "gelu-approximate"). One fused ATen kernel
+  // forward and backward instead of eight elementwise passes (and their saved tensors).
+  return at::gelu(x, "tanh");
 }
 
 at::Tensor apply_activation(Activation a, const at::Tensor& x) {
+  if (a != Activation::identity && a != Activation::relu && reduced_on_cpu(x))
+    return apply_activation(a, x.to(at::kFloat)).to(x.scalar_type());
   switch (a) {
     case Activation::identity: return x;
     case Activation::relu: return at::relu(x);
@@ -97,7 +114,14 @@ LayerNormImpl::LayerNormImpl(std::int64_t dim_, double eps_, bool elementwise_af
   }
 }
 
-at::Tensor LayerNormImpl::forward(const at::Tensor& x) { return at::layer_norm(x, {dim}, weight, bias, eps); }
+at::Tensor LayerNormImpl::forward(const at::Tensor& x) {
+  if (reduced_on_cpu(x)) {
+    const auto w = weight.defined() ? weight.to(at::kFloat) : weight;
+    const auto b = bias.defined() ? bias.to(at::kFloat) : bias;
+    return at::layer_norm(x.to(at::kFloat), {dim}, w, b, eps).to(x.scalar_type());
+  }
+  return at::layer_norm(x, {dim}, weight, bias, eps);
+}
 
 at::Tensor modulate(const at::Tensor& normed, const at::Tensor& shift, const at::Tensor& scale) {
   return normed * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
