@@ -106,8 +106,10 @@ nn::LoadReport load_component_weights(torch::nn::Module& module, const std::stri
   for (const auto& [raw, name] : plan) {
     const auto loc = source.locate(raw);
     auto& dst = targets.at(name);
-    dst.copy_(io::to_tensor(loc.file, *loc.info).reshape(dst.sizes()));
-    loc.file.release(*loc.info);
+    // The checkpoint's bytes in place (a view of the mapping when dtype and device match).
+    at::Tensor t = io::tensor_as(loc.file, *loc.info, dst.scalar_type(), dst.device());
+    if (t.scalar_type() != dst.scalar_type()) t = t.to(dst.scalar_type());
+    dst.set_data(t.reshape(dst.sizes()));
     report.loaded.push_back(name);
   }
   return report;

@@ -161,7 +161,12 @@ void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, 
     if (dst->sizes() != t.sizes())
       fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
                                           ", model shape " + c10::str(dst->sizes()));
-    dst->copy_(t);
+    // Same dtype and device: the parameter takes the tensor itself (a 16-bit checkpoint the host
+    // maps stays file-backed, never copied); otherwise one converting copy.
+    if (dst->scalar_type() == t.scalar_type() && dst->device() == t.device())
+      dst->set_data(t);
+    else
+      dst->copy_(t);
   }
 }
 
