@@ -1,6 +1,7 @@
 #include "models/model_components.hpp"
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -9,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "io/tensors.hpp"
+#include "io/weights.hpp"
 
 namespace yeto::models {
 
@@ -120,10 +122,17 @@ void register_model_components(io::ComponentRegistry& registry) {
     const std::string kind = cls == "AutoencoderKL" ? "vae" : "text_encoder";
     registry.add(cls, kind, [cls](const io::ComponentSource& src) -> std::shared_ptr<io::Component> {
       const auto where = (src.dir / "config.json").string();
+      // With weights to load, built without initialising them (io::DeferredInit).
+      std::optional<io::DeferredInit> deferred;
+      if (!src.dir.empty()) deferred.emplace();
       auto component = build_model_component(cls, src.config, where);
       if (!src.dir.empty()) {
         auto weights = io::WeightSource::open(src.dir, src.variant);
         load_component_weights(component->module(), cls, weights, /*strict=*/true);
+        std::vector<std::pair<std::string, at::Tensor>> all;
+        for (const auto& t : component->module().named_parameters()) all.emplace_back(t.key(), t.value());
+        for (const auto& t : component->module().named_buffers()) all.emplace_back(t.key(), t.value());
+        io::DeferredInit::check_initialized(all, where + " (" + cls + ")");
       }
       component->module().eval();
       return component;
