@@ -257,6 +257,9 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   s.repo = io::DiffusersRepo::open(s.model_dir);
   s.device = run_device(cfg);
   s.dtype = run_dtype(cfg, s.device);
+  if (cfg.get_string("model.storage") == "fp8" && cfg.get_string("tuning.mode") == "full")
+    throw UsageError("model.storage = \"fp8\" keeps the frozen base as 8-bit codes, which cannot be trained; "
+                     "tuning.mode = \"full\" needs model.storage = \"auto\" (or train LoRA adapters)");
 
   // 2. The plugin, with a host API table bound to this pipeline.
   const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
