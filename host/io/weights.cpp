@@ -36,8 +36,8 @@ void list(std::string& out, const std::string& title, const std::vector<std::str
 // ---- DeferredInit --------------------------------------------------------------------------
 // A thread-local dispatch key, included while a scope is open, routes every operator through the
 // kernels below: the initialising fills return their tensor untouched and record it, `_to_copy`
-// of a recorded tensor returns a recorded empty tensor, and everything else falls through to the
-// ordinary kernels. LibTorch reserves TESTING_ONLY_GenericMode for exactly such thread-local
+// of a recorded tensor returns a recorded empty tensor, copy_ / fill_ / zero_ into a recorded
+// tensor make it real again, and everything else falls through to the ordinary kernels. LibTorch reserves TESTING_ONLY_GenericMode for exactly such thread-local
 // modes; nothing else in this process uses it.
 constexpr c10::DispatchKey kDeferredKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
@@ -92,6 +92,15 @@ void convert_placeholder(const c10::OperatorHandle& op, c10::DispatchKeySet, tor
   torch::jit::push(*stack, std::move(out));
 }
 
+// copy_ / fill_ / zero_ into a placeholder (a component that loads by copying): it is real now.
+void write_through(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const auto n = op.schema().arguments().size();
+  const at::Tensor self = (*stack)[stack->size() - n].toTensor();
+  if (t_placeholders && self.has_storage()) t_placeholders->storages.erase(self.storage().unsafeGetStorageImpl());
+  c10::impl::ExcludeDispatchKeyGuard off(kDeferredKey);
+  op.callBoxed(stack);
+}
+
 void register_deferred_kernels() {
   static const bool done = [] {
     static torch::Library fallback(torch::Library::IMPL, "_", kDeferredKey, __FILE__, __LINE__);
@@ -100,6 +109,8 @@ void register_deferred_kernels() {
     aten.impl("uniform_", torch::CppFunction::makeFromBoxedFunction<&skip_fill>());
     aten.impl("normal_", torch::CppFunction::makeFromBoxedFunction<&skip_fill>());
     aten.impl("_to_copy", torch::CppFunction::makeFromBoxedFunction<&convert_placeholder>());
+    for (const char* name : {"copy_", "fill_.Scalar", "fill_.Tensor", "zero_"})
+      aten.impl(name, torch::CppFunction::makeFromBoxedFunction<&write_through>());
     return true;
   }();
   (void)done;

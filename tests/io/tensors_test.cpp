@@ -248,6 +248,10 @@ TEST(DeferredInit, SkipsInitialisingFillsOnlyInsideTheScope) {
     EXPECT_THROW(DeferredInit::check_initialized({{"a", a}, {"r", r}}, "test"), yeto::Error);
     a.set_data(torch::zeros({64}));
     EXPECT_NO_THROW(DeferredInit::check_initialized({{"a", a}, {"r", r}}, "test"));
+    // Loading by copying into a placeholder makes it real as well.
+    EXPECT_TRUE(DeferredInit::uninitialized(b));
+    b.copy_(torch::ones({8}));
+    EXPECT_FALSE(DeferredInit::uninitialized(b));
   }
   // Outside: the same seed draws the same values as if no scope had ever existed.
   torch::manual_seed(3);

@@ -130,16 +130,22 @@ TEST(LearnerFluxPrecision, Fp8BaseTracksTheBf16Run) {
     const yeto_component_v1* transformer = pipeline->component("transformer");
     auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                    boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
-    if (codes)
-      for (const auto& [name, t] : plugin::component_parameters(*transformer))
+    if (codes) {
+      for (const auto& [name, t] : plugin::component_parameters(*transformer)) {
         if (t.scalar_type() == at::kByte) (*codes)[name] = t.detach().clone();
+      }
+    }
     RunOptions o;
     o.run_dir = dir / ("run-" + storage);
     o.console = false;
     EXPECT_EQ(train(*model, cfg, o, nullptr).steps, 20);
-    if (codes)
-      for (const auto& [name, t] : plugin::component_parameters(*transformer))
-        if (codes->count(name)) EXPECT_TRUE(torch::equal(t, codes->at(name))) << name << " (frozen) changed";
+    if (codes) {
+      for (const auto& [name, t] : plugin::component_parameters(*transformer)) {
+        if (codes->count(name)) {
+          EXPECT_TRUE(torch::equal(t, codes->at(name))) << name << " (frozen) changed";
+        }
+      }
+    }
     return loss_series(o.run_dir);
   };
   std::map<std::string, at::Tensor> codes;
