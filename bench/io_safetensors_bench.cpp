@@ -150,7 +150,7 @@ struct ChildResult {
   std::string error;
 };
 
-// Runs `f` (returning seconds; it may set `rss_kb`, the resident size at a moment it chooses) in
+// Runs `f` (returning seconds; it may set `rss_kb`, the peak RSS up to a moment it chooses) in
 // a forked child; the peak RSS is the child's own.
 template <typename F>
 ChildResult in_child(F&& f) {
@@ -253,7 +253,7 @@ int pipeline_bench(const fs::path& exe, const fs::path& repo, std::vector<std::s
       const auto cfg = yeto::config::Config::resolve(std::nullopt, ov);
       auto pipe = yeto::pipeline::Pipeline::open(cfg);
       const double s = seconds_since(t0);
-      rss_kb = status_kb("VmRSS");
+      rss_kb = status_kb("VmHWM");
       // Every page of every weight read once (as a first step would, without temporaries), so
       // the peak counts them all resident.
       unsigned sink = 0;
@@ -274,7 +274,7 @@ int pipeline_bench(const fs::path& exe, const fs::path& repo, std::vector<std::s
     const double load_bound = 2 * read_s + 3, peak_bound = (fp8 ? 0.65 : 1.15) * gb + 0.4;
     std::printf("  %-44s %7.2f s   load/read %6.1fx (bound 2x+3s = %.2f s %s)\n", run.c_str(), r.seconds,
                 r.seconds / read_s, load_bound, r.seconds <= load_bound ? "met" : "MISSED");
-    std::printf("  %-44s RSS %.3f GB at ready; peak %.3f GB with every weight read = %.2fx checkpoint (bound "
+    std::printf("  %-44s peak RSS %.3f GB at ready; %.3f GB with every weight read = %.2fx checkpoint (bound "
                 "%.2fx+0.4 = %.3f GB %s)\n",
                 "", r.rss_gb, r.peak_gb, r.peak_gb / gb, fp8 ? 0.65 : 1.15, peak_bound, r.peak_gb <= peak_bound ? "met" : "MISSED");
   }
