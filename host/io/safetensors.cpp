@@ -411,7 +411,9 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   }
   s->size = static_cast<std::uint64_t>(st.st_size);
   if (s->size > 0) {
-    void* m = ::mmap(nullptr, s->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Private and writable: tensors viewing the mapping (mapped_tensor) may be written in place
+    // (a merged LoRA, full tuning), which copies the touched pages and never reaches the file.
+    void* m = ::mmap(nullptr, s->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
       const int e = errno;
       ::close(fd);

@@ -69,7 +69,8 @@ class SafetensorsFile {
   std::uint64_t header_size() const;  // N, without the 8-byte length prefix
   std::uint64_t data_size() const;    // bytes of the data area
   // Tells the kernel the tensor's pages may be dropped (they are re-read on next access), so
-  // loading a large checkpoint tensor by tensor keeps resident memory bounded.
+  // loading a large checkpoint tensor by tensor keeps resident memory bounded. Only for a tensor
+  // no live tensor views (mapped_tensor): pages written through a view would be dropped.
   void release(const TensorInfo& t) const;
 
  private:

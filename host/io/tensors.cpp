@@ -82,6 +82,32 @@ at::Tensor to_tensor(const SafetensorsFile& file, const TensorInfo& info) {
   return out;
 }
 
+at::Tensor mapped_tensor(const SafetensorsFile& file, const TensorInfo& info) {
+  if (info.dtype == DType::F8_E4M3 || info.dtype == DType::F8_E5M2) return {};
+  const std::byte* p = file.data(info);
+  const auto type = scalar_type_for(info.dtype);
+  if (reinterpret_cast<std::uintptr_t>(p) % c10::elementSize(type) != 0) return {};
+  // The deleter holds a copy of the file: the mapping lives as long as any view of it.
+  return at::from_blob(const_cast<std::byte*>(p), info.shape, [keep = file](void*) {},
+                       at::TensorOptions().dtype(type).device(at::kCPU));
+}
+
+at::Tensor tensor_as(const SafetensorsFile& file, const TensorInfo& info, c10::ScalarType dtype,
+                     const c10::Device& device, bool* mapped) {
+  if (mapped) *mapped = false;
+  at::Tensor m = mapped_tensor(file, info);
+  if (!m.defined()) m = to_tensor(file, info);  // float8 (decoded) or unaligned: an owned copy
+  const bool convert = m.is_floating_point() && m.scalar_type() != dtype;
+  if (!convert && device.is_cpu()) {
+    if (mapped) *mapped = m.data_ptr() == static_cast<const void*>(file.data(info));
+    return m;
+  }
+  at::Tensor out = convert ? m.to(device, dtype) : m.to(device);
+  m = at::Tensor();
+  file.release(info);
+  return out;
+}
+
 std::map<std::string, at::Tensor> load_safetensors(const std::filesystem::path& path) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> out;

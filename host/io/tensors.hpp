@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "io/safetensors.hpp"
 
@@ -22,6 +23,19 @@ DType dtype_for(c10::ScalarType t, const std::string& tensor_name = "");
 
 // Copies the tensor's bytes into an owned, contiguous CPU tensor of the matching dtype.
 at::Tensor to_tensor(const SafetensorsFile& file, const TensorInfo& info);
+
+// The tensor's bytes in the file's mapping as a CPU tensor, without a copy: the tensor keeps the
+// mapping alive (however long the file object itself lives). The mapping is private, so writing
+// to such a tensor copies the pages it touches and never changes the file. Undefined when the
+// bytes cannot be viewed: float8 (no LibTorch dtype), or not aligned to the element size.
+at::Tensor mapped_tensor(const SafetensorsFile& file, const TensorInfo& info);
+
+// The tensor as `dtype` (floating tensors only; others keep theirs) on `device`, read once: a
+// view of the mapping (mapped_tensor) when nothing needs converting, otherwise one converted
+// copy made straight from the mapping, after which the file's pages of the tensor are released.
+// `*mapped` (when given) says which of the two it is.
+at::Tensor tensor_as(const SafetensorsFile& file, const TensorInfo& info, c10::ScalarType dtype,
+                     const c10::Device& device, bool* mapped = nullptr);
 
 // Every tensor of the file, by name (owned copies).
 std::map<std::string, at::Tensor> load_safetensors(const std::filesystem::path& path);

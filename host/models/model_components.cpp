@@ -1,6 +1,7 @@
 #include "models/model_components.hpp"
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -9,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "io/tensors.hpp"
+#include "io/weights.hpp"
 
 namespace yeto::models {
 
@@ -106,8 +108,10 @@ nn::LoadReport load_component_weights(torch::nn::Module& module, const std::stri
   for (const auto& [raw, name] : plan) {
     const auto loc = source.locate(raw);
     auto& dst = targets.at(name);
-    dst.copy_(io::to_tensor(loc.file, *loc.info).reshape(dst.sizes()));
-    loc.file.release(*loc.info);
+    // The checkpoint's bytes in place (a view of the mapping when dtype and device match).
+    at::Tensor t = io::tensor_as(loc.file, *loc.info, dst.scalar_type(), dst.device());
+    if (t.scalar_type() != dst.scalar_type()) t = t.to(dst.scalar_type());
+    dst.set_data(t.reshape(dst.sizes()));
     report.loaded.push_back(name);
   }
   return report;
@@ -118,10 +122,17 @@ void register_model_components(io::ComponentRegistry& registry) {
     const std::string kind = cls == "AutoencoderKL" ? "vae" : "text_encoder";
     registry.add(cls, kind, [cls](const io::ComponentSource& src) -> std::shared_ptr<io::Component> {
       const auto where = (src.dir / "config.json").string();
+      // With weights to load, built without initialising them (io::DeferredInit).
+      std::optional<io::DeferredInit> deferred;
+      if (!src.dir.empty()) deferred.emplace();
       auto component = build_model_component(cls, src.config, where);
       if (!src.dir.empty()) {
         auto weights = io::WeightSource::open(src.dir, src.variant);
         load_component_weights(component->module(), cls, weights, /*strict=*/true);
+        std::vector<std::pair<std::string, at::Tensor>> all;
+        for (const auto& t : component->module().named_parameters()) all.emplace_back(t.key(), t.value());
+        for (const auto& t : component->module().named_buffers()) all.emplace_back(t.key(), t.value());
+        io::DeferredInit::check_initialized(all, where + " (" + cls + ")");
       }
       component->module().eval();
       return component;

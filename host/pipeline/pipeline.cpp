@@ -18,6 +18,7 @@
 #include "io/repository.hpp"
 #include "io/tensors.hpp"
 #include "io/weight_source.hpp"
+#include "io/weights.hpp"
 #include "models/model_components.hpp"
 #include "pipeline/host_components.hpp"
 #include "plugin/components.hpp"
@@ -123,7 +124,15 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
     msg += " check that model_index.json / the plan names the right class and config for this folder";
     throw Error(msg, ExitCode::bad_input);
   }
+  // In file order (shard by shard, by offset), so the mapping is read front to back.
+  std::vector<std::pair<io::WeightSource::Located, std::string>> order;
+  for (const auto& n : ws.names()) order.emplace_back(ws.locate(n), n);
+  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
+    if (x.first.file.path() != y.first.file.path()) return x.first.file.path() < y.first.file.path();
+    return x.first.info->offset < y.first.info->offset;
+  });
   plugin::NamedTensors batch;
+  std::vector<const io::WeightSource::Located*> mapped;  // batch tensors that view a mapping
   std::uint64_t bytes = 0;
   auto flush = [&] {
     if (batch.empty()) return;
@@ -132,16 +141,28 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
     } catch (const Error& e) {
       throw Error(where + ": loading weights from " + ws.root().string() + " failed: " + e.what(), ExitCode::bad_input);
     }
+    // A mapped tensor the component kept is its weight now (file-backed); the pages of one it
+    // only read (converted, quantised) are given back.
+    std::size_t k = 0;
+    for (auto& [n, t] : batch) {
+      (void)n;
+      if (k < mapped.size() && mapped[k]) {
+        const bool kept = t.use_count() > 1 || t.storage().use_count() > 1;
+        t = at::Tensor();
+        if (!kept) mapped[k]->file.release(*mapped[k]->info);
+      }
+      ++k;
+    }
     batch.clear();
+    mapped.clear();
     bytes = 0;
   };
-  for (const auto& n : ws.names()) {
-    const auto loc = ws.locate(n);
-    at::Tensor t = io::to_tensor(loc.file, *loc.info);
-    loc.file.release(*loc.info);
-    t = t.is_floating_point() ? t.to(device, dtype) : t.to(device);
+  for (const auto& [loc, n] : order) {
+    bool is_mapped = false;
+    at::Tensor t = io::tensor_as(loc.file, *loc.info, dtype, device, &is_mapped);
     bytes += static_cast<std::uint64_t>(t.numel()) * t.element_size();
     batch.emplace_back(n, std::move(t));
+    mapped.push_back(is_mapped ? &loc : nullptr);
     if (bytes >= kBatchBytes) flush();
   }
   flush();
@@ -236,6 +257,9 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   s.repo = io::DiffusersRepo::open(s.model_dir);
   s.device = run_device(cfg);
   s.dtype = run_dtype(cfg, s.device);
+  if (cfg.get_string("model.storage") == "fp8" && cfg.get_string("tuning.mode") == "full")
+    throw UsageError("model.storage = \"fp8\" keeps the frozen base as 8-bit codes, which cannot be trained; "
+                     "tuning.mode = \"full\" needs model.storage = \"auto\" (or train LoRA adapters)");
 
   // 2. The plugin, with a host API table bound to this pipeline.
   const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
@@ -360,26 +384,41 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
       // The plugin's class: random init, then the host streams the folder's weights in.
       b.origin = class_origin;
       creg.set_kind(b.class_name, b.kind);
+      // With weights to load, built without initialising them (DeferredInit): the checkpoint's
+      // tensors replace the placeholders. Without (init-model), seeded random weights.
+      const bool load = options.load_weights && !b.dir.empty();
+      std::optional<io::DeferredInit> deferred;
+      if (load) deferred.emplace();
       b.table.reset(creg.create(b.class_name, b.config.dump(), ""));
       cast_component(*b.table, s.dtype, s.device);
-      if (options.load_weights && !b.dir.empty()) {
+      if (load) {
         // A weightless class (no parameters) in a folder without weights has nothing to load;
         // anything else without weights is an error WeightSource reports.
         const io::ComponentInfo* info = s.repo->component(name);
         const bool known = info && info->dir == b.dir;
         if (!known || info->has_weights || !plugin::component_parameters(*b.table).empty())
           stream_weights(b, *b.table, s.repo->variant(), s.dtype, s.device, optional_missing);
+        io::DeferredInit::check_initialized(plugin::component_parameters(*b.table),
+                                            where + " (" + b.class_name + ")");
       }
     } else {
       b.origin = "host";
       const auto model_classes = models::model_component_classes();
       if (std::find(model_classes.begin(), model_classes.end(), b.class_name) != model_classes.end()) {
         const std::string cfg_where = (b.config_file.empty() ? b.dir / "config.json" : b.config_file).string();
+        const bool load = options.load_weights && !b.dir.empty();
+        std::optional<io::DeferredInit> deferred;
+        if (load) deferred.emplace();
         auto m = models::build_model_component(b.class_name, b.config, cfg_where);
         m->module().to(s.device, s.dtype);
-        if (options.load_weights && !b.dir.empty())
+        if (load) {
           models::load_component_weights(m->module(), b.class_name, io::WeightSource::open(b.dir, s.repo->variant()),
                                          /*strict=*/true);
+          plugin::NamedTensors all;
+          for (const auto& t : m->module().named_parameters()) all.emplace_back(t.key(), t.value());
+          for (const auto& t : m->module().named_buffers()) all.emplace_back(t.key(), t.value());
+          io::DeferredInit::check_initialized(all, where + " (" + b.class_name + ")");
+        }
         m->module().eval();
         b.host = m;
       } else {

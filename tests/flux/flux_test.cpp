@@ -288,4 +288,12 @@ TEST(FluxFamily, TinyPresetIsTheTinyRepositorysShapes) {
   // Both presets build: the mid transformer's config is consistent.
   const auto mid = yeto::flux::FluxTransformerConfig::from_json(p.at("mid").at("components").at("transformer").at("config"));
   EXPECT_EQ(mid.inner_dim(), 384);
+  // The wide preset has FLUX.1's real widths (what the loading benchmark measures).
+  const auto& wide = p.at("wide").at("components");
+  const auto w = yeto::flux::FluxTransformerConfig::from_json(wide.at("transformer").at("config"));
+  EXPECT_EQ(w.inner_dim(), 3072);
+  EXPECT_EQ(w.joint_attention_dim, 4096);
+  EXPECT_EQ(w.pooled_projection_dim, 768);
+  EXPECT_EQ(wide.at("text_encoder").at("config").at("hidden_size"), 768);
+  EXPECT_EQ(wide.at("text_encoder_2").at("config").at("d_model"), 4096);
 }

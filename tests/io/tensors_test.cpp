@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <torch/torch.h>
 
 #include "core/error.hpp"
@@ -163,4 +165,110 @@ TEST(Weights, IndexIsUntrusted) {
   EXPECT_THROW(src.validate(), yeto::Error);
   EXPECT_THROW(src.locate("b"), yeto::Error);
   EXPECT_NO_THROW(src.locate("a"));
+}
+
+namespace {
+
+std::uint64_t vm_rss_kb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  return 0;
+}
+
+bool inside(const at::Tensor& t, const SafetensorsFile& f) {
+  const auto* p = static_cast<const std::byte*>(t.data_ptr());
+  const auto* base = f.data(f.tensors().front());
+  return p >= base && p < base + f.data_size();
+}
+
+}  // namespace
+
+TEST(Tensors, MappedTensorViewsTheFileAndWritesStayPrivate) {
+  TempDir t;
+  const auto w = torch::randn({4, 8}).to(torch::kBFloat16);
+  save_safetensors(t / "w.safetensors", {{"w", w}, {"f8", torch::zeros({2})}});
+  {
+    const auto f = SafetensorsFile::open(t / "w.safetensors");
+    bool mapped = false;
+    at::Tensor v = tensor_as(f, *f.find("w"), torch::kBFloat16, torch::kCPU, &mapped);
+    EXPECT_TRUE(mapped);
+    EXPECT_TRUE(inside(v, f));
+    EXPECT_TRUE(torch::equal(v, w));
+    // Another dtype: one converted copy, not a view.
+    at::Tensor c = tensor_as(f, *f.find("w"), torch::kFloat, torch::kCPU, &mapped);
+    EXPECT_FALSE(mapped);
+    EXPECT_FALSE(inside(c, f));
+    EXPECT_TRUE(torch::equal(c, w.to(torch::kFloat)));
+    // Writing through the view copies the page; the file keeps its bytes.
+    v.fill_(7.0);
+    EXPECT_EQ(v[0][0].item<float>(), 7.0f);
+  }
+  EXPECT_TRUE(torch::equal(load_safetensors(t / "w.safetensors").at("w"), w));
+  // The view keeps the mapping alive after the file object is gone.
+  at::Tensor kept;
+  {
+    const auto f = SafetensorsFile::open(t / "w.safetensors");
+    kept = mapped_tensor(f, *f.find("w"));
+  }
+  EXPECT_TRUE(torch::equal(kept, w));
+}
+
+TEST(Weights, MatchingDtypeLoadsWithoutACopy) {
+  TempDir t;
+  const auto w = torch::randn({2, 3}).to(torch::kBFloat16);
+  save_safetensors(t / "c/diffusion_pytorch_model.safetensors",
+                   {{"proj.weight", w}, {"proj.bias", torch::ones({2}).to(torch::kBFloat16)}, {"scale", torch::full({2}, 3.0)}});
+  Tiny m;
+  m.to(torch::kBFloat16);
+  auto src = WeightSource::open(t / "c");
+  EXPECT_TRUE(load_weights(m, src).ok());
+  const auto l = src.locate("proj.weight");
+  EXPECT_TRUE(inside(m.proj->weight, l.file));  // the parameter is the file's bytes
+  EXPECT_TRUE(torch::equal(m.proj->weight, w));
+  EXPECT_EQ(m.named_buffers()["scale"].scalar_type(), torch::kBFloat16);
+  EXPECT_FLOAT_EQ(m.named_buffers()["scale"][1].item<float>(), 3.0f);
+}
+
+TEST(DeferredInit, SkipsInitialisingFillsOnlyInsideTheScope) {
+  torch::manual_seed(3);
+  const auto expected = torch::empty({64}).uniform_(-1, 1);
+  {
+    DeferredInit scope;
+    auto a = torch::empty({64}).uniform_(-1, 1);
+    auto b = torch::empty({8}).normal_();
+    EXPECT_TRUE(DeferredInit::uninitialized(a));
+    EXPECT_TRUE(DeferredInit::uninitialized(b));
+    // A conversion of a placeholder is a placeholder; computed tensors are real.
+    EXPECT_TRUE(DeferredInit::uninitialized(a.to(torch::kBFloat16)));
+    const auto r = torch::arange(4, torch::kFloat);
+    EXPECT_FALSE(DeferredInit::uninitialized(r));
+    EXPECT_TRUE(torch::equal(r.to(torch::kBFloat16).to(torch::kFloat), r));
+    EXPECT_THROW(DeferredInit::check_initialized({{"a", a}, {"r", r}}, "test"), yeto::Error);
+    a.set_data(torch::zeros({64}));
+    EXPECT_NO_THROW(DeferredInit::check_initialized({{"a", a}, {"r", r}}, "test"));
+    // Loading by copying into a placeholder makes it real as well.
+    EXPECT_TRUE(DeferredInit::uninitialized(b));
+    b.copy_(torch::ones({8}));
+    EXPECT_FALSE(DeferredInit::uninitialized(b));
+  }
+  // Outside: the same seed draws the same values as if no scope had ever existed.
+  torch::manual_seed(3);
+  EXPECT_TRUE(torch::equal(torch::empty({64}).uniform_(-1, 1), expected));
+}
+
+TEST(DeferredInit, BuildsLargeModulesWithoutResidentMemory) {
+  // 2 x 256 MB of float32 parameters (Linear and Embedding initialise with uniform_ / normal_),
+  // then converted to bf16 as a run's placement does: untouched, so nearly no resident pages.
+  const auto before = vm_rss_kb();
+  DeferredInit scope;
+  torch::nn::Linear lin(8192, 8192);
+  torch::nn::Embedding emb(8192, 8192);
+  lin->to(torch::kBFloat16);
+  const auto grown_mb = (vm_rss_kb() - before) / 1024;
+  EXPECT_LT(grown_mb, 64u);
+  EXPECT_TRUE(DeferredInit::uninitialized(lin->weight));
+  EXPECT_TRUE(DeferredInit::uninitialized(emb->weight));
+  EXPECT_EQ(lin->weight.scalar_type(), torch::kBFloat16);
 }

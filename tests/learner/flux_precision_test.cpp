@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <sstream>
 
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
+#include "core/error.hpp"
 #include "io/repository.hpp"
 #include "io/tensors.hpp"
 #include "learner/model.hpp"
@@ -27,17 +30,16 @@ namespace fs = std::filesystem;
 
 bool is_lora(const std::string& name) { return name.find("lora_") != std::string::npos; }
 
-config::Config flux_config(const yeto::test::TempDir& dir, const std::string& precision, int steps = 3,
-                           const std::string& lr = "0.01") {
+config::Config flux_config(const yeto::test::TempDir& dir, const std::string& precision,
+                           const std::string& storage = "auto", int steps = 3, const std::string& lr = "0.01") {
   const fs::path repo = fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
   dir.write("run.toml",
             "[model]\nid = \"" + repo.string() + "\"\nadapter = \"flux\"\nprecision = \"" + precision +
-                "\"\n"
+                "\"\nstorage = \"" + storage + "\"\n"
                 "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
                 "[validation]\nsplit = 0.25\n"
                 "[lora]\nr = 4\nalpha = 4.0\n"
-                "[train]\nmax_steps = " + std::to_string(steps) +
-                "\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
+                "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
                 "[optimizer]\nlearning_rate = " + lr + "\nweight_decay = 0.0\n"
                 "[diffusion]\nseed = 5\n");
   const std::vector<config::Override> o = {
@@ -125,7 +127,7 @@ struct RunOutcome {
 RunOutcome train_once(const std::string& precision, int steps, const std::string& lr) {
   yeto::test::TempDir dir;
   learner::test::write_dataset(dir / "data", 8, {}, 32);
-  const auto cfg = flux_config(dir, precision, steps, lr);
+  const auto cfg = flux_config(dir, precision, "auto", steps, lr);
   auto pipeline = pipeline::Pipeline::open(cfg);
   auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                  boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
@@ -164,6 +166,75 @@ TEST(LearnerFluxPrecision, Bf16FirstLossNearFloat32TrainsAndIsDeterministic) {
   EXPECT_LT(b16.last_val, 0.95 * b16.first_val);
   EXPECT_EQ(b16.losses, again.losses);
   EXPECT_TRUE(b16.adapter_bytes == again.adapter_bytes) << "two bf16 runs with one seed wrote different adapters";
+
+// model.storage = "fp8": the transformer's Linear weights are e4m3 codes with per-row float32
+// scales, frozen through training; 20 LoRA steps track the bf16-stored run. Stated tolerance:
+// every step's loss within 10% of the bf16 run's (relative), the mean over the 20 steps within 3%.
+TEST(LearnerFluxPrecision, Fp8BaseTracksTheBf16Run) {
+  yeto::test::TempDir dir;
+  learner::test::write_dataset(dir / "data", 8, {}, 32);
+  auto run = [&](const std::string& storage, std::map<std::string, at::Tensor>* codes) {
+    const auto cfg = flux_config(dir, "bf16", storage, 20);
+    auto pipeline = pipeline::Pipeline::open(cfg);
+    const yeto_component_v1* transformer = pipeline->component("transformer");
+    auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
+                                   boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
+    if (codes) {
+      for (const auto& [name, t] : plugin::component_parameters(*transformer)) {
+        if (t.scalar_type() == at::kByte) (*codes)[name] = t.detach().clone();
+      }
+    }
+    RunOptions o;
+    o.run_dir = dir / ("run-" + storage);
+    o.console = false;
+    EXPECT_EQ(train(*model, cfg, o, nullptr).steps, 20);
+    if (codes) {
+      for (const auto& [name, t] : plugin::component_parameters(*transformer)) {
+        if (codes->count(name)) {
+          EXPECT_TRUE(torch::equal(t, codes->at(name))) << name << " (frozen) changed";
+        }
+      }
+    }
+    return loss_series(o.run_dir);
+  };
+  std::map<std::string, at::Tensor> codes;
+  const auto bf16 = run("auto", nullptr);
+  const auto fp8 = run("fp8", &codes);
+  // Every LoRA-capable Linear weight is stored as codes (with its scale buffer).
+  EXPECT_TRUE(codes.count("transformer_blocks.0.attn.to_q.weight"));
+  EXPECT_TRUE(codes.count("single_transformer_blocks.1.proj_out.weight"));
+  EXPECT_FALSE(codes.count("transformer_blocks.0.norm1.linear.bias"));
+  ASSERT_EQ(bf16.size(), 20u);
+  ASSERT_EQ(fp8.size(), 20u);
+  double mean_bf16 = 0, mean_fp8 = 0, worst = 0;
+  for (std::size_t i = 0; i < bf16.size(); ++i) {
+    EXPECT_NEAR(fp8[i], bf16[i], 0.10 * bf16[i]) << "step " << i;
+    worst = std::max(worst, std::abs(fp8[i] - bf16[i]) / bf16[i]);
+    mean_bf16 += bf16[i] / 20;
+    mean_fp8 += fp8[i] / 20;
+  }
+  EXPECT_NEAR(mean_fp8, mean_bf16, 0.03 * mean_bf16);
+  std::cout << "20 steps: mean loss bf16 " << mean_bf16 << ", fp8 " << mean_fp8 << "; worst step "
+            << worst * 100 << "% apart\n";
+}
+
+TEST(LearnerFluxPrecision, Fp8BaseRefusesFullTuning) {
+  yeto::test::TempDir dir;
+  learner::test::write_dataset(dir / "data", 8, {}, 32);
+  const fs::path repo = fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
+  const auto cfg = config::Config::resolve(
+      std::nullopt, {{"model.id", repo.string(), "test"},
+                     {"plugins.dirs", "[\"" + (fs::path(YETO_STAGE_DIR) / "plugins").string() + "\"]", "test"},
+                     {"plugins.trusted_keys", "[\"" + std::string(YETO_BUILD_KEY_PUBLIC) + "\"]", "test"},
+                     {"run.device", "cpu", "test"},
+                     {"model.storage", "fp8", "test"},
+                     {"tuning.mode", "full", "test"}});
+  try {
+    pipeline::Pipeline::open(cfg);
+    FAIL() << "fp8 storage with full tuning opened";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("tuning.mode"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

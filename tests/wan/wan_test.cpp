@@ -227,6 +227,13 @@ TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
   const auto& mid = p.at("mid").at("components");
   EXPECT_EQ(yeto::wan::WanTransformerConfig::from_json(mid.at("transformer").at("config")).inner_dim(), 384);
   EXPECT_EQ(yeto::wan::WanVaeConfig::from_json(mid.at("vae").at("config")).spatial_factor(), 8);
+  // The wide preset has Wan 2.1 14B's real widths.
+  const auto& wide = p.at("wide").at("components");
+  const auto w = yeto::wan::WanTransformerConfig::from_json(wide.at("transformer").at("config"));
+  EXPECT_EQ(w.inner_dim(), 5120);
+  EXPECT_EQ(w.ffn_dim, 13824);
+  EXPECT_EQ(w.text_dim, 4096);
+  EXPECT_EQ(wide.at("text_encoder").at("config").at("d_model"), 4096);
 }
 
 TEST(WanFamily, FramesAndRequest) {

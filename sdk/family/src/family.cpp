@@ -151,6 +151,12 @@ void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, 
   at::NoGradGuard no_grad;
   auto params = model.named_parameters();
   auto buffers = model.named_buffers();
+  // model.storage = fp8: the LoRA-capable Linear weights are kept as e4m3 codes with per-row
+  // scales (Linear::store_fp8), quantised from the tensor given, which the component then drops.
+  std::map<std::string, nn::Linear> fp8_layers;
+  if (host_config_string("model.storage", "auto") == "fp8")
+    for (const auto& [path, layer] : nn::lora_capable_layers(model))
+      fp8_layers.emplace(path.empty() ? "weight" : path + ".weight", layer);
   for (const auto& [name, t] : weights) {
     at::Tensor* dst = params.find(name);
     if (!dst && with_buffers) dst = buffers.find(name);
@@ -161,7 +167,18 @@ void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, 
     if (dst->sizes() != t.sizes())
       fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
                                           ", model shape " + c10::str(dst->sizes()));
-    dst->copy_(t);
+    // Same dtype and device: the parameter takes the tensor itself (a 16-bit checkpoint the host
+    // maps stays file-backed, never copied); otherwise one converting copy.
+    if (const auto it = fp8_layers.find(name); it != fp8_layers.end()) {
+      try {
+        it->second->store_fp8(t.to(dst->device(), dst->is_floating_point() ? dst->scalar_type() : t.scalar_type()));
+      } catch (const std::invalid_argument& e) {
+        fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': " + e.what());
+      }
+    } else if (dst->scalar_type() == t.scalar_type() && dst->device() == t.device())
+      dst->set_data(t);
+    else
+      dst->copy_(t);
   }
 }
 

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
 #include <torch/nn/functional.h>
 
 namespace yeto::nn {
@@ -28,7 +31,124 @@ at::Tensor matrix_of(const std::shared_ptr<torch::nn::Module>& dict, const std::
   throw std::invalid_argument("LoRA adapter '" + name + "' has no matrix");
 }
 
+// y = x W^T + b with W = dequantize(codes, scale): forward and backward each dequantise, so
+// autograd keeps the codes (1 byte per weight), not a 16-bit copy of W, for the backward pass.
+// The codes and scales are frozen; the input and the bias get gradients.
+struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& codes,
+                            const at::Tensor& scale, const at::Tensor& bias, at::ScalarType dtype) {
+    ctx->save_for_backward({codes, scale});
+    ctx->saved_data["dtype"] = static_cast<std::int64_t>(dtype);
+    ctx->saved_data["has_bias"] = bias.defined();
+    return at::linear(x, dequantize_e4m3_rows(codes, scale, dtype), bias);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const at::Tensor& g = grads[0];
+    at::Tensor gx, gb;
+    if (ctx->needs_input_grad(0)) gx = at::matmul(g, dequantize_e4m3_rows(saved[0], saved[1], dtype));
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(3))
+      gb = g.reshape({-1, g.size(-1)}).sum(0);
+    return {gx, at::Tensor(), at::Tensor(), gb, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+std::uint8_t encode_e4m3(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80);
+  const std::uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7F;   // NaN
+  if (a >= 0x43E00000u) return sign | 0x7E;  // 448 and beyond, infinity: saturate
+  if (a < 0x3C800000u) {
+    // Below 2^-6: subnormal codes, multiples of 2^-9 (the scaling is exact; nearbyint rounds
+    // half to even). 8 is the smallest normal, code 0x08 as well.
+    float f;
+    std::memcpy(&f, &a, sizeof f);
+    return sign | static_cast<std::uint8_t>(std::nearbyint(f * 512.0f));
+  }
+  // Normal: round the 23-bit mantissa to 3 bits, half to even; a carry moves into the exponent.
+  const std::uint32_t rounded = a + 0x7FFFFu + ((a >> 20) & 1u);
+  const std::uint32_t code = (rounded >> 20) - ((127u - 7u) << 3);
+  return sign | static_cast<std::uint8_t>(code > 0x7Eu ? 0x7Eu : code);
+}
+
+float decode_e4m3(std::uint8_t code) {
+  const int exp = (code >> 3) & 15, man = code & 7;
+  if (exp == 15 && man == 7) return std::nanf("");
+  const float v = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
+                           : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, exp - 7);
+  return (code & 0x80) ? -v : v;
+}
+
+at::Tensor e4m3_table() {
+  auto t = at::empty({256}, at::kFloat);
+  float* p = t.data_ptr<float>();
+  for (int c = 0; c < 256; ++c) p[c] = decode_e4m3(static_cast<std::uint8_t>(c));
+  return t;
+}
+
+std::pair<at::Tensor, at::Tensor> quantize_e4m3_rows(const at::Tensor& w) {
+  if (w.dim() != 2 || !w.is_floating_point())
+    throw std::invalid_argument("quantize_e4m3_rows: expected a 2-D floating-point weight, got " +
+                                std::to_string(w.dim()) + " dimensions of " + std::string(c10::toString(w.scalar_type())));
+  at::NoGradGuard no_grad;
+  // Read in place (no float32 copy): one pass for the row maxima, one for the codes.
+  const auto src = w.detach().to(at::kCPU).contiguous();
+  const std::int64_t rows = src.size(0), cols = src.size(1);
+  auto scale = at::empty({rows}, at::TensorOptions().dtype(at::kFloat));
+  auto codes = at::empty({rows, cols}, at::TensorOptions().dtype(at::kByte));
+  float* sc = scale.data_ptr<float>();
+  std::uint8_t* dst = codes.data_ptr<std::uint8_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, src.scalar_type(), "quantize_e4m3_rows", [&] {
+    const scalar_t* p = src.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const scalar_t* row = p + r * cols;
+        float amax = 0.0f;
+        for (std::int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(static_cast<float>(row[c])));
+        const float k = amax > 0.0f ? amax / 448.0f : 1.0f;
+        sc[r] = k;
+        for (std::int64_t c = 0; c < cols; ++c) dst[r * cols + c] = encode_e4m3(static_cast<float>(row[c]) / k);
+      }
+    });
+  });
+  return {codes.to(w.device()), scale.to(w.device())};
+}
+
+at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype) {
+  at::NoGradGuard no_grad;
+  if (!codes.is_cpu()) {
+    static const at::Tensor table = e4m3_table();
+    const auto lut = table.to(codes.device());
+    return (lut.index_select(0, codes.flatten().to(at::kInt)).view(codes.sizes()) * scale.unsqueeze(1)).to(dtype);
+  }
+  const auto c = codes.contiguous();
+  const auto s = scale.to(at::kFloat).contiguous();
+  auto out = at::empty(c.sizes(), at::TensorOptions().dtype(dtype));
+  const std::int64_t rows = c.size(0), cols = c.size(1);
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (int i = 0; i < 256; ++i) t[i] = decode_e4m3(static_cast<std::uint8_t>(i));
+    return t;
+  }();
+  const std::uint8_t* src = c.data_ptr<std::uint8_t>();
+  const float* sc = s.data_ptr<float>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_e4m3_rows", [&] {
+    scalar_t* dst = out.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const float k = sc[r];
+        for (std::int64_t i = r * cols; i < (r + 1) * cols; ++i) dst[i] = static_cast<scalar_t>(table[src[i]] * k);
+      }
+    });
+  });
+  return out;
+}
 
 double LoraConfig::scale() const {
   if (r <= 0) return 0.0;
@@ -50,7 +170,13 @@ LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features, bool
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  auto y = at::linear(x, weight, bias);
+  at::Tensor y;
+  if (!compute_dtype_)
+    y = at::linear(x, weight, bias);
+  else if (at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())))
+    y = Fp8LinearFunction::apply(x, weight, weight_scale_, bias, *compute_dtype_);
+  else
+    y = at::linear(x, dequantize_e4m3_rows(weight, weight_scale_, *compute_dtype_), bias);
   for (const auto& name : order_) {
     const auto& a = adapters_.at(name);
     if (!a.active || a.merged) continue;
@@ -209,10 +335,12 @@ at::Tensor LinearImpl::delta_weight(const std::string& name) const {
   const double s = scale(name);
   auto A = matrix_of(lora_A_, name).to(at::kFloat);
   auto B = matrix_of(lora_B_, name).to(at::kFloat);
-  return (at::matmul(B, A) * s).to(weight.scalar_type());
+  return (at::matmul(B, A) * s).to(compute_dtype_ ? *compute_dtype_ : weight.scalar_type());
 }
 
 void LinearImpl::merge() {
+  if (compute_dtype_)
+    throw std::invalid_argument("Linear: cannot merge LoRA adapters into an fp8-stored base weight");
   at::NoGradGuard no_grad;
   for (const auto& name : order_) {
     auto& a = adapters_.at(name);
@@ -234,7 +362,42 @@ void LinearImpl::unmerge() {
 
 bool LinearImpl::merged(const std::string& name) const { return adapter(name).merged; }
 
+void LinearImpl::store_fp8(const at::Tensor& w) {
+  if (w.dim() != 2 || w.size(0) != out_ || w.size(1) != in_)
+    throw std::invalid_argument("Linear: store_fp8 expects a weight [" + std::to_string(out_) + ", " +
+                                std::to_string(in_) + "]");
+  if (!w.is_floating_point()) throw std::invalid_argument("Linear: store_fp8 expects a floating-point weight");
+  auto [codes, scale] = quantize_e4m3_rows(w);
+  at::NoGradGuard no_grad;
+  compute_dtype_ = w.scalar_type();
+  weight.set_requires_grad(false);
+  weight.set_data(codes);
+  if (weight_scale_.defined())
+    weight_scale_.set_data(scale);
+  else
+    weight_scale_ = register_buffer("weight_scale", scale);
+}
+
+at::Tensor LinearImpl::base_weight() const {
+  return compute_dtype_ ? dequantize_e4m3_rows(weight, weight_scale_, *compute_dtype_) : weight;
+}
+
+void LinearImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  if (!compute_dtype_) return torch::nn::Module::to(device, dtype, non_blocking);
+  // The codes and scales only move; the compute dtype follows the request, as the bias and the
+  // adapters do.
+  for (auto& child : children()) child->to(device, dtype, non_blocking);
+  weight.set_data(weight.to(device, non_blocking));
+  weight_scale_.set_data(weight_scale_.to(device, non_blocking));
+  if (bias.defined()) bias.set_data(bias.to(device, dtype, non_blocking));
+  compute_dtype_ = dtype;
+}
+
+void LinearImpl::to(torch::Dtype dtype, bool non_blocking) { to(weight.device(), dtype, non_blocking); }
+
 void LinearImpl::set_base_trainable(bool trainable) {
+  if (trainable && compute_dtype_)
+    throw std::invalid_argument("Linear: an fp8-stored base weight cannot be trained (use a 16-bit storage)");
   weight.set_requires_grad(trainable);
   if (bias.defined()) bias.set_requires_grad(trainable);
 }

@@ -142,8 +142,9 @@ auto& plugin_model(const std::string& name, const std::string& cls, const std::s
 
 // Every parameter, then (with_buffers) every buffer, by Diffusers name: a Component's parameters().
 NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers = true);
-// A Component's load_weights(): copies each tensor into the parameter (or, with_buffers, buffer)
-// of that name; shapes must match ("<cls> tensor '<name>': checkpoint shape ..., model shape ...").
+// A Component's load_weights(): each tensor becomes the parameter (or, with_buffers, buffer) of
+// that name — the tensor itself when dtype and device match (the caller hands it over and does not
+// write to it afterwards), else a converting copy; shapes must match ("<cls> tensor '<name>': checkpoint shape ..., model shape ...").
 // A name the module lacks fails "<cls> has no parameter '<name>' (<hint>)" when strict, else is skipped.
 void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, bool strict, const std::string& cls,
                          const std::string& hint, bool with_buffers = true);

@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Generator.h>
@@ -32,6 +33,27 @@ struct LoraConfig {
   std::string init = "kaiming";
   double scale() const;  // alpha / r, or alpha / sqrt(r) with use_rslora
 };
+
+// ---- fp8 (e4m3) weight-only storage --------------------------------------------------------
+//
+// float8_e4m3fn: 1 sign, 4 exponent (bias 7) and 3 mantissa bits; no infinities, S.1111.111 is
+// NaN, the largest finite value is 448 and the smallest subnormal 2^-9. LibTorch 1.13 has no
+// float8 dtype, so codes are held as uint8.
+//
+// The code of x: round to nearest, ties to even; |x| beyond 448 (and +-inf) saturates to +-448;
+// NaN encodes as 0x7F (0xFF with the sign bit set); -0 keeps its sign.
+std::uint8_t encode_e4m3(float x);
+float decode_e4m3(std::uint8_t code);
+// The 256 decoded values (index = code) as a float32 tensor [256].
+at::Tensor e4m3_table();
+
+// Quantises a 2-D weight [out, in] row by row: scale[r] = max |w[r, :]| / 448 (1 for an all-zero
+// row), codes = encode_e4m3(w / scale[r]). Returns {codes uint8 [out, in], scale float32 [out]},
+// on w's device.
+std::pair<at::Tensor, at::Tensor> quantize_e4m3_rows(const at::Tensor& w);
+// decode(codes) * scale[:, None] in `dtype`: a CPU loop over a lookup table on the CPU, a table
+// lookup (index_select) elsewhere.
+at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype);
 
 class LinearImpl : public torch::nn::Module {
  public:
@@ -74,6 +96,21 @@ class LinearImpl : public torch::nn::Module {
   // Base parameters trainable or frozen (adapters are unaffected).
   void set_base_trainable(bool trainable);
 
+  // fp8 weight-only storage of the frozen base weight: `weight` becomes its e4m3 codes (uint8
+  // [out, in], frozen) and the buffer `weight_scale` (float32 [out]) its per-row scales
+  // (quantize_e4m3_rows of w); forward dequantises the weight per call to the compute dtype
+  // (w's dtype; Module::to changes it and moves the codes without converting them) and, when
+  // gradients flow, again in backward instead of keeping the dequantised copy. The bias and
+  // adapters keep their dtypes. merge() is refused (there is no 16-bit weight to fold into).
+  void store_fp8(const at::Tensor& w);
+  bool fp8() const { return compute_dtype_.has_value(); }
+  // The weight as the layer computes with it: dequantised under fp8 storage, else `weight`.
+  at::Tensor base_weight() const;
+
+  using torch::nn::Module::to;
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+
   at::Tensor weight;
   at::Tensor bias;  // undefined when the layer has no bias
 
@@ -89,6 +126,8 @@ class LinearImpl : public torch::nn::Module {
 
   std::int64_t in_;
   std::int64_t out_;
+  std::optional<at::ScalarType> compute_dtype_;  // set under fp8 storage
+  at::Tensor weight_scale_;
   std::vector<std::string> order_;
   std::map<std::string, Adapter> adapters_;
   std::shared_ptr<torch::nn::Module> lora_A_;  // children named by adapter, each holding `weight`
