@@ -41,7 +41,7 @@ class TransformerComponent
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
     using yeto::sdk::get;
     using yeto::sdk::has;
-    const auto dtype = model_->x_embedder->weight.scalar_type();
+    const auto dtype = model_->x_embedder->compute_dtype();
     const auto dev = model_->x_embedder->weight.device();
     auto to = [&](const at::Tensor& t) { return t.to(dev, dtype); };
     const at::Tensor guidance = has(in, "guidance") ? get(in, "guidance").to(dev) : at::Tensor();
@@ -204,7 +204,7 @@ class FluxPlugin : public yeto::family::DiffusersFamily {
                              const at::Tensor& timestep, const at::Tensor& img_ids, const at::Tensor& txt_ids,
                              const at::Tensor& guidance) {
     auto& model = transformer();
-    const auto dtype = model->x_embedder->weight.scalar_type();
+    const auto dtype = model->x_embedder->compute_dtype();
     const auto dev = model->x_embedder->weight.device();
     return model->forward(packed.to(dev, dtype), embeds.to(dev, dtype), pooled.to(dev, dtype), timestep.to(dev),
                           img_ids.to(dev), txt_ids.to(dev), guidance.defined() ? guidance.to(dev) : guidance);

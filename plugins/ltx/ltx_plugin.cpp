@@ -75,7 +75,7 @@ class TransformerComponent
     using yeto::sdk::has;
     const auto o = parse_json(options, "LTXVideoTransformer3DModel forward options");
     const std::string where = "LTXVideoTransformer3DModel forward";
-    const auto dtype = model_->proj_in->weight.scalar_type();
+    const auto dtype = model_->proj_in->compute_dtype();
     const auto dev = model_->proj_in->weight.device();
     const at::Tensor mask = has(in, "encoder_attention_mask") ? get(in, "encoder_attention_mask").to(dev) : at::Tensor();
     try {
@@ -361,7 +361,7 @@ class LtxPlugin : public yeto::family::DiffusersFamily {
                              const at::Tensor& mask, std::int64_t f, std::int64_t h, std::int64_t w,
                              const std::array<double, 3>& scale) {
     auto& model = transformer();
-    const auto dtype = model->proj_in->weight.scalar_type();
+    const auto dtype = model->proj_in->compute_dtype();
     const auto dev = model->proj_in->weight.device();
     try {
       return model->forward(packed.to(dev, dtype), embeds.to(dev, dtype), timestep.to(dev),

@@ -43,7 +43,7 @@ class TransformerComponent
 
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
     using yeto::sdk::get;
-    const auto dtype = model_->proj_out->weight.scalar_type();
+    const auto dtype = model_->proj_out->compute_dtype();
     const auto dev = model_->proj_out->weight.device();
     auto to = [&](const at::Tensor& t) { return t.to(dev, dtype); };
     auto out = model_->forward(to(get(in, "hidden_states")), to(get(in, "encoder_hidden_states")),
@@ -164,7 +164,7 @@ class Sd35Plugin : public yeto::family::DiffusersFamily {
   at::Tensor run_transformer(const at::Tensor& latents, const at::Tensor& embeds, const at::Tensor& pooled,
                              const at::Tensor& timestep) {
     auto& model = transformer();
-    const auto dtype = model->proj_out->weight.scalar_type();
+    const auto dtype = model->proj_out->compute_dtype();
     const auto dev = model->proj_out->weight.device();
     return model->forward(latents.to(dev, dtype), embeds.to(dev, dtype), pooled.to(dev, dtype),
                           timestep.to(dev, at::kFloat));

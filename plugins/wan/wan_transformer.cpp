@@ -205,7 +205,7 @@ at::Tensor WanTransformer3DModelImpl::forward(const at::Tensor& hidden_states, c
 
   auto& ce = *condition_embedder;
   auto tproj = ce.timesteps_proj(t.to(hidden_states.device()));
-  tproj = tproj.to(ce.time_embedder->linear_1->weight.scalar_type());
+  tproj = tproj.to(ce.time_embedder->linear_1->compute_dtype());
   const auto temb = ce.time_embedder(tproj).to(encoder_hidden_states.scalar_type());
   const auto timestep_proj = ce.time_proj(at::silu(temb)).unflatten(1, {6, -1});
   const auto context = ce.text_embedder(encoder_hidden_states.to(dtype));

@@ -104,6 +104,10 @@ class LinearImpl : public torch::nn::Module {
   // adapters keep their dtypes. merge() is refused (there is no 16-bit weight to fold into).
   void store_fp8(const at::Tensor& w);
   bool fp8() const { return compute_dtype_.has_value(); }
+  // The dtype the layer computes in (its inputs' dtype): the weight's, or under fp8 storage the
+  // dtype the codes are dequantised to. Families take their activations' dtype from here, not
+  // from `weight` (uint8 codes under fp8).
+  at::ScalarType compute_dtype() const { return compute_dtype_ ? *compute_dtype_ : weight.scalar_type(); }
   // The weight as the layer computes with it: dequantised under fp8 storage, else `weight`.
   at::Tensor base_weight() const;
 
