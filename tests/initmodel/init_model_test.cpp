@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <iostream>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -113,6 +115,168 @@ TEST_F(InitModelFlux, RefusesUnknownPresetsAndNonEmptyOutput) {
   EXPECT_EQ(r.exit_code, 0) << r.all();
   EXPECT_FALSE(fs::exists(forced / "stale"));
   EXPECT_TRUE(fs::is_regular_file(forced / "model_index.json"));
+}
+
+// The `demo` preset and what `make demo` builds on it, at a few steps each: init-model writes the
+// pixel-codec VAE; a full fine-tune exports as yeto_full_weights.safetensors and `merge` turns it
+// into a model whose transformer holds exactly the trained tensors; a LoRA trained on that model
+// samples with `--compare-base --grid` (base and adapted images, the labelled grid).
+class InitModelDemo : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    init_ = new test::ProcessResult(test::run_host(
+        {"init-model", "--family", "flux", "--preset", "demo", "--out", (dir_->path() / "flux-demo").string(), "--seed", "7"}));
+    data_ = new test::ProcessResult(
+        test::run_process({"bash", (root() / "scripts/demo_data.sh").string(), (dir_->path() / "data").string()}));
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    delete init_;
+    delete dir_;
+  }
+  static fs::path root() { return YETO_SOURCE_DIR; }
+  static fs::path dir() { return dir_->path(); }
+  // `train` with one of the demo's configs, its paths pointed into this test's directory.
+  static test::ProcessResult train(const std::string& config, const fs::path& model, const std::string& rows,
+                                   const fs::path& run, int steps) {
+    return test::run_host({"train", "--config", (root() / "configs" / config).string(), "--set", "model.id=" + model.string(),
+                           "--set", "data.path=" + (dir() / "data" / rows).string(), "--set",
+                           "validation.data=" + (dir() / "data/val.jsonl").string(), "--set", "validation.prompts=[]",
+                           "--set", "train.max_steps=" + std::to_string(steps), "--set", "run.output=" + run.string()});
+  }
+  static TempDir* dir_;
+  static test::ProcessResult* init_;
+  static test::ProcessResult* data_;
+};
+TempDir* InitModelDemo::dir_ = nullptr;
+test::ProcessResult* InitModelDemo::init_ = nullptr;
+test::ProcessResult* InitModelDemo::data_ = nullptr;
+
+TEST_F(InitModelDemo, AFullFineTuneMergesIntoAModelTheLoraStageTrainsAndSamplesSideBySide) {
+  ASSERT_EQ(init_->exit_code, 0) << init_->all();
+  ASSERT_EQ(data_->exit_code, 0) << data_->all();
+  EXPECT_THAT(init_->all(), HasSubstr("vae: analytic pixel-codec weights"));
+  const json vae = json::parse(read_file(dir() / "flux-demo/vae/config.json"));
+  EXPECT_EQ(vae["norm_num_groups"], 1);
+  EXPECT_EQ(vae["latent_channels"], 3);
+
+  // The base's short full fine-tune (configs/demo-base.toml), exported and merged.
+  auto r = train("demo-base.toml", dir() / "flux-demo", "base.jsonl", dir() / "base-run", 4);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  r = test::run_host({"export", "--checkpoint", (dir() / "base-run").string(), "--output-dir", (dir() / "base-export").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("fully trained tensors of transformer"));
+  EXPECT_TRUE(fs::is_regular_file(dir() / "base-export/yeto_full_weights.safetensors"));
+  r = test::run_host({"merge", "--model", (dir() / "flux-demo").string(), "--adapter-dir", (dir() / "base-export").string(),
+                      "--output-dir", (dir() / "flux-base").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("transformer: 112 fully trained tensors written"));
+  // The merged transformer is the checkpoint's tensors under the transformer's own names (and
+  // differs from the random one); every other component is the base's, file for file.
+  r = test::run_host({"inspect", (dir() / "flux-base").string(), "--diffusion-adapter", "flux"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(read_file(dir() / "flux-base/transformer/diffusion_pytorch_model.safetensors"),
+            read_file(dir() / "flux-demo/transformer/diffusion_pytorch_model.safetensors"));
+  for (const char* f : {"vae/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors", "model_index.json",
+                        "transformer/config.json"})
+    EXPECT_EQ(read_file(dir() / "flux-base" / f), read_file(dir() / "flux-demo" / f)) << f;
+  // Merging it into another base is refused (the record names the base's content).
+  r = test::run_host({"init-model", "--family", "flux", "--preset", "demo", "--out", (dir() / "other").string(), "--seed", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  r = test::run_host({"merge", "--model", (dir() / "other").string(), "--adapter-dir", (dir() / "base-export").string(),
+                      "--output-dir", (dir() / "wrong").string()});
+  EXPECT_EQ(r.exit_code, 30) << r.all();
+  EXPECT_THAT(r.all(), HasSubstr("was trained on another base"));
+  EXPECT_FALSE(fs::exists(dir() / "wrong"));
+
+  // The LoRA stage (configs/demo.toml) on the merged base, then sampled side by side.
+  // (two islands and a syncer, as the demo runs it: the syncer's final cut is the adapter).
+  r = train("demo.toml", dir() / "flux-base", "train.jsonl", dir() / "run", 4);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  r = test::run_host({"export", "--checkpoint", (dir() / "run/syncer").string(), "--output-dir", (dir() / "adapter").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::vector<std::string> sample = {"sample", "--model", (dir() / "flux-base").string(), "--diffusion-adapter", "flux",
+                                           "--prompts", (dir() / "data/prompts.txt").string(), "--seed", "42", "--steps",
+                                           "2", "--height", "64", "--width", "64", "--max-sequence-length", "32",
+                                           "--output", (dir() / "s" / "sample.png").string()};
+  auto without_adapter = sample;
+  without_adapter.push_back("--compare-base");
+  r = test::run_host(without_adapter);
+  EXPECT_EQ(r.exit_code, 2) << r.all();
+  EXPECT_THAT(r.all(), HasSubstr("give --adapter-dir DIR"));
+  auto with = sample;
+  with.insert(with.end(), {"--adapter-dir", (dir() / "adapter").string(), "--compare-base", "--grid",
+                          (dir() / "grid.png").string()});
+  r = test::run_host(with);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  for (int i = 0; i < 4; ++i)
+    for (const std::string stem : {"sample-base-00", "sample-00"})
+      EXPECT_TRUE(fs::is_regular_file(dir() / "s" / (stem + std::to_string(i) + ".png"))) << stem << i;
+  // The grid: a 240-pixel label column and two 192-pixel cells with 8 pixels around each, a row
+  // per prompt under the titles.
+  const std::string png = read_file(dir() / "grid.png");
+  ASSERT_GT(png.size(), 24u);
+  auto be32 = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    for (std::size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(png[at + i]);
+    return v;
+  };
+  EXPECT_EQ(be32(16), 240u + 2 * (192 + 16));
+  EXPECT_GE(be32(20), 4u * (192 + 16));
+  EXPECT_LE(be32(20), 4u * (192 + 16) + 120);
+}
+
+// scripts/demo_check.sh, the demo's verdict, on images whose answer is known: the dataset's own
+// pictures of the prompts (as if generated perfectly) against the same shapes on the backgrounds
+// the base knows pass (4 of 4 learned); the same images as "base" fail (nothing learned); one
+// picture for every prompt fails (the prompts are not told apart).
+TEST_F(InitModelDemo, DemoCheckPassesOnlyWhenTheAdaptedImagesMatchTheirPromptsAndTheBaseDoesNot) {
+  ASSERT_EQ(data_->exit_code, 0) << data_->all();
+  const fs::path data = dir() / "data";
+  std::map<std::string, std::string> image_of;
+  for (const char* set : {"base.jsonl", "train.jsonl", "val.jsonl"}) {
+    std::ifstream in(data / set);
+    for (std::string line; std::getline(in, line);) {
+      const json row = json::parse(line);
+      image_of[row["prompt"].get<std::string>()] = row["image"].get<std::string>();
+    }
+  }
+  std::vector<std::string> prompts;
+  {
+    std::ifstream in(data / "prompts.txt");
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) prompts.push_back(line);
+  }
+  ASSERT_EQ(prompts.size(), 4u);
+  const fs::path c = dir() / "check";
+  fs::create_directories(c);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const std::string n = "-00" + std::to_string(i) + ".png";
+    // The same shape and foreground on the background the base knows (purple -> blue, orange -> black).
+    std::string known = prompts[i];
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"purple", "blue"}, {"orange", "black"}})
+      if (const auto at = known.find(from); at != std::string::npos) known.replace(at, from.size(), to);
+    ASSERT_TRUE(image_of.count(prompts[i]) && image_of.count(known)) << prompts[i] << " / " << known;
+    fs::copy_file(data / image_of[prompts[i]], c / ("right" + n));
+    fs::copy_file(data / image_of[known], c / ("known" + n));
+    fs::copy_file(data / image_of[prompts[0]], c / ("same" + n));
+  }
+  auto check = [&](const std::string& base, const std::string& adapted) {
+    return test::run_process({"bash", (root() / "scripts/demo_check.sh").string(), (data / "prompts.txt").string(),
+                              (c / base).string(), (c / adapted).string()});
+  };
+  auto r = check("known", "right");
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("separation: the adapter learned 4 of 4 prompts"));
+  EXPECT_THAT(r.out, HasSubstr("a red square on a purple background"));
+  r = check("right", "right");
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("separation: NOT reached"));
+  r = check("known", "same");
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  r = check("known", "missing");
+  EXPECT_NE(r.exit_code, 0) << r.all();
 }
 
 }  // namespace
