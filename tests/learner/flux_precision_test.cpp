@@ -166,6 +166,7 @@ TEST(LearnerFluxPrecision, Bf16FirstLossNearFloat32TrainsAndIsDeterministic) {
   EXPECT_LT(b16.last_val, 0.95 * b16.first_val);
   EXPECT_EQ(b16.losses, again.losses);
   EXPECT_TRUE(b16.adapter_bytes == again.adapter_bytes) << "two bf16 runs with one seed wrote different adapters";
+}
 
 // model.storage = "fp8": the transformer's Linear weights are e4m3 codes with per-row float32
 // scales, frozen through training; 20 LoRA steps track the bf16-stored run. Stated tolerance:
