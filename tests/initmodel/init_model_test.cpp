@@ -194,7 +194,9 @@ TEST_F(InitModelDemo, AFullFineTuneMergesIntoAModelTheLoraStageTrainsAndSamplesS
   // (two islands and a syncer, as the demo runs it: the syncer's final cut is the adapter).
   r = train("demo.toml", dir() / "flux-base", "train.jsonl", dir() / "run", 4);
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  r = test::run_host({"export", "--checkpoint", (dir() / "run/syncer").string(), "--output-dir", (dir() / "adapter").string()});
+  r = test::run_host({"export", "--config", (root() / "configs/demo.toml").string(), "--set",
+                      "model.id=" + (dir() / "flux-base").string(), "--checkpoint", (dir() / "run/syncer").string(),
+                      "--output-dir", (dir() / "adapter").string()});
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const std::vector<std::string> sample = {"sample", "--model", (dir() / "flux-base").string(), "--diffusion-adapter", "flux",
                                            "--prompts", (dir() / "data/prompts.txt").string(), "--seed", "42", "--steps",
