@@ -69,7 +69,7 @@ if [ -f "$base_cache/model_index.json" ]; then
 else
   step "the base model: a full fine-tune of the random transformer on the blue and black set (cached for re-runs)"
   "$host" train --config "$root/configs/demo-base.toml" 2>&1 | tee "$out/base-train.txt" | grep -E "step [0-9]+/[0-9]+ .*(00|00/)|done:" || true
-  "$host" export --config "$root/configs/demo-base.toml" --checkpoint "$out/base-run" --output-dir "$out/base-export"
+  "$host" export --checkpoint "$out/base-run" --output-dir "$out/base-export"  # with the run's recorded config
   rm -rf "$base_cache.tmp"
   "$host" merge --model "$out/flux-random" --adapter-dir "$out/base-export" --output-dir "$base_cache.tmp"
   rm -rf "$base_cache"
