@@ -92,8 +92,40 @@ void save_plugin_artifact(pipeline::Pipeline& pipe, const artifacts::ExportReque
   fsync_directory(rq.output_dir);
 }
 
+// A full fine-tune of a denoiser (tuning.mode = full) in a plugin without its own files: every
+// trainable tensor is one of the component's parameters, written under its own name to
+// yeto_full_weights.safetensors next to the record; `merge` turns the directory into a model.
 int export_full_weights(const pipeline::Pipeline& pipe, const std::string& component,
-                        const std::vector<artifacts::CheckpointTensor>& values, json record, const std::string& output);
+                        const std::vector<artifacts::CheckpointTensor>& values, json record, const std::string& output) {
+  const std::string prefix = component + ".";
+  std::map<std::string, std::vector<std::int64_t>> params;
+  if (const auto* c = pipe.component(component))
+    for (const auto& [name, t] : plugin::component_parameters(*c)) params.emplace(name, t.sizes().vec());
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& t : values) {
+    const std::string name = t.name.rfind(prefix, 0) == 0 ? t.name.substr(prefix.size()) : "";
+    const auto it = params.find(name);
+    if (name.empty() || it == params.end() || it->second != t.shape)
+      throw Error("export: trainable tensor " + t.name + " is neither a LoRA weight nor a parameter of " + component +
+                      " with its shape; plugin '" + pipe.loaded_plugin().manifest.name +
+                      "' does not write its own files (capability artifacts), so this run cannot be exported",
+                  ExitCode::bad_input);
+    tensors.emplace_back(name, at::from_blob(const_cast<float*>(t.values.data()), t.shape, at::kFloat).clone());
+  }
+  if (fs::exists(output) && !fs::is_empty(output))
+    throw UsageError("--output-dir " + output + " exists and is not empty; choose a new directory");
+  fs::create_directories(output);
+  io::save_safetensors(fs::path(output) / artifacts::kFullWeightsFile, tensors, {{"format", "pt"}});
+  record.erase("lora");
+  record["format"] = artifacts::kRecordFormat;
+  record["version"] = artifacts::kRecordVersion;
+  record["full"] = {{"component", component}, {"file", artifacts::kFullWeightsFile}, {"tensors", tensors.size()}};
+  atomic_write(fs::path(output) / artifacts::kRecordFile, record.dump(2) + "\n");
+  std::cout << "exported " << tensors.size() << " fully trained tensors of " << component << " to " << output << ": "
+            << artifacts::kFullWeightsFile << ", " << artifacts::kRecordFile
+            << " (`yeto-host merge --adapter-dir " << output << "` writes the model)\n";
+  return 0;
+}
 
 int run_export(CommandContext& ctx) {
   const std::string checkpoint_arg = ctx.value("checkpoint");
@@ -175,7 +207,7 @@ int run_export(CommandContext& ctx) {
   // The checkpoint is read once, for the adapter files and the plugin's own (capability artifacts).
   auto values = artifacts::read_trainable_checkpoint(rq.checkpoint, rq.expected, rq.settings);
   if (!lora && !own_files) return export_full_weights(*pipe, component, values, record, output);
-  if (lora || !own_files) {
+  if (lora) {
     const artifacts::ExportReport r =
         own_files ? artifacts::export_adapter(rq, values) : artifacts::export_adapter(rq, std::move(values));
     std::vector<std::string> files = r.files;
@@ -200,41 +232,6 @@ int run_export(CommandContext& ctx) {
   std::cout << "exported " << rq.expected.size() << " trained tensors through plugin '"
             << pipe->loaded_plugin().manifest.name << "' to " << output << ": " << artifacts::kRecordFile << ", "
             << artifacts::kPluginArtifactDir << "/\n";
-  return 0;
-}
-
-// A full fine-tune of a denoiser (tuning.mode = full) in a plugin without its own files: every
-// trainable tensor is one of the component's parameters, written under its own name to
-// yeto_full_weights.safetensors next to the record; `merge` turns the directory into a model.
-int export_full_weights(const pipeline::Pipeline& pipe, const std::string& component,
-                        const std::vector<artifacts::CheckpointTensor>& values, json record, const std::string& output) {
-  const std::string prefix = component + ".";
-  std::map<std::string, std::vector<std::int64_t>> params;
-  if (const auto* c = pipe.component(component))
-    for (const auto& [name, t] : plugin::component_parameters(*c)) params.emplace(name, t.sizes().vec());
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& t : values) {
-    const std::string name = t.name.rfind(prefix, 0) == 0 ? t.name.substr(prefix.size()) : "";
-    const auto it = params.find(name);
-    if (name.empty() || it == params.end() || it->second != t.shape)
-      throw Error("export: trainable tensor " + t.name + " is neither a LoRA weight nor a parameter of " + component +
-                      " with its shape; plugin '" + pipe.loaded_plugin().manifest.name +
-                      "' does not write its own files (capability artifacts), so this run cannot be exported",
-                  ExitCode::bad_input);
-    tensors.emplace_back(name, at::from_blob(const_cast<float*>(t.values.data()), t.shape, at::kFloat).clone());
-  }
-  if (fs::exists(output) && !fs::is_empty(output))
-    throw UsageError("--output-dir " + output + " exists and is not empty; choose a new directory");
-  fs::create_directories(output);
-  io::save_safetensors(fs::path(output) / artifacts::kFullWeightsFile, tensors, {{"format", "pt"}});
-  record.erase("lora");
-  record["format"] = artifacts::kRecordFormat;
-  record["version"] = artifacts::kRecordVersion;
-  record["full"] = {{"component", component}, {"file", artifacts::kFullWeightsFile}, {"tensors", tensors.size()}};
-  atomic_write(fs::path(output) / artifacts::kRecordFile, record.dump(2) + "\n");
-  std::cout << "exported " << tensors.size() << " fully trained tensors of " << component << " to " << output << ": "
-            << artifacts::kFullWeightsFile << ", " << artifacts::kRecordFile
-            << " (`yeto-host merge --adapter-dir " << output << "` writes the model)\n";
   return 0;
 }
 
