@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <ctime>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -15,6 +14,7 @@
 #include "app/commands.hpp"
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "fleet/client.hpp"
@@ -37,15 +37,6 @@ std::string self_path() {
   const std::string deleted = " (deleted)";
   if (s.size() > deleted.size() && s.ends_with(deleted)) s.resize(s.size() - deleted.size());
   return s;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 fs::path local_path(const std::string& s, const fs::path& base) {
@@ -187,7 +178,7 @@ int launch_up(CommandContext& ctx) {
     } else {
       handle = f.name + "-" + c.role;
     }
-    rec.jobs.push_back({c.role, specs.count(c.role) ? specs[c.role] : "", manifests[c.role], handle, utc_now()});
+    rec.jobs.push_back({c.role, specs.count(c.role) ? specs[c.role] : "", manifests[c.role], handle, utc_timestamp()});
     fleet::write_record(f.run_dir, rec);
     std::cout << "submitted " << c.role << ": " << handle << "\n";
   }
