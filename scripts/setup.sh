@@ -13,6 +13,8 @@ packages=(
   libstb-dev libsodium-dev libsentencepiece-dev
   libgtest-dev libgmock-dev
   chromium  # report_test: a headless screenshot of the run report
+  slurm-wlm munge  # fleet_slurm_test: a single-node Slurm cluster the test starts itself
+  python3-yaml     # fleet_test: the SkyPilot and Kubernetes manifests parsed back
 )
 
 missing=()

@@ -26,6 +26,7 @@ void register_inspect_command(Registry& r);
 void register_check_parity_command(Registry& r);
 void register_syncer_command(Registry& r);
 void register_report_command(Registry& r);
+void register_launch_command(Registry& r);
 void register_learner_command(Registry& r);
 void register_plugins_command(Registry& r);
 void register_train_command(Registry& r);

@@ -18,6 +18,7 @@ Registry build_registry() {
   register_export_command(r);
   register_merge_command(r);
   register_report_command(r);
+  register_launch_command(r);
   return r;
 }
 

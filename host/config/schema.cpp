@@ -194,6 +194,25 @@ std::vector<KeyDef> build_schema() {
       I("log.max_file_mb", 16, "Rotate the log file at this size.").range(1, 65536),
       I("log.max_files", 3, "Rotated log files kept.").range(1, 1000),
       B("log.tensorboard", true, "Also write TensorBoard event files into the run directory."),
+
+      // [launch]
+      C("launch.engine", "slurm", {"slurm", "skypilot", "kubernetes"}, "`yeto-host launch`: the engine that runs the syncer and the islands (--engine)."),
+      L("launch.islands", {}, "`yeto-host launch`: one island per entry, cloud:[nodes x]<count>x<gpu>[@region] (e.g. aws:8xH100, gcp:2x8xA100-80GB@us-central1, slurm:4xcpu); --gpu entries replace the list."),
+      I("launch.syncer_port", 0, "Port the syncer job listens on; 0: any free port on Slurm (published to the islands through the run directory), 29400 on SkyPilot and Kubernetes.").range(0, 65535),
+      S("launch.syncer_host", "", "Slurm: the address islands use to reach the syncer's node; empty: the node's hostname."),
+      S("launch.host_bin", "", "yeto-host as the jobs find it; empty: this program's path on Slurm (a shared file system), `yeto-host` on the PATH elsewhere."),
+      S("launch.setup", "", "Shell lines every job runs before yeto-host (module load, environment)."),
+      S("launch.time_limit", "", "Slurm --time of every job; empty: the partition's default."),
+      S("launch.account", "", "Slurm --account; empty: the user's default."),
+      B("launch.spot", true, "SkyPilot: islands run as managed jobs on spot capacity and are recovered after a preemption (false: on-demand clusters). The syncer always runs on demand."),
+      I("launch.island_restarts", 3, "SkyPilot and Kubernetes: how many times the engine restarts an island job that failed (Slurm requeues preempted jobs itself).").range(0, 100),
+      F("launch.syncer_wait_s", 600.0, "Slurm: how long an island job waits for the syncer job to publish its address before it fails.").range(1.0, 86400.0),
+      S("launch.image", "", "Kubernetes: the container image holding yeto-host (required there)."),
+      S("launch.namespace", "default", "Kubernetes namespace of the run's objects."),
+      S("launch.queue", "", "Kubernetes: a Kueue LocalQueue; the Jobs get its queue-name label and start suspended until admitted."),
+      S("launch.volume_claim", "", "Kubernetes: a PersistentVolumeClaim holding data/ and model/ and the run directory, mounted at launch.mount."),
+      S("launch.mount", "/yeto", "SkyPilot and Kubernetes: where jobs see the config, data/, model/ and run/."),
+      S("launch.syncer_cloud", "", "SkyPilot: infra of the syncer task (e.g. aws/us-east-1); empty: wherever SkyPilot finds capacity."),
   };
   return s;
 }
@@ -214,6 +233,7 @@ const std::vector<SectionDef>& sections() {
       {"diffusion", "Seed, objective, timestep sampling and loss weighting."},
       {"sync", "Decoupled DiLoCo synchronisation across islands."},
       {"log", "Console and file logging, metrics sinks."},
+      {"launch", "Handing the syncer and the islands to Slurm, SkyPilot or Kubernetes (`yeto-host launch`, docs/FLEET.md)."},
   };
   return s;
 }

@@ -1,13 +1,12 @@
 #include "io/provenance.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <mutex>
 #include <tuple>
 
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/sha256.hpp"
 #include "core/version.hpp"
@@ -21,15 +20,6 @@ namespace {
 bool is_weight_file(const fs::path& p) {
   const std::string e = p.extension().string();
   return e == ".safetensors" || e == ".bin" || e == ".pt" || e == ".pth" || e == ".ckpt" || e == ".gguf";
-}
-
-std::string now_utc() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -68,7 +58,7 @@ Provenance::Provenance() {
   const BuildInfo& b = build_info();
   host_ = {{"version", b.version},       {"git_commit", b.git_commit}, {"build_type", b.build_type},
            {"compiler", b.compiler},     {"torch_version", b.torch_version}, {"cuda", b.cuda}};
-  created_ = now_utc();
+  created_ = utc_timestamp();
 }
 
 void Provenance::set_config(const config::Config& cfg) { config_hash_ = cfg.hash(); }

@@ -668,4 +668,6 @@ int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
   return r.exit_code();
 }
 
+fs::path ensure_run_secret(const fs::path& run_dir) { return ensure_secret(run_dir); }
+
 }  // namespace yeto::sync

@@ -94,6 +94,10 @@ struct LaunchResult {
   int exit_code() const;
 };
 
+// RUN_DIR/run.secret: 32 random bytes as hex, written with mode 0600 from its first byte;
+// an existing one is kept (a resumed run). Returns its path.
+std::filesystem::path ensure_run_secret(const std::filesystem::path& run_dir);
+
 // Runs the syncer and the islands to completion. Throws yeto::Error when the syncer does not
 // come up.
 LaunchResult run_islands(const IslandLaunch& launch);

@@ -1,6 +1,9 @@
 // Drives the built yeto-host as a user would: exit codes, help, errors, config printing.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "support/process.hpp"
@@ -27,7 +30,7 @@ TEST(Cli, ProgramHelpExitsZeroAndDocumentsEveryFlag) {
 
 TEST(Cli, EveryCommandHasHelpExitingZero) {
   for (const char* cmd : {"train", "syncer", "learner", "export", "merge", "sample", "cache", "data", "plugins",
-                          "init-model", "inspect", "check-parity", "report", "version", "config"}) {
+                          "init-model", "inspect", "check-parity", "report", "version", "config", "launch"}) {
     const auto r = run_host({cmd, "--help"});
     EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.err;
     EXPECT_TRUE(contains(r.out, std::string("Usage: yeto-host ") + cmd)) << cmd << ": " << r.out;
@@ -157,4 +160,35 @@ TEST(Cli, InspectReadsPythonStyleNonFiniteConfigValues) {
   const auto r = run_host({"inspect", std::string(YETO_TEST_FIXTURES) + "/repos/pixart-tiny"});
   EXPECT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(contains(r.out, "scheduler: DPMSolverMultistepScheduler [diffusers]  implemented")) << r.out;
+}
+
+// `launch` where the engine's client is not installed: the manifests are written and the exact
+// commands printed; a bad island entry is a usage error naming the bad part.
+TEST(Cli, LaunchWithoutTheEngineClientWritesTheManifestsAndPrintsTheCommands) {
+  TempDir dir;
+  const auto run = dir / "run";
+  const std::map<std::string, std::string> env{{"PATH", "/nonexistent"}};
+  const auto r = run_host({"launch", "up", "--engine", "skypilot", "--gpu", "aws:8xH100@us-east-1", "--gpu", "gcp:2x8xL4",
+                           "--output", run.string(), "--set", "run.name=Ada Run"},
+                          "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(contains(r.out, "sky is not on PATH here")) << r.out;
+  EXPECT_TRUE(contains(r.out, "export YETO_RUN_SECRET=\"$(cat " + (run / "run.secret").string() +
+                                  ")\"; export YETO_SYNCER=\"$(sky status --ip yeto-ada-run-syncer):29400\"; sky jobs launch "
+                                  "--yes --name yeto-ada-run-island-1 --env YETO_SYNCER --secret YETO_RUN_SECRET"))
+      << r.out;
+  EXPECT_TRUE(std::filesystem::exists(run / "launch" / "skypilot" / "island-1.yaml"));
+  EXPECT_FALSE(std::filesystem::exists(run / "launch" / "fleet.json"));  // nothing was submitted
+  const auto k = run_host({"launch", "plan", "--engine", "kubernetes", "--gpu", "k8s:8xH100", "--output", run.string()});
+  EXPECT_EQ(k.exit_code, 2) << k.all();
+  EXPECT_TRUE(contains(k.err, "launch.image")) << k.err;
+  const auto bad = run_host({"launch", "plan", "--gpu", "aws:8H100", "--output", run.string()});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "--gpu 'aws:8H100': no '<count>x' before the accelerator name")) << bad.err;
+  const auto none = run_host({"launch", "status", "--output", (dir / "other").string()});
+  EXPECT_EQ(none.exit_code, 31) << none.all();
+  EXPECT_TRUE(contains(none.err, "no fleet launched from this run directory")) << none.err;
+  const auto sub = run_host({"launch", "stat", "--output", run.string()});
+  EXPECT_EQ(sub.exit_code, 2);
+  EXPECT_TRUE(contains(sub.err, "status")) << sub.err;
 }

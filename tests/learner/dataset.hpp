@@ -55,4 +55,22 @@ inline void write_dataset(const std::filesystem::path& dir, int rows, const std:
   atomic_write(dir / "train.jsonl", manifest);
 }
 
+#ifdef YETO_TEST_FIXTURES
+// A run config training the tiny Flux repository (tests/fixtures/repos/flux-tiny) on the
+// dataset above (DIR/data/train.jsonl, 32 x 32) as islands of a DiLoCo run: 2 fragments,
+// 2 inner steps, quorum 2, short timeouts. `sync_extra` adds [sync] lines; `tail` adds sections.
+inline std::string tiny_flux_islands_toml(int steps, const std::string& sync_extra = "", const std::string& tail = "") {
+  const std::filesystem::path repo = std::filesystem::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
+  return "[run]\nthreads = 1\n"
+         "[model]\nid = \"" + repo.string() + "\"\nadapter = \"flux\"\nprecision = \"fp32\"\n"
+         "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
+         "[lora]\nr = 4\nalpha = 4.0\n"
+         "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
+         "[optimizer]\nlearning_rate = 0.002\nweight_decay = 0.0\nwarmup_steps = 1\n"
+         "[diffusion]\nseed = 5\n"
+         "[sync]\nfragments = 2\ninner_steps = 2\nquorum = 2\nheartbeat_s = 0.2\nlearner_timeout_s = 3\n"
+         "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n" + sync_extra + tail;
+}
+#endif
+
 }  // namespace yeto::learner::test

@@ -24,16 +24,7 @@ using json = nlohmann::json;
 namespace {
 
 std::string run_toml(int steps, const std::string& sync_extra = "") {
-  const fs::path repo = fs::path(YETO_TEST_FIXTURES) / "repos/flux-tiny";
-  return "[run]\nthreads = 1\n"
-         "[model]\nid = \"" + repo.string() + "\"\nadapter = \"flux\"\nprecision = \"fp32\"\n"
-         "[data]\npath = \"data/train.jsonl\"\nheight = 32\nwidth = 32\nworkers = 1\n"
-         "[lora]\nr = 4\nalpha = 4.0\n"
-         "[train]\nmax_steps = " + std::to_string(steps) + "\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
-         "[optimizer]\nlearning_rate = 0.002\nweight_decay = 0.0\nwarmup_steps = 1\n"
-         "[diffusion]\nseed = 5\n"
-         "[sync]\nfragments = 2\ninner_steps = 2\nquorum = 2\nheartbeat_s = 0.2\nlearner_timeout_s = 3\n"
-         "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n" + sync_extra;
+  return yeto::learner::test::tiny_flux_islands_toml(steps, sync_extra);
 }
 
 // The float32 tensors of a safetensors file, concatenated in sorted-name (canonical) order.
