@@ -496,6 +496,70 @@ void run_plugin_lora(const CaseContext& ctx, CaseResult& result) {
                 ExitCode::bad_input);
 }
 
+// ---- recorded cases a plugin computes ------------------------------------------------------
+// A case whose class a plugin registers but whose calls no host handler interprets (a family's
+// own scheduler or decoder with its pipeline loop): the component is built from the case's
+// config (scheduler_config.json for a scheduler case when present, else config.json, else {})
+// with the case directory as its folder, and loaded with the case's `model_files` safetensors;
+// its forward gets every tensor of inputs.safetensors by name, the tensors of the other
+// safetensors files the case lists under `files` as "<file>/<name>", and the options
+// {"recorded_case": case.json}. It returns outputs named as the case's compare keys, and each
+// key is compared (a key it did not return is a failed comparison).
+bool plugin_computes_case(const CaseContext& ctx, CaseResult& result) {
+  const json& c = ctx.case_json();
+  const std::string cls = ctx.class_name();
+  const std::string name = plugin_for_class(cls);
+  if (name.empty()) return false;
+  auto& pc = plugin_classes(name);
+  if (!pc.registry->has(cls)) return false;
+  std::string config = "{}";
+  const bool scheduler = ctx.kind() == "scheduler" && fs::exists(ctx.dir() / "scheduler_config.json");
+  if (scheduler)
+    config = read_file(ctx.dir() / "scheduler_config.json");
+  else if (fs::exists(ctx.dir() / "config.json"))
+    config = read_file(ctx.dir() / "config.json");
+  ComponentPtr comp(pc.registry->create(cls, config, ctx.dir().string()));
+  std::set<std::string> weight_files;
+  plugin::NamedTensors weights;
+  for (const auto& file : c.value("model_files", json::array())) {
+    const std::string f = file.get<std::string>();
+    if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors") continue;
+    weight_files.insert(f);
+    for (auto& [n, t] : io::load_safetensors(ctx.dir() / f)) weights.emplace_back(n, t);
+  }
+  if (!weights.empty()) plugin::component_load_weights(*comp, weights);
+  plugin::NamedTensors inputs;
+  for (const auto& [n, t] : ctx.inputs()) inputs.emplace_back(n, t);
+  for (const auto& file : c.value("files", json::array())) {
+    const std::string f = file.get<std::string>();
+    if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors" || f == "inputs.safetensors" ||
+        f == "expected.safetensors" || weight_files.count(f))
+      continue;
+    for (auto& [n, t] : io::load_safetensors(ctx.dir() / f)) inputs.emplace_back(f + "/" + n, t);
+  }
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> got;
+  for (auto& [n, t] : plugin::component_forward(*comp, inputs, json{{"recorded_case", c}}.dump())) got[n] = t;
+  for (const auto& key : ctx.compare_keys()) {
+    const auto it = got.find(key);
+    if (it == got.end()) {
+      Comparison cmp;
+      cmp.name = key;
+      cmp.note = cls + " (plugin '" + name + "') returned no '" + key + "'";
+      result.comparisons.push_back(cmp);
+      continue;
+    }
+    ctx.compare(key, it->second, result);
+  }
+  return true;
+}
+
+// A scheduler case of a class the host does not implement: computed by the plugin that serves it.
+void run_plugin_scheduler(const CaseContext& ctx, CaseResult& result) {
+  if (!plugin_computes_case(ctx, result))
+    mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
+}
+
 // ---- autoencoder classes served by a plugin (video VAEs) -----------------------------------
 // The same case layout as the host's AutoencoderKL cases: calls `model.encode(x)` (outputs
 // `...mean`, `...std`, `...logvar`) and `model.decode(z)` (the sample), through the
@@ -506,7 +570,8 @@ void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
   const auto comp = plugin_component_of_case(ctx, result);
   if (!comp) return;
   if (!plugin::component_vae(*comp)) {
-    mark_unsupported(result, unsupported_class_message(cls) + " (its plugin's component offers no VAE service)");
+    // A decoder with calls of its own (e.g. latents -> a volume): computed by the plugin.
+    plugin_computes_case(ctx, result);
     return;
   }
   at::NoGradGuard no_grad;
@@ -636,6 +701,8 @@ void register_plugin_parity_kinds() {
   // Every autoencoder class the host does not implement: the plugin that serves it, through
   // its component's VAE service.
   register_class("autoencoder", parity::kAnyClass, run_plugin_autoencoder);
+  // Every scheduler class the host does not implement: computed by the plugin that serves it.
+  register_class("scheduler", parity::kAnyClass, run_plugin_scheduler);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 

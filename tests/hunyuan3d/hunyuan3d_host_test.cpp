@@ -1,6 +1,7 @@
 // The hunyuan3d plugin through yeto-host: built, signed and verifiable, and the hy3dshape-recorded
-// DiT case through check-parity (eval and train-mode forward, loss, every parameter's gradient
-// including the MoE gates' auxiliary-loss part, the aux losses, the flow-matching objective).
+// cases through check-parity: the DiT (eval and train-mode forward, loss, every parameter's
+// gradient including the MoE gates' auxiliary-loss part, the aux losses, the flow-matching
+// objective) and the sampler (tables, the guided loop, the pipeline loop).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -56,4 +57,8 @@ TEST(Hunyuan3DHost, PluginIsBuiltSignedAndVerifies) {
   EXPECT_EQ(manifest.at("aliases"), nlohmann::json::array({"hunyuan3d-21"})) << manifest.dump();
 }
 
-TEST(Hunyuan3DHost, CheckParityPassesTheDitCase) { expect_cases_pass({"hunyuan3d-dit"}); }
+TEST(Hunyuan3DHost, CheckParityPassesTheDitAndSamplerCases) {
+  // The sampler case: hy3dshape's scheduler tables, the pipeline's schedules (the dt = 0 last
+  // step), the guided Euler loop and the whole pipeline loop with the tiny DiT.
+  expect_cases_pass({"hunyuan3d-dit", "hunyuan3d-sampler"});
+}
