@@ -18,6 +18,7 @@
 
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_sampler.hpp"
+#include "hunyuan3d_shapevae.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/sampling.hpp"
 
@@ -29,6 +30,8 @@ using sdk::NamedTensors;
 
 constexpr const char* kDiT = "HunYuanDiTPlain";
 constexpr const char* kDiTModule = "hy3dshape.models.denoisers.hunyuandit.HunYuanDiTPlain";
+constexpr const char* kShapeVAE = "ShapeVAE";
+constexpr const char* kShapeVAEModule = "hy3dshape.models.autoencoders.model.ShapeVAE";
 constexpr const char* kScheduler = "hy3dshape.schedulers.FlowMatchEulerDiscreteScheduler";
 
 const at::Tensor* find(const NamedTensors& in, const std::string& name) {
@@ -71,6 +74,71 @@ class DiTComponent : public family::ModelComponent<HunYuanDiTPlain, DiTConfig> {
     for (const auto& [gate, loss] : model_->moe_aux_losses()) out.emplace_back("moe_aux_loss." + gate, loss);
     model_->train(was_training);
     return out;
+  }
+};
+
+double number_in(const std::string& python, const std::string& pattern, const std::string& what) {
+  std::smatch m;
+  if (!std::regex_search(python, m, std::regex(pattern)))
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "recorded case: the call `" + python + "` does not give " + what);
+  return std::stod(m[1]);
+}
+
+// The ShapeVAE's decode path. Its forward takes `latents` [B, N, embed_dim] as the sampler returns
+// them and options {"bounds" (1.01), "octree_resolution" (256), "num_chunks" (8000)} or
+// {"recorded_case": case.json} (the values of its volume_decoder call); it returns
+// `latents_scaled` (latents / scale_factor), `decoded_latents`, `query_points` and `grid_logits`
+// [B, R + 1, R + 1, R + 1] (the occupancy logits; the surface is their 0 level set).
+class ShapeVAEComponent : public family::ModelComponent<ShapeVAEDecoder, ShapeVAEConfig> {
+ public:
+  ShapeVAEComponent(const std::string& config_json, const std::string& dir)
+      : ModelComponent(config_json, dir,
+                       {kShapeVAE, "is this the `vae` state dict of a Hunyuan3D-2.1 shape checkpoint of this configuration?",
+                        /*with_buffers=*/false}) {}
+
+  // A full checkpoint also holds the point-cloud encoder (encoder.*, pre_kl.*), which decoding
+  // does not use: those tensors are skipped.
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    NamedTensors kept;
+    for (const auto& [n, t] : weights)
+      if (n.rfind("encoder.", 0) != 0 && n.rfind("pre_kl.", 0) != 0) kept.emplace_back(n, t);
+    ModelComponent::load_weights(kept, strict);
+  }
+
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    double bounds = 1.01;
+    std::int64_t resolution = 256, chunks = 8000;
+    const json o = options.empty() ? json::object() : family::parse_json(options, "ShapeVAE forward options");
+    if (o.contains("recorded_case")) {
+      const json calls = o["recorded_case"].value("calls", json::array());
+      for (const auto& call : calls) {
+        const std::string python = call.value("python", std::string());
+        if (python.find("volume_decoder(") == std::string::npos) continue;
+        bounds = number_in(python, R"(bounds=([0-9.]+))", "bounds");
+        resolution = static_cast<std::int64_t>(number_in(python, R"(octree_resolution=([0-9]+))", "octree_resolution"));
+        chunks = static_cast<std::int64_t>(number_in(python, R"(num_chunks=([0-9]+))", "num_chunks"));
+      }
+    } else {
+      try {
+        const family::ConfigReader r(o, "ShapeVAE forward options");
+        bounds = r.number("bounds", bounds);
+        resolution = r.integer("octree_resolution", resolution);
+        chunks = r.integer("num_chunks", chunks);
+      } catch (const std::invalid_argument& e) {
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+      }
+    }
+    at::NoGradGuard no_grad;
+    try {
+      const auto scaled = (1.0 / model_->config().scale_factor) * sdk::get(in, "latents");
+      const auto decoded = model_->decode(scaled);
+      return {{"latents_scaled", scaled},
+              {"decoded_latents", decoded},
+              {"query_points", dense_grid_points(bounds, resolution)},
+              {"grid_logits", model_->grid_logits(decoded, bounds, resolution, chunks)}};
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
   }
 };
 
@@ -128,13 +196,6 @@ class SchedulerComponent : public sdk::Component {
     }
   }
 
-  static double number_in(const std::string& python, const std::string& pattern, const std::string& what) {
-    std::smatch m;
-    if (!std::regex_search(python, m, std::regex(pattern)))
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "recorded case: the call `" + python + "` does not give " + what);
-    return std::stod(m[1]);
-  }
-
   // Euler steps with guidance over the recorded raw model outputs loop.model_output.<i>.
   void run_loop(const json& call, const NamedTensors& in, family::Trace& record) {
     const auto steps = call.value("num_inference_steps", std::int64_t{0});
@@ -190,6 +251,8 @@ class Hunyuan3DPlugin : public sdk::Plugin {
     registry.add<DiTComponent>(kDiT);
     registry.add<DiTComponent>(kDiTModule);
     registry.add<SchedulerComponent>(kScheduler);
+    registry.add<ShapeVAEComponent>(kShapeVAE);
+    registry.add<ShapeVAEComponent>(kShapeVAEModule);
   }
 };
 

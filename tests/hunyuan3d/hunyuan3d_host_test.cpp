@@ -1,7 +1,8 @@
 // The hunyuan3d plugin through yeto-host: built, signed and verifiable, and the hy3dshape-recorded
 // cases through check-parity: the DiT (eval and train-mode forward, loss, every parameter's
 // gradient including the MoE gates' auxiliary-loss part, the aux losses, the flow-matching
-// objective) and the sampler (tables, the guided loop, the pipeline loop).
+// objective), the sampler (tables, the guided loop, the pipeline loop) and the ShapeVAE decode to
+// an occupancy grid.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -57,8 +58,10 @@ TEST(Hunyuan3DHost, PluginIsBuiltSignedAndVerifies) {
   EXPECT_EQ(manifest.at("aliases"), nlohmann::json::array({"hunyuan3d-21"})) << manifest.dump();
 }
 
-TEST(Hunyuan3DHost, CheckParityPassesTheDitAndSamplerCases) {
+TEST(Hunyuan3DHost, CheckParityPassesEveryHunyuan3DCase) {
   // The sampler case: hy3dshape's scheduler tables, the pipeline's schedules (the dt = 0 last
-  // step), the guided Euler loop and the whole pipeline loop with the tiny DiT.
-  expect_cases_pass({"hunyuan3d-dit", "hunyuan3d-sampler"});
+  // step), the guided Euler loop and the whole pipeline loop with the tiny DiT. The ShapeVAE
+  // case: latents / scale_factor, the decoder transformer and the occupancy logits on the
+  // VanillaVolumeDecoder grid (loaded from a state dict that also holds the unused encoder).
+  expect_cases_pass({"hunyuan3d-dit", "hunyuan3d-sampler", "hunyuan3d-shapevae-decode"});
 }

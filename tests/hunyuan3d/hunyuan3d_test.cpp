@@ -13,6 +13,7 @@
 
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_family.hpp"
+#include "hunyuan3d_shapevae.hpp"
 #include "io/tensors.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/state_dict.hpp"
@@ -166,4 +167,22 @@ TEST(HunYuanDiTPlain, RefusesBadConfigsAndInputsNamingTheKey) {
   EXPECT_THROW(model->forward(in.in.at("x"), in.in.at("t"), in.in.at("contexts.main").narrow(2, 0, 8)),
                std::invalid_argument);
   EXPECT_THROW(model->forward(in.in.at("x"), at::zeros({3}), in.in.at("contexts.main")), std::invalid_argument);
+}
+
+TEST(ShapeVAE, DenseGridIsIjWithZFastestAndConfigErrorsNameTheKey) {
+  const auto p = h3d::dense_grid_points(1.0, 2);  // 3 points per axis: -1, 0, 1
+  ASSERT_EQ(p.sizes(), (std::vector<int64_t>{27, 3}));
+  EXPECT_TRUE(at::equal(p[0], at::tensor({-1.f, -1.f, -1.f})));
+  EXPECT_TRUE(at::equal(p[1], at::tensor({-1.f, -1.f, 0.f})));   // z fastest
+  EXPECT_TRUE(at::equal(p[3], at::tensor({-1.f, 0.f, -1.f})));   // then y
+  EXPECT_TRUE(at::equal(p[9], at::tensor({0.f, -1.f, -1.f})));   // x slowest
+  EXPECT_THROW(h3d::dense_grid_points(1.0, 0), std::invalid_argument);
+  auto j = read_json(fs::path(YETO_TEST_FIXTURES) / "parity" / "hunyuan3d-shapevae-decode" / "config.json");
+  j["geo_decoder_downsample_ratio"] = 2;
+  try {
+    h3d::ShapeVAEConfig::from_json(j);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("geo_decoder_downsample_ratio"), std::string::npos) << e.what();
+  }
 }
