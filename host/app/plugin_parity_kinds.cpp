@@ -40,6 +40,17 @@ using parity::set_pipeline_helper_provider;
 using parity::Tolerance;
 using parity::unsupported_class_message;
 
+// The check-parity command's plugin settings (plugins.*), for every plugin loaded here.
+std::vector<config::Override>& plugin_settings() {
+  static std::vector<config::Override> settings;
+  return settings;
+}
+
+std::vector<config::Override> with_plugin_settings(std::vector<config::Override> overrides) {
+  overrides.insert(overrides.end(), plugin_settings().begin(), plugin_settings().end());
+  return overrides;
+}
+
 json request_from_arguments(const json& call, const std::string& where) {
   if (!call.is_object() || !call.contains("arguments") || !call["arguments"].is_object())
     throw Error(where + ": 'call.arguments' must be an object (prompt, seed, num_inference_steps, ...)",
@@ -106,9 +117,9 @@ void run_pipeline_end_to_end(const CaseContext& ctx, CaseResult& result) {
     throw Error(where + ": repository " + repo.string() + " does not exist", ExitCode::not_found);
   const json request = request_from_arguments(c.value("call", json()), where);
 
-  std::vector<config::Override> base = {{"model.id", repo.string(), "case.json repository"},
-                                        {"model.precision", "fp32", "check-parity"},
-                                        {"run.device", "cpu", "check-parity"}};
+  std::vector<config::Override> base = with_plugin_settings({{"model.id", repo.string(), "case.json repository"},
+                                                             {"model.precision", "fp32", "check-parity"},
+                                                             {"run.device", "cpu", "check-parity"}});
   std::string adapter = c.value("plugin", std::string());
   if (adapter.empty()) adapter = adapter_for(repo);
   if (!adapter.empty()) base.push_back({"model.adapter", adapter, "check-parity"});
@@ -195,8 +206,8 @@ void run_pipeline_end_to_end(const CaseContext& ctx, CaseResult& result) {
 // ---- model: one plugin component class --------------------------------------------------
 
 config::Config parity_config() {
-  return config::Config::resolve(std::nullopt, {{"model.precision", "fp32", "check-parity"},
-                                                {"run.device", "cpu", "check-parity"}});
+  return config::Config::resolve(std::nullopt, with_plugin_settings({{"model.precision", "fp32", "check-parity"},
+                                                                     {"run.device", "cpu", "check-parity"}}));
 }
 
 // A plugin instance and its component classes, once per plugin and process.
@@ -687,6 +698,15 @@ std::string plugin_for_class(const std::string& class_name) {
   const config::Config cfg = parity_config();
   const auto options = plugin::LoaderOptions::from_config(cfg, plugin::LoaderOptions::default_install_roots());
   return plugin::plugin_serving(plugin::Catalog::scan(options.dirs), options, class_name);
+}
+
+void set_parity_plugin_settings(const config::Config& cfg) {
+  auto& s = plugin_settings();
+  s.clear();
+  for (const char* key : {"plugins.dirs", "plugins.trusted_keys", "plugins.revoked_keys", "plugins.accept_licenses"})
+    s.push_back({key, json(cfg.get_list(key)).dump(), "check-parity configuration"});
+  s.push_back({"plugins.allow_unsigned", cfg.get_bool("plugins.allow_unsigned") ? "true" : "false",
+               "check-parity configuration"});
 }
 
 std::string pipeline_request_for_case(const std::string& case_json_text) {
