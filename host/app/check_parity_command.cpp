@@ -10,6 +10,7 @@
 
 #include "app/commands.hpp"
 #include "app/parity_kinds.hpp"
+#include "app/plugin_parity_kinds.hpp"
 #include "core/error.hpp"
 #include "parity/parity.hpp"
 
@@ -65,6 +66,9 @@ nlohmann::json to_json(const CaseResult& r) {
 
 int run_check_parity(CommandContext& ctx) {
   register_all_parity_kinds();
+  // Plugins load with the command's plugin settings: one whose licence must be acknowledged only
+  // when plugins.accept_licenses lists it.
+  set_parity_plugin_settings(ctx.config());
   const bool json = ctx.has("json");
   const bool failures_only = ctx.has("failures-only");
   const std::vector<fs::path> dirs = expand(ctx.positionals());
@@ -136,12 +140,14 @@ void register_check_parity_command(Registry& r) {
       "case's `compare` table: PASS when |actual - expected| <= atol + rtol * |expected| everywhere "
       "(integer outputs exactly). A directory without case.json runs every case directory under it.\n\n"
       "Exit status: 0 when every case passes, 40 when any output is out of tolerance or a case fails to "
-      "run, 3 when a case's kind or class has no implementation in this build.";
+      "run, 3 when a case's kind or class has no implementation in this build. A plugin whose licence must be "
+      "acknowledged is used only when plugins.accept_licenses lists it; plugins.* come from --config / --set.";
   c.positionals = "CASE_DIR...";
   c.min_positionals = 1;
   c.max_positionals = -1;
   c.options = {{"json", "", "print the results as JSON", false, 0},
                {"failures-only", "", "list only the outputs that fail", false, 0}};
+  c.run_config = true;  // plugins.* (--set or --config)
   c.run = run_check_parity;
   r.add(std::move(c));
 }

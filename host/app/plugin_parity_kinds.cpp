@@ -40,6 +40,17 @@ using parity::set_pipeline_helper_provider;
 using parity::Tolerance;
 using parity::unsupported_class_message;
 
+// The check-parity command's plugin settings (plugins.*), for every plugin loaded here.
+std::vector<config::Override>& plugin_settings() {
+  static std::vector<config::Override> settings;
+  return settings;
+}
+
+std::vector<config::Override> with_plugin_settings(std::vector<config::Override> overrides) {
+  overrides.insert(overrides.end(), plugin_settings().begin(), plugin_settings().end());
+  return overrides;
+}
+
 json request_from_arguments(const json& call, const std::string& where) {
   if (!call.is_object() || !call.contains("arguments") || !call["arguments"].is_object())
     throw Error(where + ": 'call.arguments' must be an object (prompt, seed, num_inference_steps, ...)",
@@ -106,9 +117,9 @@ void run_pipeline_end_to_end(const CaseContext& ctx, CaseResult& result) {
     throw Error(where + ": repository " + repo.string() + " does not exist", ExitCode::not_found);
   const json request = request_from_arguments(c.value("call", json()), where);
 
-  std::vector<config::Override> base = {{"model.id", repo.string(), "case.json repository"},
-                                        {"model.precision", "fp32", "check-parity"},
-                                        {"run.device", "cpu", "check-parity"}};
+  std::vector<config::Override> base = with_plugin_settings({{"model.id", repo.string(), "case.json repository"},
+                                                             {"model.precision", "fp32", "check-parity"},
+                                                             {"run.device", "cpu", "check-parity"}});
   std::string adapter = c.value("plugin", std::string());
   if (adapter.empty()) adapter = adapter_for(repo);
   if (!adapter.empty()) base.push_back({"model.adapter", adapter, "check-parity"});
@@ -195,8 +206,8 @@ void run_pipeline_end_to_end(const CaseContext& ctx, CaseResult& result) {
 // ---- model: one plugin component class --------------------------------------------------
 
 config::Config parity_config() {
-  return config::Config::resolve(std::nullopt, {{"model.precision", "fp32", "check-parity"},
-                                                {"run.device", "cpu", "check-parity"}});
+  return config::Config::resolve(std::nullopt, with_plugin_settings({{"model.precision", "fp32", "check-parity"},
+                                                                     {"run.device", "cpu", "check-parity"}}));
 }
 
 // A plugin instance and its component classes, once per plugin and process.
@@ -273,11 +284,134 @@ struct RecordedCall {
   }
   // The component's "sample" output for these arguments.
   at::Tensor sample(const yeto_component_v1& comp, const std::string& cls) const {
-    for (const auto& [n, t] : plugin::component_forward(comp, inputs, options))
-      if (n == "sample") return t;
-    throw Error(cls + " forward returned no 'sample'", ExitCode::failure);
+    return sample_of(outputs(comp, inputs, options), cls);
+  }
+  // Every output of the component for `args`, with `opts` as its options.
+  static std::map<std::string, at::Tensor> outputs(const yeto_component_v1& comp, const plugin::NamedTensors& args,
+                                                   const std::string& opts) {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& [n, t] : plugin::component_forward(comp, args, opts)) out.emplace(n, t);
+    return out;
+  }
+  static at::Tensor sample_of(const std::map<std::string, at::Tensor>& out, const std::string& cls) {
+    const auto it = out.find("sample");
+    if (it == out.end()) throw Error(cls + " forward returned no 'sample'", ExitCode::failure);
+    return it->second;
+  }
+  // The options with "train": true: the component runs the call in training mode.
+  std::string train_options() const {
+    json o = json::parse(options);
+    o["train"] = true;
+    return o.dump();
   }
 };
+
+// Gradients of the listed parameters (case.json {grad_key: parameter name}), compared.
+void compare_gradients(const CaseContext& ctx, const json& grad_keys, const plugin::NamedTensors& params,
+                       CaseResult& result) {
+  for (const auto& [grad_key, param] : grad_keys.items()) {
+    at::Tensor grad;
+    for (const auto& [n, p] : params)
+      if (n == param.get<std::string>()) grad = p.grad();
+    if (!grad.defined()) {
+      Comparison cmp;
+      cmp.name = grad_key;
+      cmp.note = "no gradient for parameter '" + param.get<std::string>() + "'";
+      result.comparisons.push_back(cmp);
+      continue;
+    }
+    ctx.compare(grad_key, grad, result);
+  }
+}
+
+// The positional argument names of the recorded call `out = model(a, b, key=...)`, in order.
+std::vector<std::string> positional_arguments(const std::string& python) {
+  std::vector<std::string> names;
+  const auto open = python.find('(');
+  const auto close = python.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return names;
+  std::string cur;
+  int depth = 0;
+  auto flush = [&] {
+    cur.erase(0, cur.find_first_not_of(' '));
+    cur.erase(cur.find_last_not_of(' ') + 1);
+    if (!cur.empty() && cur.find('=') == std::string::npos) names.push_back(cur);
+    cur.clear();
+  };
+  for (std::size_t i = open + 1; i < close; ++i) {
+    const char ch = python[i];
+    if (ch == '(' || ch == '[' || ch == '{') ++depth;
+    if (ch == ')' || ch == ']' || ch == '}') --depth;
+    if (ch == ',' && depth == 0) {
+      flush();
+      continue;
+    }
+    cur += ch;
+  }
+  flush();
+  return names;
+}
+
+// The flow-matching training objective of a `model` case (case.json `flow_matching`), for the
+// linear path with a velocity target (t = 0 noise, t = 1 data): from the recorded data fm.x1,
+// noise fm.x0 and times fm.t, xt = t x1 + (1 - t) x0 and ut = x1 - x0; the model is called as
+// recorded with xt and t in place of its first two positional arguments (in training mode when
+// `flow_matching.mode` says model.train()); loss_per_sample = mean over the non-batch axes of
+// (output - ut)^2, loss = its mean; then the gradients `flow_matching.grad_keys`.
+void run_flow_matching(const CaseContext& ctx, const yeto_component_v1& comp, const RecordedCall& call,
+                       const plugin::NamedTensors& params, CaseResult& result) {
+  const json& c = ctx.case_json();
+  const json& fm = c.at("flow_matching");
+  const std::string where = where_of(ctx) + " flow_matching";
+  const std::string source = fm.value("source", std::string());
+  if (source.find("path_type='Linear'") == std::string::npos ||
+      source.find("prediction='velocity'") == std::string::npos)
+    throw Error(where + ": only the linear path with a velocity target (create_transport(path_type='Linear', "
+                "prediction='velocity')) is implemented; 'source' says: " + source,
+                ExitCode::bad_input);
+  const auto args = positional_arguments(c.at("call").value("python", std::string()));
+  if (args.size() < 2)
+    throw Error(where + ": call.python must pass the sample and the time as the first two positional arguments",
+                ExitCode::bad_input);
+  const at::Tensor x1 = ctx.input("fm.x1"), x0 = ctx.input("fm.x0"), t = ctx.input("fm.t");
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(x1.dim()), 1);
+  shape[0] = t.numel();
+  const at::Tensor tb = t.reshape(shape).to(x1.scalar_type());
+  const at::Tensor xt = tb * x1 + (1 - tb) * x0;
+  const at::Tensor ut = x1 - x0;
+  ctx.compare("fm.xt", xt, result);
+  ctx.compare("fm.ut", ut, result);
+
+  plugin::NamedTensors inputs = call.inputs;
+  bool have_x = false, have_t = false;
+  for (auto& [n, v] : inputs) {
+    if (n == args[0]) {
+      v = xt;
+      have_x = true;
+    } else if (n == args[1]) {
+      v = t;
+      have_t = true;
+    }
+  }
+  if (!have_x || !have_t)
+    throw Error(where + ": the call's arguments '" + args[0] + "' and '" + args[1] + "' are not tensor_args",
+                ExitCode::bad_input);
+  for (auto& [n, p] : params) p.mutable_grad() = at::Tensor();
+  const bool train = fm.value("mode", std::string()).rfind("model.train()", 0) == 0;
+  const at::Tensor out =
+      RecordedCall::sample_of(RecordedCall::outputs(comp, inputs, train ? call.train_options() : call.options),
+                              ctx.class_name());
+  ctx.compare("fm.model_output", out.detach(), result);
+  std::vector<std::int64_t> axes;
+  for (std::int64_t d = 1; d < out.dim(); ++d) axes.push_back(d);
+  const at::Tensor per_sample = (out - ut).pow(2).mean(axes);
+  const at::Tensor loss = per_sample.mean();
+  ctx.compare("fm.loss_per_sample", per_sample.detach(), result);
+  ctx.compare("fm.loss", loss.detach(), result);
+  if (!fm.contains("grad_keys")) return;
+  loss.backward();
+  compare_gradients(ctx, fm["grad_keys"], params, result);
+}
 
 void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
@@ -291,30 +425,28 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
     at::NoGradGuard no_grad;
     ctx.compare(output, call.sample(*comp, cls), result);
   }
-  if (!c.contains("backward")) return;
-  const json& b = c["backward"];
+  if (!c.contains("backward") && !c.contains("flow_matching")) return;
   auto params = plugin::component_parameters(*comp);
   for (auto& [n, p] : params) {
     p.set_requires_grad(true);
     p.mutable_grad() = at::Tensor();
   }
-  const at::Tensor sample = call.sample(*comp, cls);
-  const auto loss = (sample - ctx.expected(b.value("target_key", std::string("loss_target")))).pow(2).mean();
-  ctx.compare(b.value("loss_key", std::string("loss")), loss.detach(), result);
-  loss.backward();
-  for (const auto& [grad_key, param] : b.at("grad_keys").items()) {
-    at::Tensor grad;
-    for (const auto& [n, p] : params)
-      if (n == param.get<std::string>()) grad = p.grad();
-    if (!grad.defined()) {
-      Comparison cmp;
-      cmp.name = grad_key;
-      cmp.note = "no gradient for parameter '" + param.get<std::string>() + "'";
-      result.comparisons.push_back(cmp);
-      continue;
-    }
-    ctx.compare(grad_key, grad, result);
+  if (c.contains("backward")) {
+    const json& b = c["backward"];
+    // A case that records the training-mode output ("train.sample", and "train.<name>" for the
+    // component's other outputs, e.g. auxiliary losses) runs the backward call in training mode.
+    const bool train = c.at("compare").contains("train.sample");
+    const auto outs = RecordedCall::outputs(*comp, call.inputs, train ? call.train_options() : call.options);
+    const at::Tensor sample = RecordedCall::sample_of(outs, cls);
+    if (train)
+      for (const auto& [n, t] : outs)
+        if (c.at("compare").contains("train." + n)) ctx.compare("train." + n, t.detach(), result);
+    const auto loss = (sample - ctx.expected(b.value("target_key", std::string("loss_target")))).pow(2).mean();
+    ctx.compare(b.value("loss_key", std::string("loss")), loss.detach(), result);
+    loss.backward();
+    compare_gradients(ctx, b.at("grad_keys"), params, result);
   }
+  if (c.contains("flow_matching")) run_flow_matching(ctx, *comp, call, params, result);
 }
 
 // ---- LoRA adapters on a plugin's model class ------------------------------------------------
@@ -375,6 +507,70 @@ void run_plugin_lora(const CaseContext& ctx, CaseResult& result) {
                 ExitCode::bad_input);
 }
 
+// ---- recorded cases a plugin computes ------------------------------------------------------
+// A case whose class a plugin registers but whose calls no host handler interprets (a family's
+// own scheduler or decoder with its pipeline loop): the component is built from the case's
+// config (scheduler_config.json for a scheduler case when present, else config.json, else {})
+// with the case directory as its folder, and loaded with the case's `model_files` safetensors;
+// its forward gets every tensor of inputs.safetensors by name, the tensors of the other
+// safetensors files the case lists under `files` as "<file>/<name>", and the options
+// {"recorded_case": case.json}. It returns outputs named as the case's compare keys, and each
+// key is compared (a key it did not return is a failed comparison).
+bool plugin_computes_case(const CaseContext& ctx, CaseResult& result) {
+  const json& c = ctx.case_json();
+  const std::string cls = ctx.class_name();
+  const std::string name = plugin_for_class(cls);
+  if (name.empty()) return false;
+  auto& pc = plugin_classes(name);
+  if (!pc.registry->has(cls)) return false;
+  std::string config = "{}";
+  const bool scheduler = ctx.kind() == "scheduler" && fs::exists(ctx.dir() / "scheduler_config.json");
+  if (scheduler)
+    config = read_file(ctx.dir() / "scheduler_config.json");
+  else if (fs::exists(ctx.dir() / "config.json"))
+    config = read_file(ctx.dir() / "config.json");
+  ComponentPtr comp(pc.registry->create(cls, config, ctx.dir().string()));
+  std::set<std::string> weight_files;
+  plugin::NamedTensors weights;
+  for (const auto& file : c.value("model_files", json::array())) {
+    const std::string f = file.get<std::string>();
+    if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors") continue;
+    weight_files.insert(f);
+    for (auto& [n, t] : io::load_safetensors(ctx.dir() / f)) weights.emplace_back(n, t);
+  }
+  if (!weights.empty()) plugin::component_load_weights(*comp, weights);
+  plugin::NamedTensors inputs;
+  for (const auto& [n, t] : ctx.inputs()) inputs.emplace_back(n, t);
+  for (const auto& file : c.value("files", json::array())) {
+    const std::string f = file.get<std::string>();
+    if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors" || f == "inputs.safetensors" ||
+        f == "expected.safetensors" || weight_files.count(f))
+      continue;
+    for (auto& [n, t] : io::load_safetensors(ctx.dir() / f)) inputs.emplace_back(f + "/" + n, t);
+  }
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> got;
+  for (auto& [n, t] : plugin::component_forward(*comp, inputs, json{{"recorded_case", c}}.dump())) got[n] = t;
+  for (const auto& key : ctx.compare_keys()) {
+    const auto it = got.find(key);
+    if (it == got.end()) {
+      Comparison cmp;
+      cmp.name = key;
+      cmp.note = cls + " (plugin '" + name + "') returned no '" + key + "'";
+      result.comparisons.push_back(cmp);
+      continue;
+    }
+    ctx.compare(key, it->second, result);
+  }
+  return true;
+}
+
+// A scheduler case of a class the host does not implement: computed by the plugin that serves it.
+void run_plugin_scheduler(const CaseContext& ctx, CaseResult& result) {
+  if (!plugin_computes_case(ctx, result))
+    mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
+}
+
 // ---- autoencoder classes served by a plugin (video VAEs) -----------------------------------
 // The same case layout as the host's AutoencoderKL cases: calls `model.encode(x)` (outputs
 // `...mean`, `...std`, `...logvar`) and `model.decode(z)` (the sample), through the
@@ -385,7 +581,8 @@ void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
   const auto comp = plugin_component_of_case(ctx, result);
   if (!comp) return;
   if (!plugin::component_vae(*comp)) {
-    mark_unsupported(result, unsupported_class_message(cls) + " (its plugin's component offers no VAE service)");
+    // A decoder with calls of its own (e.g. latents -> a volume): computed by the plugin.
+    plugin_computes_case(ctx, result);
     return;
   }
   at::NoGradGuard no_grad;
@@ -503,6 +700,15 @@ std::string plugin_for_class(const std::string& class_name) {
   return plugin::plugin_serving(plugin::Catalog::scan(options.dirs), options, class_name);
 }
 
+void set_parity_plugin_settings(const config::Config& cfg) {
+  auto& s = plugin_settings();
+  s.clear();
+  for (const char* key : {"plugins.dirs", "plugins.trusted_keys", "plugins.revoked_keys", "plugins.accept_licenses"})
+    s.push_back({key, json(cfg.get_list(key)).dump(), "check-parity configuration"});
+  s.push_back({"plugins.allow_unsigned", cfg.get_bool("plugins.allow_unsigned") ? "true" : "false",
+               "check-parity configuration"});
+}
+
 std::string pipeline_request_for_case(const std::string& case_json_text) {
   const json c = json::parse(case_json_text);
   return request_from_arguments(c.value("call", json()), "case.json").dump();
@@ -515,6 +721,8 @@ void register_plugin_parity_kinds() {
   // Every autoencoder class the host does not implement: the plugin that serves it, through
   // its component's VAE service.
   register_class("autoencoder", parity::kAnyClass, run_plugin_autoencoder);
+  // Every scheduler class the host does not implement: computed by the plugin that serves it.
+  register_class("scheduler", parity::kAnyClass, run_plugin_scheduler);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 

@@ -652,6 +652,9 @@ const LoadedPlugin& load_file(const PluginFile& file, const LoaderOptions& optio
   else
     spdlog::info("loaded plugin {} {} (ABI {}, sha256 {}, signed by {})", name, m.version, v.provenance.abi,
                  v.provenance.library_sha256.substr(0, 16), v.provenance.key_fingerprint);
+  if (m.license_must_acknowledge)
+    spdlog::warn("plugin '{}' is used under its licence, acknowledged in plugins.accept_licenses: {}", name,
+                 m.license_notice);
   registry().push_back(loaded.release());
   return *registry().back();
 }

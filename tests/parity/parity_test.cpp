@@ -284,12 +284,13 @@ TEST(CheckParityCommand, PerturbedExpectedTensorFailsWithExitCode40) {
 }
 
 // Every case directory the project copies, of every kind: all pass and none is unsupported
-// (the lora kind and the family plugins' pipeline helpers included).
+// (the lora kind and the family plugins' pipeline helpers included). The hunyuan3d plugin's
+// licence is acknowledged, as its cases need.
 TEST(CheckParityCommand, EveryCopiedCasePassesAndNoneIsUnsupported) {
-  std::vector<std::string> args = {"check-parity"};
+  std::vector<std::string> args = {"check-parity", "--set", "plugins.accept_licenses=[\"hunyuan3d\"]"};
   for (const auto& e : fs::directory_iterator(fs::path(YETO_TEST_FIXTURES) / "parity"))
     if (fs::exists(e.path() / "case.json")) args.push_back(e.path().string());
-  ASSERT_GE(args.size(), 27u);
+  ASSERT_GE(args.size(), 29u);
   const auto res = test::run_host(args);
   EXPECT_EQ(res.exit_code, 0) << res.all();
   EXPECT_NE(res.out.find("0 failed, 0 unsupported"), std::string::npos) << res.out;
@@ -348,6 +349,7 @@ TEST(PluginParityKinds, TheClassesOfAShippedPluginComeFromItsManifest) {
   EXPECT_EQ(app::plugin_for_class("AutoencoderKLWan"), "wan");
   EXPECT_EQ(app::plugin_for_class("LTXVideoTransformer3DModel"), "ltx");
   EXPECT_EQ(app::plugin_for_class("YetoTinyDenoiser"), "tinyden");
+  EXPECT_EQ(app::plugin_for_class("hy3dshape.models.denoisers.hunyuandit.HunYuanDiTPlain"), "hunyuan3d");
   EXPECT_EQ(app::plugin_for_class("UNet2DConditionModel"), "");
 
   const auto options = plugin::LoaderOptions::from_config(config::Config(), plugin::LoaderOptions::default_install_roots());
@@ -358,7 +360,9 @@ TEST(PluginParityKinds, TheClassesOfAShippedPluginComeFromItsManifest) {
     if (std::find(m.capabilities.begin(), m.capabilities.end(), "components") == m.capabilities.end()) continue;
     plugin::HostApiOptions h;
     h.plugin_name = m.name;
-    const auto& loaded = plugin::load(m.name, options, plugin::make_host_api(h));
+    auto accepting = options;  // a plugin that asks for its licence to be acknowledged
+    accepting.accept_licenses.insert(m.name);
+    const auto& loaded = plugin::load(m.name, accepting, plugin::make_host_api(h));
     plugin::Instance instance(loaded, "{}");
     plugin::ComponentRegistry registry;
     instance.register_components(registry);
