@@ -141,9 +141,10 @@ TEST(SyncMultiProcess, KilledLearnerQuorumAdaptsAndRejoinCatchesUp) {
 
 // (c): SIGKILL the syncer: it restarts from its checkpoint on the same port, learners
 // reconnect, and the tape's merge versions stay continuous (nothing lost, nothing twice).
-TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) {
+void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extra_sets) {
   RunDir run;
   run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=40", "sync.checkpoint_every=1"};
+  run.syncer_sets.insert(run.syncer_sets.end(), extra_sets.begin(), extra_sets.end());
   auto syncer = run.start_syncer();
   ASSERT_NE(run.port, 0) << run.logs();
   const std::uint16_t port = run.port;
@@ -177,6 +178,15 @@ TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) {
   // The restarted syncer sent full fragments on reconnection and updates after that; no learner
   // applied an update on a state it did not hold, nor a version twice.
   expect_downlink(run, {"isle-a", "isle-b"}, "q4");
+}
+
+TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) { killed_syncer_restarts_from_checkpoint({}); }
+
+// The same with every merge, seal and open on the syncer's worker pool (sync.offload_kb = 0):
+// merges landing out of order across fragments, frames sealed off the I/O thread, and the kill
+// -9 coming while work is in flight lose nothing and apply nothing twice.
+TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpointWithEverythingOnTheWorkerPool) {
+  killed_syncer_restarts_from_checkpoint({"sync.offload_kb=0"});
 }
 
 // A learner whose run secret differs is told so at once: it stops with an authentication
