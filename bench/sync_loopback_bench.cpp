@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 #include <unistd.h>
@@ -149,7 +150,10 @@ Result run(ys::Downlink downlink, std::uint64_t params, int learners, int rounds
 // ---------------------------------------------------------------- fragment isolation
 
 struct Latencies {
-  std::vector<double> tape;    // the syncer's round latency of the small fragment (first push -> merge out)
+  // The small fragment's rounds: from the moment the learner that completed the round had
+  // written its push to the socket to the merge going out (the syncer's own delay, including
+  // any time the push waited unread), per merge.
+  std::vector<double> tape;
   std::vector<double> client;  // the learners' latency of the small fragment (push queued -> merge applied)
   std::size_t small_merges = 0, large_merges = 0, small_during_large = 0;
   double large_merge_s = 0;    // the large fragment's merge computation, median (s)
@@ -230,15 +234,42 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
   };
   std::vector<Span> small_rounds, large_merges;
   std::vector<double> large_s;
-  {
-    std::ifstream in(so.state_dir / "tape.jsonl");
+  // When each learner's small push (by base version) was written to its socket.
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<double>> sent_at;
+  for (int l = 0; l < learners; ++l) {
+    std::ifstream in(dir / ("bench-" + std::to_string(l) + ".jsonl"));
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line);
+      if (j["event"] == "push" && j["fragment"].get<std::uint32_t>() == small_p)
+        sent_at[{j["learner"].get<std::string>(), j["base_version"].get<std::uint64_t>()}].push_back(
+            j["time"].get<double>());
+    }
+  }
+  {
+    std::ifstream in(so.state_dir / "tape.jsonl");
+    double last_sent = -1;  // the latest send among the small pushes since the previous small merge
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["event"] == "push" && j["fragment"].get<std::uint32_t>() == small_p) {
+        const auto it = sent_at.find({j["learners"][0].get<std::string>(), j["base_version"].get<std::uint64_t>()});
+        // A learner may push twice on one base (the merge had not reached it yet): the send that
+        // this record read is the latest one before it.
+        const double read = j["time"].get<double>();
+        double sent = -1;
+        if (it != sent_at.end())
+          for (double x : it->second)
+            if (x <= read) sent = std::max(sent, x);
+        if (sent > 0) last_sent = std::max(last_sent, sent);
+        continue;
+      }
       if (j["event"] != "merge" || j["reason"] == "learners_done") continue;
       const double t = j["time"].get<double>();
       if (j["fragment"].get<std::uint32_t>() == small_p) {
-        r.tape.push_back(j["round_latency_s"].get<double>());
-        small_rounds.push_back({t - r.tape.back(), t});
+        if (last_sent > 0) {
+          r.tape.push_back(t - last_sent);
+          small_rounds.push_back({last_sent, t});
+        }
+        last_sent = -1;
       } else {
         large_s.push_back(j.value("merge_s", 0.0));
         large_merges.push_back({t - large_s.back(), t});
@@ -311,9 +342,11 @@ int fragments_main(int argc, char** argv) {
               quantile(inline_io.tape, 0.5) / quantile(alone.tape, 0.5), mean(inline_io.tape) / mean(alone.tape),
               quantile(inline_io.client, 0.5) / quantile(alone.client, 0.5),
               mean(inline_io.client) / mean(alone.client));
-  std::printf("  (merges: small/large merges in the run; overlap: small rounds open while a large merge was being\n"
-              "   computed; tape: the syncer's round latency, first push read -> merge sent; cli: push queued ->\n"
-              "   merge applied at the learner; large_s: the large merge's computation, median)\n");
+  std::printf("  (merges: small/large merges in the run; overlap: small rounds whose last push was in flight while a\n"
+              "   large merge was being computed; tape: the syncer's delay on the small fragment's round, from the\n"
+              "   completing push written to the socket to the merge record (broadcast queued right after);\n"
+              "   cli: push queued -> merge applied at the learner, including the wait for the other learners'\n"
+              "   pushes; large_s: the large merge's computation, median)\n");
   return 0;
 }
 

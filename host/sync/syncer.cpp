@@ -220,6 +220,10 @@ struct Syncer::Impl {
   // never queues behind a large fragment's work. Joined first when the syncer goes (its jobs
   // read the state).
   asio::thread_pool pool{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
+  // Sealing and opening of bulk frames have threads of their own (as many): a connection whose
+  // bulk frame is being opened reads nothing else meanwhile, so its next frames (a small
+  // fragment's push) must not queue behind a long merge on `pool`.
+  asio::thread_pool frames{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
 
   std::filesystem::path ckpt_path() const { return o.state_dir / "checkpoint.bin"; }
 
@@ -243,6 +247,7 @@ struct Syncer::Impl {
   }
 
   ~Impl() {
+    frames.join();
     pool.join();
     if (lock_fd >= 0) ::close(lock_fd);
   }
@@ -529,7 +534,7 @@ struct Syncer::Impl {
 
   // ---------------------------------------------------------------- the worker pool
 
-  // Runs f() on the worker pool and resumes the awaiting coroutine on the I/O thread with its
+  // Runs f() on the frame workers and resumes the awaiting coroutine on the I/O thread with its
   // result (or its exception). Not a coroutine itself, and callers pass a named object: GCC 12
   // destroys some temporaries of a co_await expression twice.
   template <class F>
@@ -537,7 +542,7 @@ struct Syncer::Impl {
     using R = std::invoke_result_t<std::decay_t<F>&>;
     return asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr, R)>(
         [this](auto handler, std::decay_t<F> fn) {
-          asio::post(pool, [this, handler = std::move(handler), fn = std::move(fn)]() mutable {
+          asio::post(frames, [this, handler = std::move(handler), fn = std::move(fn)]() mutable {
             std::exception_ptr error;
             R result{};
             try {
