@@ -1138,7 +1138,7 @@ struct Syncer::Impl {
 
   void try_close(std::uint32_t p, double now) {
     Round& r = rounds[p];
-    if (r.pushes.empty() || !may_start_merge(p)) return;
+    if (r.pushes.empty() || finishing) return;
     const auto live = active_ids();
     const std::size_t q = std::max<std::size_t>(1, std::min<std::size_t>(o.quorum, live.size()));
     const std::size_t n = r.pushes.size();
@@ -1147,13 +1147,16 @@ struct Syncer::Impl {
       if (std::none_of(r.pushes.begin(), r.pushes.end(), [&](const PendingPush& x) { return x.learner == id; }))
         all_live = false;
     if (n >= q && !r.quorum_at) r.quorum_at = now;
+    // While this fragment's previous merge is in flight the round keeps filling (its grace
+    // window runs from when it reached the quorum); it merges once that merge has landed.
+    if (!may_start_merge(p)) return;
     const double grace = grace_for(st.fragments[p]);
     if (n >= q && all_live) return merge(p, "all_live", q, grace, now);
     if (n >= q && r.quorum_at && now - *r.quorum_at >= grace) return merge(p, "grace", q, grace, now);
     if (now - r.first >= o.timeouts.round_deadline_s) return merge(p, "deadline", q, grace, now);
   }
 
-  // A merge runs in three steps. start_merge (I/O thread) takes the round; compute (the worker
+  // A merge runs in three steps. merge() (I/O thread) takes the round; compute (the worker
   // pool for a fragment of offload_bytes or more, else inline) corrects, averages and applies
   // the outer step into new buffers and encodes the update while the I/O thread goes on
   // serving the current version (catch-ups, resends, checkpoints only read θ, m and P, and
