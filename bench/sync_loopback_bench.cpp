@@ -9,12 +9,18 @@
 // a data-parallel float32 ring all-reduce of the same parameters every step, which sends
 // 2(L-1)/L x 4P bytes per learner and receives as many.
 //   sync_loopback_bench [params=50000000] [learners=4] [rounds=3] [inner_steps=10] [keep]
+//
+// Fragment isolation: the round latency of a small fragment alone, next to a large fragment
+// whose merges run on the syncer's worker pool (the default), and next to the same large
+// fragment with all the syncer's work on its I/O thread (the baseline), in one process.
+//   sync_loopback_bench fragments [large=50000000] [learners=4] [steps=200] [inner_steps=10] [small=65536]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 #include <unistd.h>
@@ -141,9 +147,213 @@ Result run(ys::Downlink downlink, std::uint64_t params, int learners, int rounds
   return r;
 }
 
+// ---------------------------------------------------------------- fragment isolation
+
+struct Latencies {
+  // The small fragment's rounds: from the moment the learner that completed the round had
+  // written its push to the socket to the merge going out (the syncer's own delay, including
+  // any time the push waited unread), per merge.
+  std::vector<double> tape;
+  std::vector<double> client;  // the learners' latency of the small fragment (push queued -> merge applied)
+  std::size_t small_merges = 0, large_merges = 0, small_during_large = 0;
+  double large_merge_s = 0;    // the large fragment's merge computation, median (s)
+  double wall = 0;
+};
+
+// `large` == 0: the small fragment alone. offload: the syncer's default (bulk work on its worker
+// pool); otherwise everything on its I/O thread.
+Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, int steps, std::uint32_t H,
+                        bool offload, const fs::path& dir) {
+  fs::create_directories(dir);
+  const std::string secret = "bench-secret-0123456789abcdef";
+  ys::SyncerOptions so;
+  so.state_dir = dir / "state";
+  so.run_secret = secret;
+  so.quorum = static_cast<std::uint32_t>(learners);
+  so.expected_learners = static_cast<std::uint32_t>(learners);
+  so.timeouts.heartbeat_s = 1;
+  so.timeouts.learner_timeout_s = 120;
+  so.timeouts.grace_max_s = 150;
+  so.timeouts.round_deadline_s = 200;
+  so.timeouts.reconnect_budget_s = 400;
+  so.timeouts.final_timeout_s = 300;
+  so.checkpoint_every = 1u << 30;  // only the final checkpoint: measure the merge and network path
+  if (!offload) so.offload_bytes = SIZE_MAX;
+  ys::Syncer syncer(so);
+  std::thread st([&] { syncer.run(); });
+  std::uint16_t port = 0;
+  while (port == 0) {
+    std::ifstream in(so.state_dir / "port");
+    int p = 0;
+    if (in >> p) port = static_cast<std::uint16_t>(p);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // binpack: the large tensor is fragment 0, the small one fragment 1 (or the only fragment).
+  std::vector<ys::TensorSpec> specs;
+  if (large > 0) specs.push_back({"large", large});
+  specs.push_back({"small", small});
+  const auto layout = ys::build_layout(specs, static_cast<std::uint32_t>(specs.size()), ys::FragmentPattern::binpack);
+  const std::uint32_t small_p = large > 0 ? 1 : 0;
+  std::vector<std::thread> ts;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int l = 0; l < learners; ++l)
+    ts.emplace_back([&, l] {
+      ys::ClientOptions o;
+      o.port = port;
+      o.run_secret = secret;
+      o.learner_id = "bench-" + std::to_string(l);
+      o.inner_steps = H;
+      o.timeouts = so.timeouts;
+      o.events = dir / (o.learner_id + ".jsonl");
+      std::vector<std::vector<float>> t;
+      for (const auto& s : specs) t.emplace_back(s.numel, 0.0f);
+      std::vector<std::span<float>> ms(t.begin(), t.end());
+      std::vector<std::span<const float>> cs(t.begin(), t.end());
+      ys::SyncClient c(o, layout);
+      c.start(cs);
+      if (!c.wait_for_global(ms, 300)) return;
+      for (int step = 1; step <= steps; ++step) {
+        for (auto& v : t)
+          for (std::size_t k = 0; k < v.size(); k += 4096) v[k] += 1e-3f * static_cast<float>(l + 1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const auto r = c.step(ms, 8);
+        if (r.finished || r.failed) break;
+      }
+      c.finish_local(static_cast<std::uint64_t>(steps), static_cast<std::uint64_t>(steps) * 8);
+      c.wait_for_final(ms, 300);
+      c.close(30);
+    });
+  for (auto& t : ts) t.join();
+  st.join();
+  Latencies r;
+  r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The syncer's tape: the small fragment's rounds, and whether the large fragment's merge was
+  // being computed while each was open.
+  struct Span {
+    double from, to;
+  };
+  std::vector<Span> small_rounds, large_merges;
+  std::vector<double> large_s;
+  // When each learner's small push (by base version) was written to its socket.
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<double>> sent_at;
+  for (int l = 0; l < learners; ++l) {
+    std::ifstream in(dir / ("bench-" + std::to_string(l) + ".jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["event"] == "push" && j["fragment"].get<std::uint32_t>() == small_p)
+        sent_at[{j["learner"].get<std::string>(), j["base_version"].get<std::uint64_t>()}].push_back(
+            j["time"].get<double>());
+    }
+  }
+  {
+    std::ifstream in(so.state_dir / "tape.jsonl");
+    double last_sent = -1;  // the latest send among the small pushes since the previous small merge
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["event"] == "push" && j["fragment"].get<std::uint32_t>() == small_p) {
+        const auto it = sent_at.find({j["learners"][0].get<std::string>(), j["base_version"].get<std::uint64_t>()});
+        // A learner may push twice on one base (the merge had not reached it yet): the send that
+        // this record read is the latest one before it.
+        const double read = j["time"].get<double>();
+        double sent = -1;
+        if (it != sent_at.end())
+          for (double x : it->second)
+            if (x <= read) sent = std::max(sent, x);
+        if (sent > 0) last_sent = std::max(last_sent, sent);
+        continue;
+      }
+      if (j["event"] != "merge" || j["reason"] == "learners_done") continue;
+      const double t = j["time"].get<double>();
+      if (j["fragment"].get<std::uint32_t>() == small_p) {
+        if (last_sent > 0) {
+          r.tape.push_back(t - last_sent);
+          small_rounds.push_back({last_sent, t});
+        }
+        last_sent = -1;
+      } else {
+        large_s.push_back(j.value("merge_s", 0.0));
+        large_merges.push_back({t - large_s.back(), t});
+      }
+    }
+  }
+  r.small_merges = small_rounds.size();
+  r.large_merges = large_merges.size();
+  for (const auto& s : small_rounds)
+    for (const auto& m : large_merges)
+      if (s.from < m.to && m.from < s.to) {
+        ++r.small_during_large;
+        break;
+      }
+  std::sort(large_s.begin(), large_s.end());
+  r.large_merge_s = large_s.empty() ? 0.0 : large_s[large_s.size() / 2];
+  for (int l = 0; l < learners; ++l) {
+    std::ifstream in(dir / ("bench-" + std::to_string(l) + ".jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["event"] == "applied" && j.contains("round_latency_s") && j["fragment"].get<std::uint32_t>() == small_p)
+        r.client.push_back(j["round_latency_s"].get<double>());
+    }
+  }
+  std::sort(r.tape.begin(), r.tape.end());
+  std::sort(r.client.begin(), r.client.end());
+  return r;
+}
+
+double quantile(const std::vector<double>& v, double q) {
+  if (v.empty()) return 0.0;
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+}
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+int fragments_main(int argc, char** argv) {
+  const std::uint64_t large = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 50'000'000ull;
+  const int learners = argc > 3 ? std::atoi(argv[3]) : 4;
+  const int steps = argc > 4 ? std::atoi(argv[4]) : 200;
+  const std::uint32_t H = argc > 5 ? static_cast<std::uint32_t>(std::atoi(argv[5])) : 10;
+  const std::uint64_t small = argc > 6 ? std::strtoull(argv[6], nullptr, 10) : 65'536ull;
+  const fs::path dir = fs::temp_directory_path() / ("yeto-sync-frag-bench-" + std::to_string(::getpid()));
+  const Latencies alone = run_fragments(0, small, learners, steps, H, true, dir / "alone");
+  const Latencies pool = run_fragments(large, small, learners, steps, H, true, dir / "pool");
+  const Latencies inline_io = run_fragments(large, small, learners, steps, H, false, dir / "io");
+  fs::remove_all(dir);
+  std::printf("sync fragment isolation: %d learners, a small fragment of %llu values next to a large one of %llu, "
+              "H = %u, %d inner steps (20 ms) per learner\n",
+              learners, static_cast<unsigned long long>(small), static_cast<unsigned long long>(large), H, steps);
+  std::printf("  %-34s %6s %6s %8s %9s %9s %9s %9s %9s %9s %8s\n", "arm", "wall_s", "merges", "overlap",
+              "tape_med", "tape_mean", "tape_p90", "cli_med", "cli_mean", "cli_p90", "large_s");
+  const auto row = [&](const char* name, const Latencies& r) {
+    std::printf("  %-34s %6.1f %3zu/%-3zu %8zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f\n", name, r.wall,
+                r.small_merges, r.large_merges, r.small_during_large, quantile(r.tape, 0.5), mean(r.tape),
+                quantile(r.tape, 0.9), quantile(r.client, 0.5), mean(r.client), quantile(r.client, 0.9),
+                r.large_merge_s);
+  };
+  row("small alone", alone);
+  row("small + large, worker pool", pool);
+  row("small + large, all on the I/O thread", inline_io);
+  std::printf("  small fragment's latency with the large one / alone (median; mean):\n"
+              "    worker pool:        syncer %.2fx; %.2fx   learners %.2fx; %.2fx\n"
+              "    I/O thread only:    syncer %.2fx; %.2fx   learners %.2fx; %.2fx\n",
+              quantile(pool.tape, 0.5) / quantile(alone.tape, 0.5), mean(pool.tape) / mean(alone.tape),
+              quantile(pool.client, 0.5) / quantile(alone.client, 0.5), mean(pool.client) / mean(alone.client),
+              quantile(inline_io.tape, 0.5) / quantile(alone.tape, 0.5), mean(inline_io.tape) / mean(alone.tape),
+              quantile(inline_io.client, 0.5) / quantile(alone.client, 0.5),
+              mean(inline_io.client) / mean(alone.client));
+  std::printf("  (merges: small/large merges in the run; overlap: small rounds whose last push was in flight while a\n"
+              "   large merge was being computed; tape: the syncer's delay on the small fragment's round, from the\n"
+              "   completing push written to the socket to the merge record (broadcast queued right after);\n"
+              "   cli: push queued -> merge applied at the learner, including the wait for the other learners'\n"
+              "   pushes; large_s: the large merge's computation, median)\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "fragments") return fragments_main(argc, argv);
   const std::uint64_t params = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 50'000'000ull;
   const int learners = argc > 2 ? std::atoi(argv[2]) : 4;
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;

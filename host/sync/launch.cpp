@@ -472,7 +472,8 @@ LaunchResult run_islands(const IslandLaunch& L) {
 
 json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
   const auto tape = read_tape_history(run_dir / "syncer" / "tape.jsonl");  // rotated tapes too
-  std::uint64_t merges = 0, merges_all = 0, rejects = 0;
+  std::uint64_t merges = 0, merges_all = 0, merges_every_active = 0, rejects = 0;
+  std::map<std::size_t, std::uint64_t> by_participants;  // merges by how many islands they held
   std::map<std::int64_t, std::uint64_t> versions;
   std::map<std::string, std::uint64_t> merged_by;
   std::set<std::string> acked;  // correct acknowledgements of the final cut
@@ -483,6 +484,8 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
       ++merges;
       versions[r.value("fragment", std::int64_t{-1})] = r.value("version", std::uint64_t{0});
       if (r.contains("learners") && r["learners"].size() >= islands) ++merges_all;
+      if (r.value("every_active", false)) ++merges_every_active;
+      if (r.contains("learners")) ++by_participants[r["learners"].size()];
       for (const auto& l : r["learners"]) ++merged_by[l.get<std::string>()];
     } else if (ev == "reject") {
       ++rejects;
@@ -493,7 +496,12 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
       for (const auto& l : r["learners"]) acked.insert(l.get<std::string>());
     }
   }
+  json participation = json::object();
+  for (const auto& [n, m] : by_participants) participation[std::to_string(n)] = m;
+  // merges_with_every_live_island: the merge held every island that was live and still training
+  // when it was decided (a dead, lost or finished island does not count against it).
   json s = {{"islands", islands}, {"outer_steps_merged", merges}, {"merges_with_every_island", merges_all},
+            {"merges_with_every_live_island", merges_every_active}, {"merges_by_islands", participation},
             {"rejects", rejects}, {"final_cut", final_cut}};
   json fv = json::array();
   for (const auto& [p, v] : versions) fv.push_back(v);
@@ -581,7 +589,9 @@ std::string format_summary(const json& s) {
   o << "embedded run: " << s["islands"].get<std::uint32_t>() << " island(s)\n";
   o << "  outer steps merged: " << s["outer_steps_merged"].get<std::uint64_t>() << " (fragment versions "
     << s["fragment_versions"].dump() << "), " << s["merges_with_every_island"].get<std::uint64_t>()
-    << " with every island, " << s["rejects"].get<std::uint64_t>() << " refused frames\n";
+    << " with every island, " << s.value("merges_with_every_live_island", std::uint64_t{0})
+    << " with every live island (by islands merged: " << s.value("merges_by_islands", json::object()).dump() << "), "
+    << s["rejects"].get<std::uint64_t>() << " refused frames\n";
   const std::size_t n_missing = s.value("islands_missing", json::array()).size();
   if (!s["final_cut"].is_null()) {
     o << "  final cut: " << s["final_cut"]["reason"].get<std::string>() << ", digest "

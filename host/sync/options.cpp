@@ -123,6 +123,8 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.reject_log_burst = static_cast<std::uint32_t>(c.get_int("sync.reject_log_burst"));
   o.tape_max_bytes = static_cast<std::uint64_t>(c.get_number("sync.tape_max_mb") * 1048576.0);
   o.tape_keep = static_cast<std::uint32_t>(c.get_int("sync.tape_keep"));
+  o.worker_threads = static_cast<std::uint32_t>(c.get_int("sync.worker_threads"));
+  o.offload_bytes = static_cast<std::size_t>(c.get_int("sync.offload_kb")) << 10;
   return o;
 }
 

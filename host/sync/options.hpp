@@ -81,6 +81,14 @@ struct SyncerOptions {
   // `tape_rotated` record carrying every fragment's version.
   std::uint64_t tape_max_bytes = 256ull << 20;
   std::uint32_t tape_keep = 4;
+  // Merges of fragments of at least offload_bytes (4 bytes a value), and the sealing and
+  // opening of frames of at least as many bytes, run on a pool of worker_threads threads (0: one
+  // per core) instead of the I/O thread, so one large fragment never holds up the others'
+  // rounds (sync.worker_threads, sync.offload_kb). Smaller work stays on the I/O thread.
+  // offload_bytes = SIZE_MAX keeps everything on the I/O thread (sync_loopback_bench's
+  // baseline); 0 sends everything to the pool (tests).
+  std::uint32_t worker_threads = 0;
+  std::size_t offload_bytes = 1u << 20;
   void validate() const;
 };
 

@@ -5,14 +5,17 @@
 #include <boost/asio.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -58,6 +61,15 @@ constexpr std::size_t kLearnerBuffer = 1 << 16;
 // directory syncs, the tape's rotation, the log) whatever the peers do.
 constexpr long kOwnFdReserve = 12;
 
+// A frame waiting in a connection's send queue: ready bytes (the handshake, refusals), or a
+// plaintext the writer seals when the frame reaches the front of the queue. The writer is the
+// only one to seal on a connection, so the nonces follow the send order whichever thread seals.
+struct Outgoing {
+  std::string frame;
+  MsgType type = MsgType::error;
+  std::shared_ptr<const std::string> plain;  // set: still to be sealed
+};
+
 struct Conn {
   explicit Conn(tcp::socket s, std::uint64_t run_id, std::uint64_t serial)
       : sock(std::move(s)), wake(sock.get_executor()), dec(run_id, kControlCap), serial(serial) {
@@ -81,7 +93,7 @@ struct Conn {
   // an update goes only to a connection at exactly the update's base version, every other one
   // gets the full fragment.
   std::vector<std::uint64_t> sent;
-  std::deque<std::string> outq;
+  std::deque<Outgoing> outq;
   bool closed = false;
   // Refused with an `error` frame: nothing more is read, and the writer closes the connection
   // once the frame is out (closing at once would drop it unsent).
@@ -89,6 +101,44 @@ struct Conn {
   bool accounted = false;  // a stranger that was refused or dropped (counted where that happened)
 };
 using ConnPtr = std::shared_ptr<Conn>;
+
+// A push's delta, decoded and checked (on the worker pool for a bulk push): the values, or why
+// they are refused.
+struct CheckedDelta {
+  std::vector<float> values;
+  std::string error;  // non-empty: the push is refused with this reason
+};
+CheckedDelta check_delta(const Push& m) {
+  CheckedDelta d;
+  try {
+    d.values = m.delta();
+  } catch (const WireError& e) {
+    d.error = std::string("invalid delta: ") + e.what();
+    return d;
+  }
+  if (!all_finite(d.values)) {
+    d.values.clear();
+    d.error = "invalid delta: NaN or Inf values";
+  }
+  return d;
+}
+struct PreparedPush {
+  Push msg;  // without its body, which is decoded into delta
+  CheckedDelta delta;
+};
+PreparedPush prepare_push(std::string_view payload) {
+  PreparedPush p;
+  p.msg = Push::decode(payload);
+  p.delta = check_delta(p.msg);
+  p.msg.body = std::string();
+  return p;
+}
+// A bulk frame opened on the worker pool.
+struct Opened {
+  std::string payload;
+  std::size_t size = 0;  // the plaintext's size
+  std::optional<PreparedPush> push;
+};
 
 struct PendingPush {
   std::string learner;
@@ -163,6 +213,17 @@ struct Syncer::Impl {
   std::map<std::string, std::uint64_t> reject_window_counts;
   std::uint64_t strangers_dropped = 0;  // dropped to make room (counted in the summary)
   std::uint64_t strangers_left = 0;     // closed by the peer before authenticating
+  // Merges, and the sealing and opening of bulk frames, of o.offload_bytes or more: one thread per
+  // core (o.worker_threads), so one large fragment's work never holds up the I/O thread and the
+  // other fragments. Smaller work (under 1 MiB by default: a merge of a fragment under 256 K
+  // values, a small frame) stays on the I/O thread, where it costs less than the hand-over and
+  // never queues behind a large fragment's work. Joined first when the syncer goes (its jobs
+  // read the state).
+  asio::thread_pool pool{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
+  // Sealing and opening of bulk frames have threads of their own (as many): a connection whose
+  // bulk frame is being opened reads nothing else meanwhile, so its next frames (a small
+  // fragment's push) must not queue behind a long merge on `pool`.
+  asio::thread_pool frames{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
 
   std::filesystem::path ckpt_path() const { return o.state_dir / "checkpoint.bin"; }
 
@@ -186,6 +247,8 @@ struct Syncer::Impl {
   }
 
   ~Impl() {
+    frames.join();
+    pool.join();
     if (lock_fd >= 0) ::close(lock_fd);
   }
 
@@ -276,12 +339,18 @@ struct Syncer::Impl {
 
   void send_raw(const ConnPtr& c, std::string frame) {
     if (c->closed) return;
-    c->outq.push_back(std::move(frame));
+    c->outq.push_back(Outgoing{std::move(frame), MsgType::error, nullptr});
     c->wake.cancel();
   }
-  void send(const ConnPtr& c, MsgType t, std::string_view payload) {
+  // Queued as plaintext and sealed by the connection's writer (a bulk frame on the worker pool):
+  // one plaintext shared by every connection it goes to.
+  void send(const ConnPtr& c, MsgType t, std::shared_ptr<const std::string> payload) {
     if (c->closed || !c->session) return;
-    send_raw(c, c->session->seal(t, run_id, payload));
+    c->outq.push_back(Outgoing{{}, t, std::move(payload)});
+    c->wake.cancel();
+  }
+  void send(const ConnPtr& c, MsgType t, std::string payload) {
+    send(c, t, std::make_shared<const std::string>(std::move(payload)));
   }
   // Sends the unsealed refusal `e`, then drops the peer.
   void refuse(const ConnPtr& c, const ErrorMsg& e) {
@@ -430,9 +499,9 @@ struct Syncer::Impl {
     c->sent[p] = st.fragments[p].version;
   }
   // The full public state of fragment p (catch-up, a refused push, the f32 downlink).
-  void send_fragment(const ConnPtr& c, std::uint32_t p, const std::string* payload = nullptr) {
+  void send_fragment(const ConnPtr& c, std::uint32_t p, std::shared_ptr<const std::string> payload = nullptr) {
     if (c->closed || !c->session) return;
-    send(c, MsgType::fragment, payload ? std::string_view(*payload) : std::string_view(fragment_payload(p)));
+    send(c, MsgType::fragment, payload ? std::move(payload) : std::make_shared<const std::string>(fragment_payload(p)));
     note_sent(c, p);
   }
   // A push refused as too stale or ahead of the syncer: the learner needs the current version,
@@ -449,18 +518,44 @@ struct Syncer::Impl {
   bool holds_base(const ConnPtr& c, std::uint32_t p) const {
     return p < c->sent.size() && c->sent[p] + 1 == st.fragments[p].version;
   }
-  void broadcast_fragment(std::uint32_t p, const std::string* update = nullptr) {
-    std::optional<std::string> full;
+  void broadcast_fragment(std::uint32_t p, std::shared_ptr<const std::string> update = nullptr) {
+    std::shared_ptr<const std::string> full;
     for (const auto& c : conns) {
       if (!c->session || c->closed) continue;
       if (update && holds_base(c, p)) {
-        send(c, MsgType::update, *update);
+        send(c, MsgType::update, update);
         note_sent(c, p);
         continue;
       }
-      if (!full) full = fragment_payload(p);
-      send_fragment(c, p, &*full);
+      if (!full) full = std::make_shared<const std::string>(fragment_payload(p));
+      send_fragment(c, p, full);
     }
+  }
+
+  // ---------------------------------------------------------------- the worker pool
+
+  // Runs f() on the frame workers and resumes the awaiting coroutine on the I/O thread with its
+  // result (or its exception). Not a coroutine itself, and callers pass a named object: GCC 12
+  // destroys some temporaries of a co_await expression twice.
+  template <class F>
+  auto offload(F&& f) {
+    using R = std::invoke_result_t<std::decay_t<F>&>;
+    return asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr, R)>(
+        [this](auto handler, std::decay_t<F> fn) {
+          asio::post(frames, [this, handler = std::move(handler), fn = std::move(fn)]() mutable {
+            std::exception_ptr error;
+            R result{};
+            try {
+              result = fn();
+            } catch (...) {
+              error = std::current_exception();
+            }
+            asio::post(io, [handler = std::move(handler), error, result = std::move(result)]() mutable {
+              std::move(handler)(error, std::move(result));
+            });
+          });
+        },
+        use_awaitable, std::forward<F>(f));
   }
 
   // ---------------------------------------------------------------- connections
@@ -468,8 +563,23 @@ struct Syncer::Impl {
   awaitable<void> writer(ConnPtr c) {
     while (!c->closed) {
       while (!c->outq.empty() && !c->closed) {
+        if (c->outq.front().plain) {
+          // Sealed here, in send order, so the nonce sequence is the order on the wire; a bulk
+          // frame is sealed on the worker pool while the I/O thread serves everyone else.
+          const auto plain = std::move(c->outq.front().plain);
+          const MsgType t = c->outq.front().type;
+          std::string frame;
+          if (plain->size() >= o.offload_bytes) {
+            auto seal = [c, plain, t, rid = run_id] { return c->session->seal(t, rid, *plain); };
+            frame = co_await offload(std::move(seal));
+          } else
+            frame = c->session->seal(t, run_id, *plain);
+          c->outq.front().frame = std::move(frame);
+          if (c->closed) break;
+        }
         boost::system::error_code ec;
-        co_await asio::async_write(c->sock, asio::buffer(c->outq.front()), asio::redirect_error(use_awaitable, ec));
+        co_await asio::async_write(c->sock, asio::buffer(c->outq.front().frame),
+                                   asio::redirect_error(use_awaitable, ec));
         if (ec) {
           close(c);
           co_return;
@@ -526,7 +636,8 @@ struct Syncer::Impl {
         while (!c->closed && !c->refusing) {
           auto f = c->dec.next();
           if (!f) break;
-          handle(c, *f);
+          if (c->session && f->payload.size() >= o.offload_bytes) co_await handle_bulk(c, std::make_shared<Frame>(std::move(*f)));
+          else handle(c, *f);
         }
         if (c->closed || c->refusing) break;
       }
@@ -664,8 +775,37 @@ struct Syncer::Impl {
       return on_hello(c, f);
     }
     const std::string payload = c->session->open(std::move(f));  // decrypted in place (takes f.payload)
+    dispatch(c, f.type, payload);
+  }
+
+  // A bulk frame of an authenticated learner: opened (and a push's delta decoded and checked) on
+  // the worker pool, then handled on the I/O thread like any other. This connection reads no
+  // further frame meanwhile, so its frames are still handled in order; the others go on.
+  awaitable<void> handle_bulk(ConnPtr c, std::shared_ptr<Frame> f) {
+    const MsgType type = f->type;
+    auto open = [c, type, f] {
+      Opened o;
+      o.payload = c->session->open(std::move(*f));
+      o.size = o.payload.size();
+      if (type == MsgType::push) {
+        o.push = prepare_push(o.payload);
+        o.payload = std::string();  // the decoded delta is what is kept
+      }
+      return o;
+    };
+    Opened opened = co_await offload(std::move(open));
+    if (c->closed || done || failed) co_return;
+    if (opened.push) {
+      touch(c->learner_id);
+      on_push(c, opened.push->msg, opened.size, &opened.push->delta);
+      co_return;
+    }
+    dispatch(c, type, opened.payload);
+  }
+
+  void dispatch(const ConnPtr& c, MsgType type, const std::string& payload) {
     touch(c->learner_id);
-    switch (f.type) {
+    switch (type) {
       case MsgType::init: return on_init(c, Init::decode(payload));
       case MsgType::push: return on_push(c, Push::decode(payload), payload.size());
       case MsgType::heartbeat: Heartbeat::decode(payload); return;
@@ -673,7 +813,7 @@ struct Syncer::Impl {
       case MsgType::done: return on_done(c, Heartbeat::decode(payload));
       case MsgType::final_ack: return on_final_ack(c, FinalAck::decode(payload));
       default:
-        reject(c, std::string("unexpected ") + msg_name(f.type) + " from a learner");
+        reject(c, std::string("unexpected ") + msg_name(type) + " from a learner");
         close(c);
     }
   }
@@ -796,7 +936,8 @@ struct Syncer::Impl {
     send(c, MsgType::push_ack, PushAck{p, s, v}.encode());
   }
 
-  void on_push(const ConnPtr& c, const Push& m, std::size_t bytes) {
+  // `checked`: the delta already decoded and checked (a bulk push opened on the worker pool).
+  void on_push(const ConnPtr& c, const Push& m, std::size_t bytes, CheckedDelta* checked = nullptr) {
     const std::string& id = c->learner_id;
     if (!st.initialised) {
       reject(c, "push before the run state exists");
@@ -831,17 +972,14 @@ struct Syncer::Impl {
       ack(c, p, PushStatus::too_stale);
       return resend_if_missing(c, p);
     }
-    std::vector<float> delta;
-    try {
-      delta = m.delta();
-    } catch (const WireError& e) {
-      reject(c, std::string("invalid delta: ") + e.what(), p);
+    CheckedDelta own;
+    if (!checked) own = check_delta(m);
+    CheckedDelta& cd = checked ? *checked : own;
+    if (!cd.error.empty()) {
+      reject(c, cd.error, p);
       return ack(c, p, PushStatus::invalid);
     }
-    if (!all_finite(delta)) {
-      reject(c, "invalid delta: NaN or Inf values", p);
-      return ack(c, p, PushStatus::invalid);
-    }
+    std::vector<float> delta = std::move(cd.values);
     const double now = steady_now();
     note_straggler(p, id, now);
     Round& r = rounds[p];
@@ -909,7 +1047,11 @@ struct Syncer::Impl {
   // learner lost without `leave` (awaiting_lost) is waited for in the same way, for the join
   // window after it was lost: a restarted island rejoins and takes the cut with the others.
   void check_all_done(double now) {
-    if (finishing || !st.initialised || done_learners.empty() || !active_ids().empty() || live_ids().empty()) return;
+    if (finishing || deferred_final || !st.initialised || done_learners.empty() || !active_ids().empty() ||
+        live_ids().empty())
+      return;
+    // Pending merges land first (this is checked again when they do).
+    if (merges_in_flight > 0) return;
     if (awaiting_lost(now)) return;
     if (st.registry.size() < o.expected_learners) {
       if (now - started < o.expect_window_s) return;
@@ -924,11 +1066,13 @@ struct Syncer::Impl {
       }
     }
     for (std::uint32_t p = 0; p < rounds.size(); ++p)
-      if (!rounds[p].pushes.empty()) {
+      if (!rounds[p].pushes.empty() && may_start_merge(p)) {
         const std::size_t q = std::max<std::size_t>(1, std::min<std::size_t>(o.quorum, rounds[p].pushes.size()));
         merge(p, "learners_done", q, grace_for(st.fragments[p]), now);
-        if (finishing) return;  // the merge spent the budget
+        if (finishing || deferred_final) return;  // the merge spent the budget
       }
+    // Merges on the worker pool call this again when they land; the cut is taken after them.
+    if (merges_in_flight > 0) return;
     begin_final("learners_done");
   }
 
@@ -1003,64 +1147,203 @@ struct Syncer::Impl {
       if (std::none_of(r.pushes.begin(), r.pushes.end(), [&](const PendingPush& x) { return x.learner == id; }))
         all_live = false;
     if (n >= q && !r.quorum_at) r.quorum_at = now;
+    // While this fragment's previous merge is in flight the round keeps filling (its grace
+    // window runs from when it reached the quorum); it merges once that merge has landed.
+    if (!may_start_merge(p)) return;
     const double grace = grace_for(st.fragments[p]);
     if (n >= q && all_live) return merge(p, "all_live", q, grace, now);
     if (n >= q && r.quorum_at && now - *r.quorum_at >= grace) return merge(p, "grace", q, grace, now);
     if (now - r.first >= o.timeouts.round_deadline_s) return merge(p, "deadline", q, grace, now);
   }
 
+  // A merge runs in three steps. merge() (I/O thread) takes the round; compute (the worker
+  // pool for a fragment of offload_bytes or more, else inline) corrects, averages and applies
+  // the outer step into new buffers and encodes the update while the I/O thread goes on
+  // serving the current version (catch-ups, resends, checkpoints only read θ, m and P, and
+  // nothing writes them while the fragment's merge is in flight); finish_merge (I/O thread)
+  // swaps the result in, then checkpoint, tape record and broadcast as before. One merge per
+  // fragment is in flight at a time; other fragments' rounds merge meanwhile.
+  struct MergeJob {
+    std::uint32_t p = 0;
+    std::string reason;
+    std::size_t quorum = 0;
+    double grace = 0, decided = 0, round_first = 0, round_last = 0;
+    std::vector<PendingPush> pushes;
+    std::vector<std::uint64_t> samples, staleness;
+    std::vector<std::string> who;
+    std::vector<double> weights;
+    std::uint64_t version = 0;  // the fragment's version before the merge
+    std::size_t active = 0;     // active learners (live, not done) when the merge was decided
+    bool every_active = false;  // every one of them is in the merge
+    // results
+    std::vector<float> params, momentum, pub;
+    HelocoStats hs;
+    double update_norm = 0;
+    Published published;
+    std::shared_ptr<const std::string> update;
+    std::uint32_t public_crc = 0;
+    double compute_s = 0;
+    bool offloaded = false;
+    std::exception_ptr error;
+  };
+  std::vector<char> merging;            // per fragment: a merge is in flight
+  std::size_t merges_in_flight = 0;
+  std::uint64_t samples_in_flight = 0;  // samples of the merges in flight (budget_samples)
+  std::optional<std::string> deferred_final;  // the final cut waits for the merges in flight
+
+  bool merge_in_flight(std::uint32_t p) const { return p < merging.size() && merging[p]; }
+  // A merge would start now: not when the budget is already spoken for by merges in flight
+  // (they end the run when they land), nor while the final cut waits for them.
+  bool may_start_merge(std::uint32_t p) const {
+    if (finishing || deferred_final || merge_in_flight(p)) return false;
+    if (o.budget_outer_steps && st.outer_steps + merges_in_flight >= o.budget_outer_steps) return false;
+    if (o.budget_samples && merges_in_flight > 0 && st.samples_merged + samples_in_flight >= o.budget_samples)
+      return false;
+    return true;
+  }
+
   void merge(std::uint32_t p, const char* reason, std::size_t quorum, double grace, double now) {
+    auto job = std::make_shared<MergeJob>();
+    job->p = p;
+    job->reason = reason;
+    job->quorum = quorum;
+    job->grace = grace;
+    job->decided = now;
     Round r = std::move(rounds[p]);
     rounds[p] = Round{};
+    job->round_first = r.first;
+    job->round_last = r.last;
     FragmentState& f = st.fragments[p];
-    std::vector<std::uint64_t> samples;
-    std::vector<std::uint64_t> staleness;
-    std::vector<std::string> who;
-    HelocoStats hs;
-    for (auto& q : r.pushes) {
-      const std::uint64_t s = f.version - q.base_version;
-      if (o.heloco && s > 0) {
-        const auto one = heloco_correct(q.delta, f.momentum, o.heloco_params);
-        hs.kept += one.kept;
-        hs.shrunk += one.shrunk;
-        hs.reoriented += one.reoriented;
-        hs.skipped += one.skipped;
-      }
-      samples.push_back(q.samples);
-      staleness.push_back(s);
-      who.push_back(q.learner);
+    job->version = f.version;
+    for (const auto& q : r.pushes) {
+      job->samples.push_back(q.samples);
+      job->staleness.push_back(f.version - q.base_version);
+      job->who.push_back(q.learner);
     }
-    const auto w = token_weights(samples);
-    std::vector<std::span<const float>> ds;
-    for (const auto& q : r.pushes) ds.emplace_back(q.delta);
-    const auto merged = rda_merge(ds, w);
-    outer_step(f.params, f.momentum, merged, o.outer_lr, o.outer_momentum);
+    job->weights = token_weights(job->samples);
+    const auto act = active_ids();
+    job->active = act.size();
+    job->every_active = std::all_of(act.begin(), act.end(), [&](const std::string& id) {
+      return std::find(job->who.begin(), job->who.end(), id) != job->who.end();
+    });
+    job->pushes = std::move(r.pushes);
+    if (merging.size() < st.fragments.size()) merging.resize(st.fragments.size(), 0);
+    merging[p] = 1;
+    ++merges_in_flight;
+    std::uint64_t total = 0;
+    for (auto s : job->samples) total += s;
+    samples_in_flight += total;
+    if (f.params.size() * sizeof(float) < o.offload_bytes) {
+      compute_merge(*job);
+      return finish_merge(job);
+    }
+    job->offloaded = true;
+    asio::post(pool, [this, job] {
+      compute_merge(*job);
+      asio::post(io, [this, job] { finish_merge_async(job); });
+    });
+  }
+
+  // The merge math on the job's own buffers; reads the fragment's θ, m and P (which nothing
+  // writes while the merge is in flight). Any thread.
+  void compute_merge(MergeJob& j) const {
+    const auto t0 = steady_now();
+    try {
+      const FragmentState& f = st.fragments[j.p];
+      for (std::size_t i = 0; i < j.pushes.size(); ++i) {
+        if (!o.heloco || j.staleness[i] == 0) continue;
+        const auto one = heloco_correct(j.pushes[i].delta, f.momentum, o.heloco_params);
+        j.hs.kept += one.kept;
+        j.hs.shrunk += one.shrunk;
+        j.hs.reoriented += one.reoriented;
+        j.hs.skipped += one.skipped;
+      }
+      std::vector<std::span<const float>> ds;
+      for (const auto& q : j.pushes) ds.emplace_back(q.delta);
+      const auto merged = rda_merge(ds, j.weights);
+      j.update_norm = l2_norm(merged);
+      j.pushes.clear();  // the deltas are no longer needed
+      j.params = f.params;
+      j.momentum = f.momentum;
+      outer_step(j.params, j.momentum, merged, o.outer_lr, o.outer_momentum);
+      // The new public state: P + the decoded q4 update of θ − P (the residual stays in θ − P and
+      // goes out with the next update), or θ itself with the f32 downlink.
+      if (o.downlink == Downlink::q4) {
+        j.pub = f.pub.size() == f.params.size() ? f.pub : f.params;
+        j.published = publish_update(j.p, j.version, j.version + 1, j.params, j.pub, o.quant_block);
+        if (j.published.update) {
+          j.public_crc = j.published.update->crc;
+          j.update = std::make_shared<const std::string>(j.published.update->encode());
+          j.published.update.reset();
+        }
+      } else {
+        j.pub = j.params;  // P = θ
+      }
+    } catch (...) {
+      j.error = std::current_exception();
+    }
+    j.compute_s = steady_now() - t0;
+  }
+
+  // A merge computed on the worker pool lands on the I/O thread: it is applied unless the
+  // syncer stopped meanwhile, then rounds that filled up meanwhile, the learners-done cut and a
+  // final cut that waited for it go ahead.
+  void finish_merge_async(const std::shared_ptr<MergeJob>& job) {
+    if (done || failed) return;
+    try {
+      finish_merge(job);
+      const double now = steady_now();
+      if (!finishing && deferred_final && merges_in_flight == 0) {
+        const std::string reason = *deferred_final;
+        deferred_final.reset();
+        begin_final(reason);
+      }
+      for (std::uint32_t q = 0; q < rounds.size(); ++q) try_close(q, now);
+      check_all_done(now);
+    } catch (const PersistFailure&) {
+      // fatal() has stopped the syncer; nothing more is written.
+    }
+  }
+
+  void finish_merge(const std::shared_ptr<MergeJob>& job) {
+    MergeJob& j = *job;
+    const std::uint32_t p = j.p;
+    merging[p] = 0;
+    --merges_in_flight;
+    std::uint64_t total = 0;
+    for (auto s : j.samples) total += s;
+    samples_in_flight -= total;
+    if (j.error) {
+      std::string why = "unknown error";
+      try {
+        std::rethrow_exception(j.error);
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+      }
+      spdlog::critical("syncer: the merge of fragment {} failed: {}; stopping with exit code 1", p, why);
+      failed = true;
+      shutdown(static_cast<int>(ExitCode::failure));
+      throw PersistFailure(why);
+    }
+    const double now = steady_now();
+    FragmentState& f = st.fragments[p];
+    f.params = std::move(j.params);
+    f.momentum = std::move(j.momentum);
+    f.pub = std::move(j.pub);
     ++f.version;
     ++st.outer_steps;
-    // The new public state: P + the decoded q4 update of θ − P (the residual stays in θ − P and
-    // goes out with the next update), or θ itself with the f32 downlink.
-    if (f.pub.size() != f.params.size()) f.pub = f.params;
     json downlink = {{"encoding", downlink_name(o.downlink)}};
-    std::optional<std::string> update;
     if (o.downlink == Downlink::q4) {
-      Published pb = publish_update(p, f.version - 1, f.version, f.params, f.pub, o.quant_block);
-      downlink["update_max"] = pb.update_max;
-      downlink["residual_max"] = pb.residual_max;
-      if (pb.update) {
-        downlink["public_crc"] = pb.update->crc;
-        update = pb.update->encode();
-      } else {
-        downlink["encoding"] = "f32";  // θ − P not finite: P = θ, sent in full
-      }
-    } else {
-      f.pub = f.params;
+      downlink["update_max"] = j.published.update_max;
+      downlink["residual_max"] = j.published.residual_max;
+      if (j.update) downlink["public_crc"] = j.public_crc;
+      else downlink["encoding"] = "f32";  // θ − P not finite: P = θ, sent in full
     }
-    std::uint64_t total = 0;
-    for (std::size_t i = 0; i < r.pushes.size(); ++i) {
-      auto& reg = st.registry[who[i]];
+    for (std::size_t i = 0; i < j.who.size(); ++i) {
+      auto& reg = st.registry[j.who[i]];
       ++reg.merged;
-      reg.samples += samples[i];
-      total += samples[i];
+      reg.samples += j.samples[i];
     }
     st.samples_merged += total;
     // The arrival spread of the round feeds the adaptive grace window only when every active
@@ -1068,26 +1351,28 @@ struct Syncer::Impl {
     // counting it (or the straggler's lone round that follows) as the spread would shrink the
     // window until no merge waits for anyone. The stragglers' lateness is measured when their
     // pushes arrive (note_straggler).
-    const double spread = r.last - r.first;
+    const double spread = j.round_last - j.round_first;
     std::set<std::string> missing;
     for (const auto& id : active_ids())
-      if (std::find(who.begin(), who.end(), id) == who.end()) missing.insert(id);
+      if (std::find(j.who.begin(), j.who.end(), id) == j.who.end()) missing.insert(id);
     if (missing.empty()) observe_spread(f, spread);
     if (stragglers.size() < st.fragments.size()) stragglers.resize(st.fragments.size());
-    stragglers[p] = Stragglers{std::move(missing), r.first};
+    stragglers[p] = Stragglers{std::move(missing), j.round_first};
     json rec = {{"event", "merge"}, {"time", unix_now()}, {"fragment", p}, {"version", f.version},
-                {"learners", who}, {"outer_step", st.outer_steps}, {"weights", w}, {"staleness", staleness},
-                {"samples", samples}, {"reason", reason}, {"quorum", quorum}, {"live", live_ids().size()},
-                {"grace_s", grace}, {"spread_s", spread}, {"round_latency_s", now - r.first},
-                {"update_norm", l2_norm(merged)},
-                {"heloco", {{"kept", hs.kept}, {"shrunk", hs.shrunk}, {"reoriented", hs.reoriented}}}};
+                {"learners", j.who}, {"outer_step", st.outer_steps}, {"weights", j.weights},
+                {"staleness", j.staleness}, {"samples", j.samples}, {"reason", j.reason}, {"quorum", j.quorum},
+                {"live", live_ids().size()}, {"active", j.active}, {"every_active", j.every_active},
+                {"grace_s", j.grace}, {"spread_s", spread},
+                {"round_latency_s", now - j.round_first}, {"merge_s", j.compute_s}, {"worker", j.offloaded},
+                {"update_norm", j.update_norm},
+                {"heloco", {{"kept", j.hs.kept}, {"shrunk", j.hs.shrunk}, {"reoriented", j.hs.reoriented}}}};
     // What each connected learner is sent (bytes on the wire, frame included): the update, or the
     // full fragment to a learner that does not hold the update's base.
-    if (update) downlink["update_bytes"] = update->size() + kHeaderBytes + kSealBytes;
+    if (j.update) downlink["update_bytes"] = j.update->size() + kHeaderBytes + kSealBytes;
     downlink["fragment_bytes"] = public_state(p).size() * 4 + 20 + kHeaderBytes + kSealBytes;
     std::uint64_t to_update = 0, to_full = 0;
     for (const auto& c : conns)
-      if (c->session && !c->closed) ++(update && holds_base(c, p) ? to_update : to_full);
+      if (c->session && !c->closed) ++(j.update && holds_base(c, p) ? to_update : to_full);
     downlink["updates_sent"] = to_update;
     downlink["fragments_sent"] = to_full;
     rec["downlink"] = downlink;
@@ -1096,7 +1381,7 @@ struct Syncer::Impl {
     // record and before any learner sees the new version.
     if (++merges_since_ckpt >= o.checkpoint_every) checkpoint();
     taped_raw(rec);
-    broadcast_fragment(p, update ? &*update : nullptr);
+    broadcast_fragment(p, j.update);
     check_budget();
   }
 
@@ -1135,6 +1420,11 @@ struct Syncer::Impl {
 
   void begin_final(const std::string& reason) {
     if (finishing) return;
+    if (merges_in_flight > 0) {
+      // The cut holds every merge that was started: it is taken when the last one lands.
+      if (!deferred_final) deferred_final = reason;
+      return;
+    }
     finishing = true;
     final_reason = reason;
     final_started = steady_now();
@@ -1161,7 +1451,7 @@ struct Syncer::Impl {
                 {{"reason", reason}, {"digest", hex(final_cut.digest.data(), 32)}, {"versions", final_cut.versions},
                  {"outer_steps", st.outer_steps}, {"samples", st.samples_merged}});
     spdlog::info("syncer: final cut ({}) at outer step {}", reason, st.outer_steps);
-    const std::string payload = final_cut.encode();
+    const auto payload = std::make_shared<const std::string>(final_cut.encode());
     for (const auto& c : conns)
       if (c->session) send(c, MsgType::final_cut, payload);
   }
@@ -1330,7 +1620,7 @@ struct Syncer::Impl {
     std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
                                                                                    int sig) {
       if (ec) return;
-      if (!finishing) {
+      if (!finishing && !deferred_final) {
         spdlog::warn("syncer: signal {}: taking the final cut", sig);
         begin_final("signal");
         signals.async_wait(on_signal);

@@ -78,6 +78,13 @@ TEST(SyncLaunch, RunsASyncerAndTwoIslandsToTheFinalCutAndSummarises) {
   const json s = ys::embedded_summary(run, 2);
   EXPECT_EQ(s["outer_steps_merged"], 6);
   EXPECT_GE(s["merges_with_every_island"].get<int>(), 1);
+  // Per-merge participation: every merge counted once by the islands it held, and those that
+  // held every live island (both were live throughout) at least those that held both.
+  std::uint64_t by_islands = 0;
+  for (const auto& [n, m] : s["merges_by_islands"].items()) by_islands += m.get<std::uint64_t>();
+  EXPECT_EQ(by_islands, 6u);
+  EXPECT_EQ(s["merges_by_islands"].value("2", 0), s["merges_with_every_island"].get<int>());
+  EXPECT_GE(s["merges_with_every_live_island"].get<int>(), s["merges_with_every_island"].get<int>());
   EXPECT_EQ(s["final"]["acked"].size(), 2u);
   for (const auto& i : s["per_island"]) {
     EXPECT_GT(i["steps"].get<int>(), 0);
