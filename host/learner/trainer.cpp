@@ -815,7 +815,19 @@ bool Loop::poll_control(std::int64_t step, bool last, bool sync_cut) {
 
 void Loop::finish() {
   if (!result_.stopped_early) {
-    if (sync_ && !sync_->finish(trainable_)) spdlog::warn("no final cut from the syncer; saving the local weights");
+    if (sync_) {
+      if (!sync_->finish(trainable_)) {
+        spdlog::warn("no final cut from the syncer; saving the local weights");
+      } else if (!val_batches_.empty()) {
+        // The run's result is the final cut: its held-out loss, next to the island's own above.
+        const double v = evaluate();
+        if (std::isfinite(v)) {
+          if (metrics_) metrics_->record({{"step", state_.step}, {"val_loss_final_cut", v}});
+          spdlog::info("val_loss {:.6f} on the final cut", v);
+          result_.last_val_loss = v;
+        }
+      }
+    }
     if (renders_) render(state_.step, true);  // the weights the run ends on (after the final cut)
     if (island::rank0_decides(ranks_, since_checkpoint_ > 0 || state_.step == 0 ||
                                           (lead_ && !latest_checkpoint(opt_.run_dir))))

@@ -4,6 +4,7 @@
 // LoRA weights bit-identical to the syncer's final cut and acknowledged) and the summary.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -113,7 +114,7 @@ TEST(TrainIslands, TwoFluxIslandsMergeAndEndOnTheFinalCut) {
 TEST(TrainIslands, TheSyncerBudgetEndsBothIslandsOnTheFinalCut) {
   yeto::test::TempDir dir;
   yeto::learner::test::write_dataset(dir / "data", 12, {}, 32);
-  dir.write("run.toml", run_toml(400, "budget_outer_steps = 4\n"));
+  dir.write("run.toml", yeto::learner::test::tiny_flux_islands_toml(400, "budget_outer_steps = 4\n", "[validation]\nsplit = 0.25\n"));
   const fs::path run = dir / "run";
   const auto r = yeto::test::run_host(
       {"train", "--islands", "2", "--config", (dir / "run.toml").string(), "--output", run.string()});
@@ -128,6 +129,15 @@ TEST(TrainIslands, TheSyncerBudgetEndsBothIslandsOnTheFinalCut) {
     EXPECT_TRUE(canonical_bytes(run / island / "lora.safetensors") == cut) << island;
   }
   for (const auto& i : s["per_island"]) EXPECT_LT(i["steps"].get<int>(), 400) << s.dump();
+  // Each island evaluates the held-out rows on the final cut it ends on, as its last record.
+  for (const char* island : {"island-0", "island-1"}) {
+    std::istringstream lines(yeto::read_file(run / island / "metrics.jsonl"));
+    json last;
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty()) last = json::parse(line);
+    ASSERT_TRUE(last.contains("val_loss_final_cut")) << island << ": " << last.dump();
+    EXPECT_TRUE(std::isfinite(last["val_loss_final_cut"].get<double>())) << last.dump();
+  }
 }
 
 // Islands of two ranks each (train.island_ranks = 2, ddp): the launcher starts four learner
