@@ -271,12 +271,6 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     return {{"prompt_embeds", encode_text(prompts, max_sequence_length_).embeds}};
   }
 
-  void prepare_run(const json& /*options*/) override {
-    const auto recompute = family::host_config("train.activation_checkpointing");
-    for (const auto& name : denoisers_)
-      transformer(name)->activation_checkpointing = recompute.is_boolean() && recompute.get<bool>();
-  }
-
  private:
   wan::WanTransformer3DModel& transformer(const std::string& name) {
     return family::plugin_model<TransformerComponent>(name, "WanTransformer3DModel", "wan");
