@@ -220,6 +220,27 @@ TEST(WanHost, Wan21LoraOnRawVideoLowersValLoss) {
   for (const auto& [name, t] : lora) EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name;
 }
 
+// fp8 storage of the frozen base (bf16 compute): the step runs (the inputs take the layers'
+// compute dtype, not the uint8 codes' dtype) and every adapter matrix moves.
+TEST(WanHost, Fp8StorageTrains) {
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data");
+  tmp.write("run.toml", std::regex_replace(train_toml(kFixtures / "repos" / "wan21-tiny", 3, 0.03),
+                                           std::regex("precision = \"fp32\"\n"),
+                                           "precision = \"bf16\"\nstorage = \"fp8\"\n"));
+  ASSERT_NE(read_text(tmp / "run.toml").find("storage = \"fp8\""), std::string::npos);
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  int moved = 0, total = 0;
+  for (const auto& [name, t] : yeto::io::load_safetensors(tmp / "run" / "lora.safetensors")) {
+    if (name.find("lora_B") == std::string::npos) continue;
+    ++total;
+    if (t.abs().max().item<double>() > 0) ++moved;  // B starts at zero
+  }
+  EXPECT_EQ(total, 16);
+  EXPECT_EQ(moved, total);
+}
+
 // A repository with only the transformer and the scheduler (vae, text encoder and tokenizer
 // [null, null]) trains on latents and text embeddings cached elsewhere; the VAE layout is then
 // the default one and nothing encodes.
