@@ -16,6 +16,7 @@
 #include "../learner/dataset.hpp"
 #include "io/tensors.hpp"
 #include "support/family_host.hpp"
+#include "support/fp8_run.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -151,19 +152,11 @@ TEST(PixArtHost, Fp8StorageTrains) {
   config.validation_rows = 2;
   config.steps = 3;
   config.timestep_sampling = "uniform";
-  const auto toml = config.toml();
-  const auto at = toml.find("precision = \"fp32\"");
-  ASSERT_NE(at, std::string::npos);
-  tmp.write("run.toml", toml.substr(0, at) + "precision = \"bf16\"\nstorage = \"fp8\"" + toml.substr(at + 18));
+  tmp.write("run.toml", yeto::test::with_fp8_storage(config.toml()));
   const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  int moved = 0, total = 0;
-  for (const auto& [name, t] : yeto::io::load_safetensors(tmp / "run" / "lora.safetensors")) {
-    if (name.find("lora_B") == std::string::npos) continue;
-    ++total;
-    if (t.abs().max().item<double>() > 0) ++moved;  // B starts at zero
-  }
-  EXPECT_GT(total, 0);
+  const auto [moved, total] = yeto::test::lora_b_moved(tmp / "run" / "lora.safetensors");
+  EXPECT_EQ(total, 20);  // auto targets of 2 blocks
   EXPECT_EQ(moved, total);
 }
 

@@ -15,6 +15,7 @@
 
 #include "io/tensors.hpp"
 #include "support/family_host.hpp"
+#include "support/fp8_run.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -225,18 +226,10 @@ TEST(WanHost, Wan21LoraOnRawVideoLowersValLoss) {
 TEST(WanHost, Fp8StorageTrains) {
   yeto::test::TempDir tmp;
   write_video_dataset(tmp / "data");
-  tmp.write("run.toml", std::regex_replace(train_toml(kFixtures / "repos" / "wan21-tiny", 3, 0.03),
-                                           std::regex("precision = \"fp32\"\n"),
-                                           "precision = \"bf16\"\nstorage = \"fp8\"\n"));
-  ASSERT_NE(read_text(tmp / "run.toml").find("storage = \"fp8\""), std::string::npos);
+  tmp.write("run.toml", yeto::test::with_fp8_storage(train_toml(kFixtures / "repos" / "wan21-tiny", 3, 0.03)));
   const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  int moved = 0, total = 0;
-  for (const auto& [name, t] : yeto::io::load_safetensors(tmp / "run" / "lora.safetensors")) {
-    if (name.find("lora_B") == std::string::npos) continue;
-    ++total;
-    if (t.abs().max().item<double>() > 0) ++moved;  // B starts at zero
-  }
+  const auto [moved, total] = yeto::test::lora_b_moved(tmp / "run" / "lora.safetensors");
   EXPECT_EQ(total, 16);
   EXPECT_EQ(moved, total);
 }
