@@ -126,7 +126,8 @@ std::vector<KeyDef> build_schema() {
       I("train.max_steps", 1000, "Optimizer steps to train.").flag("max-steps").range(0, std::nullopt),
       F("train.max_grad_norm", 1.0, "Clip the global gradient norm to this; 0: no clipping.").range(0.0, std::nullopt),
       I("train.checkpoint_every", 100, "Write a resumable local checkpoint every N steps; 0: only at the end.").range(0, std::nullopt),
-      B("train.activation_checkpointing", false, "Recompute block activations in backward to save memory."),
+      B("train.activation_checkpointing", false, "Recompute the denoiser's transformer blocks' activations in backward instead of keeping them (every family): about one extra forward per step for much less activation memory.").flag("activation-checkpointing"),
+      I("train.activation_checkpointing_every", 1, "With train.activation_checkpointing: recompute every k-th block (blocks numbered 0, 1, ... over all of the denoiser's block stacks; block i when i % k == 0). 1: every block (least memory); 2: every other block (half the recomputation, about half the saving).").range(1, std::nullopt),
       I("train.memory_budget_mb", 0, "CPU memory budget for micro_batch_size = auto; 0: 80 % of available memory.").range(0, std::nullopt),
 
       // [optimizer]

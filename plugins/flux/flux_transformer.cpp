@@ -133,14 +133,30 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden_states, 
   const auto ii = img_ids.dim() == 3 ? img_ids[0] : img_ids;
   const auto rope = nn::rope_nd(at::cat({ti, ii}, 0), config_.axes_dims_rope, 10000.0, true);
 
+  std::int64_t index = 0;
   for (const auto& m : *transformer_blocks) {
-    auto out = m->as<FluxTransformerBlock>()->forward(h, e, temb, rope);
-    e = out.first;
-    h = out.second;
+    auto* block = m->as<FluxTransformerBlock>();
+    auto out = run_block(
+        index++,
+        [block, rope](const std::vector<at::Tensor>& in) {
+          auto [text, image] = block->forward(in[0], in[1], in[2], rope);
+          return std::vector<at::Tensor>{std::move(text), std::move(image)};
+        },
+        {h, e, temb});
+    e = out[0];
+    h = out[1];
   }
   const auto text_len = e.size(1);
   h = at::cat({e, h}, 1);
-  for (const auto& m : *single_transformer_blocks) h = m->as<FluxSingleTransformerBlock>()->forward(h, temb, rope);
+  for (const auto& m : *single_transformer_blocks) {
+    auto* block = m->as<FluxSingleTransformerBlock>();
+    h = run_block(
+        index++,
+        [block, rope](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{block->forward(in[0], in[1], rope)};
+        },
+        {h, temb})[0];
+  }
   h = h.narrow(1, text_len, h.size(1) - text_len);
   return proj_out(norm_out(h, temb));
 }

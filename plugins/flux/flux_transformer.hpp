@@ -15,6 +15,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "yeto/nn/attention.hpp"
+#include "yeto/nn/checkpoint.hpp"
 #include "yeto/nn/embeddings.hpp"
 #include "yeto/nn/feed_forward.hpp"
 #include "yeto/nn/linear.hpp"
@@ -68,7 +69,9 @@ class FluxSingleTransformerBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FluxSingleTransformerBlock);
 
-class FluxTransformer2DModelImpl : public torch::nn::Module {
+// Its blocks recompute in backward as activation_checkpointing says (double-stream blocks
+// numbered first, then the single-stream ones).
+class FluxTransformer2DModelImpl : public torch::nn::Module, public nn::CheckpointedBlocks {
  public:
   explicit FluxTransformer2DModelImpl(const FluxTransformerConfig& config);
 

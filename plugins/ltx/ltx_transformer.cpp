@@ -212,8 +212,16 @@ at::Tensor LtxVideoTransformer3DModelImpl::forward(const at::Tensor& hidden_stat
   temb = temb.view({b, -1, temb.size(-1)});
   embedded = embedded.view({b, -1, embedded.size(-1)});
   auto context = caption_projection(encoder_hidden_states).view({b, -1, dim});
-  for (const auto& block : *transformer_blocks)
-    h = block->as<LtxTransformerBlockImpl>()->forward(h, context, temb, rope, mask);
+  std::int64_t index = 0;
+  for (const auto& m : *transformer_blocks) {
+    auto* block = m->as<LtxTransformerBlockImpl>();
+    h = run_block(
+        index++,
+        [block, rope, mask](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{block->forward(in[0], in[1], in[2], rope, mask)};
+        },
+        {h, context, temb})[0];
+  }
   const auto ss = scale_shift_table.unsqueeze(0).unsqueeze(0) + embedded.unsqueeze(2);  // [B, 1, 2, dim]
   const auto shift = ss.select(2, 0), scale = ss.select(2, 1);
   h = at::layer_norm(h, {dim}, {}, {}, 1e-6);

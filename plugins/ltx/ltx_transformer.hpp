@@ -15,6 +15,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include "yeto/nn/checkpoint.hpp"
 #include "yeto/nn/embeddings.hpp"
 #include "yeto/nn/feed_forward.hpp"
 #include "yeto/nn/linear.hpp"
@@ -107,7 +108,8 @@ class LtxAdaLayerNormSingleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LtxAdaLayerNormSingle);
 
-class LtxVideoTransformer3DModelImpl : public torch::nn::Module {
+// Its blocks recompute in backward as activation_checkpointing says.
+class LtxVideoTransformer3DModelImpl : public torch::nn::Module, public nn::CheckpointedBlocks {
  public:
   explicit LtxVideoTransformer3DModelImpl(const LtxTransformerConfig& config);
 

@@ -78,9 +78,8 @@ class TransformerComponent
   static at::Tensor run(pixart::PixArtTransformer2DModel& model, const at::Tensor& x, const at::Tensor& context,
                         const at::Tensor& timestep, const at::Tensor& mask, const at::Tensor& resolution,
                         const at::Tensor& aspect_ratio) {
-    const auto& w = model->proj_out->weight;
-    const auto dev = w.device();
-    const auto dtype = w.scalar_type();
+    const auto dev = model->proj_out->weight.device();
+    const auto dtype = model->proj_out->compute_dtype();  // not the weight's: uint8 codes under fp8 storage
     auto opt = [&](const at::Tensor& t) { return t.defined() ? t.to(dev) : t; };
     return model->forward(x.to(dev, dtype), context.to(dev, dtype), timestep.to(dev), opt(mask), opt(resolution),
                           opt(aspect_ratio));

@@ -234,7 +234,16 @@ at::Tensor PixArtTransformer2DModelImpl::forward(const at::Tensor& hidden_states
   auto x = pos_embed(hidden_states);
   const auto [temb, embedded] = adaln_single(t, resolution, aspect_ratio, b, x.scalar_type());
   const auto context = caption_projection(encoder_hidden_states.to(x.scalar_type())).view({b, -1, x.size(-1)});
-  for (const auto& m : *transformer_blocks) x = m->as<PixArtBlock>()->forward(x, context, bias, temb);
+  std::int64_t index = 0;
+  for (const auto& m : *transformer_blocks) {
+    auto* block = m->as<PixArtBlock>();
+    x = run_block(
+        index++,
+        [block, bias](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{block->forward(in[0], in[1], bias, in[2])};
+        },
+        {x, context, temb})[0];
+  }
 
   const auto ss = (scale_shift_table.unsqueeze(0) + embedded.unsqueeze(1)).chunk(2, 1);
   x = norm_out(x) * (1 + ss[1]) + ss[0];

@@ -22,6 +22,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 
+#include "yeto/nn/checkpoint.hpp"
 #include "yeto/nn/activations.hpp"
 #include "yeto/nn/attention.hpp"
 #include "yeto/nn/embeddings.hpp"
@@ -111,7 +112,8 @@ class AdaLayerNormSingleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AdaLayerNormSingle);
 
-class PixArtTransformer2DModelImpl : public torch::nn::Module {
+// Its blocks recompute in backward as activation_checkpointing says.
+class PixArtTransformer2DModelImpl : public torch::nn::Module, public nn::CheckpointedBlocks {
  public:
   explicit PixArtTransformer2DModelImpl(const PixArtTransformerConfig& config);
 

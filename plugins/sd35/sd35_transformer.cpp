@@ -264,10 +264,19 @@ at::Tensor SD3Transformer2DModelImpl::forward(const at::Tensor& hidden_states, c
   auto x = pos_embed(hidden_states);
   const auto temb = time_text_embed(timestep.expand({b}), pooled_projections);
   auto e = context_embedder(encoder_hidden_states);
+  std::int64_t index = 0;
   for (const auto& m : *transformer_blocks) {
-    auto out = m->as<JointTransformerBlock>()->forward(x, e, temb);
-    e = out.first;
-    x = out.second;
+    auto* block = m->as<JointTransformerBlock>();
+    // The last block (context_pre_only) returns no text stream: an undefined first output.
+    auto out = run_block(
+        index++,
+        [block](const std::vector<at::Tensor>& in) {
+          auto [text, image] = block->forward(in[0], in[1], in[2]);
+          return std::vector<at::Tensor>{std::move(text), std::move(image)};
+        },
+        {x, e, temb});
+    e = out[0];
+    x = out[1];
   }
   x = proj_out(norm_out(x, temb));
   // Unpatchify: [B, h*w, p*p*C] -> [B, C, h*p, w*p] ("nhwpqc->nchpwq").

@@ -20,6 +20,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "yeto/nn/attention.hpp"
+#include "yeto/nn/checkpoint.hpp"
 #include "yeto/nn/embeddings.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/norms.hpp"
@@ -123,7 +124,8 @@ class JointTransformerBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(JointTransformerBlock);
 
-class SD3Transformer2DModelImpl : public torch::nn::Module {
+// Its joint blocks recompute in backward as activation_checkpointing says.
+class SD3Transformer2DModelImpl : public torch::nn::Module, public nn::CheckpointedBlocks {
  public:
   explicit SD3Transformer2DModelImpl(const SD3TransformerConfig& config);
 

@@ -42,11 +42,12 @@ class TransformerComponent
 
   NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
     using yeto::sdk::get;
-    const auto& w = model_->proj_out->weight;
+    // The dtype the layers compute in (under fp8 storage the weights are uint8 codes).
+    const auto device = model_->proj_out->weight.device();
+    const auto dtype = model_->proj_out->compute_dtype();
     try {
-      return {{"sample", model_->forward(get(in, "hidden_states").to(w.device(), w.scalar_type()),
-                                         get(in, "timestep").to(w.device()),
-                                         get(in, "encoder_hidden_states").to(w.device(), w.scalar_type()))}};
+      return {{"sample", model_->forward(get(in, "hidden_states").to(device, dtype), get(in, "timestep").to(device),
+                                         get(in, "encoder_hidden_states").to(device, dtype))}};
     } catch (const std::invalid_argument& e) {
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
@@ -271,12 +272,6 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     return {{"prompt_embeds", encode_text(prompts, max_sequence_length_).embeds}};
   }
 
-  void prepare_run(const json& /*options*/) override {
-    const auto recompute = family::host_config("train.activation_checkpointing");
-    for (const auto& name : denoisers_)
-      transformer(name)->activation_checkpointing = recompute.is_boolean() && recompute.get<bool>();
-  }
-
  private:
   wan::WanTransformer3DModel& transformer(const std::string& name) {
     return family::plugin_model<TransformerComponent>(name, "WanTransformer3DModel", "wan");
@@ -285,10 +280,10 @@ class WanPlugin : public yeto::family::DiffusersFamily {
   at::Tensor run_transformer(const std::string& name, const at::Tensor& x, const at::Tensor& timestep,
                              const at::Tensor& embeds) {
     auto& model = transformer(name);
-    const auto& w = model->proj_out->weight;
+    const auto device = model->proj_out->weight.device();
+    const auto dtype = model->proj_out->compute_dtype();  // not the weight's: uint8 codes under fp8 storage
     try {
-      return model->forward(x.to(w.device(), w.scalar_type()), timestep.to(w.device()),
-                            embeds.to(w.device(), w.scalar_type()));
+      return model->forward(x.to(device, dtype), timestep.to(device), embeds.to(device, dtype));
     } catch (const std::invalid_argument& e) {
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, name + ": " + e.what());
     }

@@ -210,15 +210,12 @@ at::Tensor WanTransformer3DModelImpl::forward(const at::Tensor& hidden_states, c
   const auto timestep_proj = ce.time_proj(at::silu(temb)).unflatten(1, {6, -1});
   const auto context = ce.text_embedder(encoder_hidden_states.to(dtype));
 
-  const bool recompute = activation_checkpointing && at::GradMode::is_enabled();
+  const auto cos = rope_cos, sin = rope_sin;  // structured bindings cannot be captured in C++20
+  std::int64_t index = 0;
   for (const auto& module : *blocks) {
     auto* block = module->as<WanTransformerBlockImpl>();
-    if (!recompute) {
-      x = block->forward(x, context, timestep_proj, rope_cos, rope_sin);
-      continue;
-    }
-    const auto cos = rope_cos, sin = rope_sin;  // structured bindings cannot be captured in C++20
-    x = nn::checkpoint(
+    x = run_block(
+        index++,
         [block, cos, sin](const std::vector<at::Tensor>& in) {
           return std::vector<at::Tensor>{block->forward(in[0], in[1], in[2], cos, sin)};
         },

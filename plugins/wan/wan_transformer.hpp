@@ -17,6 +17,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 
+#include "yeto/nn/checkpoint.hpp"
 #include "yeto/nn/embeddings.hpp"
 #include "yeto/nn/feed_forward.hpp"
 #include "yeto/nn/linear.hpp"
@@ -87,7 +88,8 @@ class WanConditionEmbedderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WanConditionEmbedder);
 
-class WanTransformer3DModelImpl : public torch::nn::Module {
+// Its blocks recompute in backward as activation_checkpointing says.
+class WanTransformer3DModelImpl : public torch::nn::Module, public nn::CheckpointedBlocks {
  public:
   explicit WanTransformer3DModelImpl(const WanTransformerConfig& config);
 
@@ -98,10 +100,6 @@ class WanTransformer3DModelImpl : public torch::nn::Module {
                      const at::Tensor& encoder_hidden_states);
 
   const WanTransformerConfig& config() const { return config_; }
-
-  // Recompute each block's activations in backward instead of keeping them
-  // (train.activation_checkpointing); only while grad mode is on.
-  bool activation_checkpointing = false;
 
   torch::nn::Conv3d patch_embedding{nullptr};
   WanConditionEmbedder condition_embedder{nullptr};

@@ -12,6 +12,7 @@
 #include "flux_latents.hpp"
 #include "flux_transformer.hpp"
 #include "io/tensors.hpp"
+#include "support/checkpointing_check.hpp"
 #include "support/parity_check.hpp"
 #include "yeto/nn/state_dict.hpp"
 
@@ -67,6 +68,20 @@ void check_forward_and_backward(const std::string& name) {
 TEST(FluxTransformer, ParityForwardBackwardSchnellStyle) { check_forward_and_backward("flux-transformer"); }
 
 TEST(FluxTransformer, ParityForwardBackwardWithGuidance) { check_forward_and_backward("flux-transformer-guidance"); }
+
+TEST(FluxTransformer, ActivationCheckpointingKeepsTheGradients) {
+  using Model = yeto::flux::FluxTransformer2DModel;
+  ModelCase c = load_case("flux-transformer-guidance");
+  const auto blocks = c.model->transformer_blocks->size() + c.model->single_transformer_blocks->size();
+  ASSERT_EQ(blocks, 3u);  // 1 double + 2 single: "every other" recomputes the double and the second single
+  yeto::test::expect_checkpointing_keeps_gradients<Model>(
+      "flux", [] { return load_case("flux-transformer-guidance").model; },
+      [&](Model& m) {
+        c.model = m;
+        return run(c);
+      },
+      c.expected.at("loss_target"), yeto::flux::description().lora_targets("auto").patterns, blocks);
+}
 
 TEST(FluxTransformer, CheckpointNamesMatchDiffusersExactly) {
   // Every tensor of the Diffusers file has a parameter of the same name and shape, and back.

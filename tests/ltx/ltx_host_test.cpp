@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/family_host.hpp"
+#include "support/fp8_run.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -271,6 +272,19 @@ TEST(LtxHost, Bf16BaseSamplesAndTrainsFloat32Adapters) {
                             (tmp / "bf16.mp4").string()});
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_EQ(ffprobe_frames(tmp / "bf16.mp4"), 9);
+}
+
+// fp8 storage of the frozen base (bf16 compute): three LoRA steps run and every adapter matrix
+// moves.
+TEST(LtxHost, Fp8StorageTrains) {
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data", 4);
+  tmp.write("run.toml", yeto::test::with_fp8_storage(train_toml(3)));
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto [moved, total] = yeto::test::lora_b_moved(tmp / "run" / "lora.safetensors");
+  EXPECT_GT(total, 0);
+  EXPECT_EQ(moved, total);
 }
 
 TEST(LtxHost, TrainingRefusesClipsOffTheVaeGrid) {

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "support/checkpointing_check.hpp"
 #include "support/parity_check.hpp"
 #include "ltx_family.hpp"
 #include "ltx_latents.hpp"
@@ -99,6 +100,29 @@ TEST(LtxTransformer, ParityForwardBackward) {
   std::size_t checked = 0;
   ASSERT_NO_FATAL_FAILURE(yeto::test::expect_forward_loss_and_grads(*m, run, c, "ltx-transformer", &checked, 56));
   EXPECT_EQ(checked, 6u);
+}
+
+TEST(LtxTransformer, ActivationCheckpointingKeepsTheGradients) {
+  // The parity case has one block; the ltx-tiny repository's transformer has two (random inputs
+  // of its shapes: 2 x 3 x 4 latent tokens, 6 caption tokens with the last two masked).
+  using Model = ltx::LtxVideoTransformer3DModel;
+  const auto dir = repo_dir("ltx-tiny") / "transformer";
+  auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model-00001-of-00002.safetensors");
+  weights.merge(yeto::io::load_safetensors(dir / "diffusion_pytorch_model-00002-of-00002.safetensors"));
+  const auto make = [&] {
+    Model m(ltx::LtxTransformerConfig::from_json(read_json(dir / "config.json")));
+    yeto::nn::load_named_tensors(*m, weights);
+    return m;
+  };
+  const auto blocks = make()->transformer_blocks->size();
+  ASSERT_GE(blocks, 2u);
+  torch::manual_seed(4);
+  const auto x = torch::randn({1, 24, 16}), text = torch::randn({1, 6, 32}), t = torch::full({1}, 600.0);
+  const auto mask = torch::tensor({{1, 1, 1, 1, 0, 0}});
+  const auto target = torch::randn({1, 24, 16});
+  yeto::test::expect_checkpointing_keeps_gradients<Model>(
+      "ltx", make, [&](Model& m) { return m->forward(x, text, t, mask, 2, 3, 4, {1.0, 1.0, 1.0}); }, target,
+      ltx::description().lora_targets("auto").patterns, blocks);
 }
 
 TEST(LtxTransformer, MaskAndRopeScaleMatter) {

@@ -380,6 +380,73 @@ TEST(Checkpoint, RecomputationDrawsTheSameDropoutMask) {
   EXPECT_TRUE(torch::allclose(a->weight.grad(), plain, 1e-6, 1e-6));
 }
 
+TEST(Checkpoint, AnUndefinedOutputDoesNotShiftTheOthersGradients) {
+  // As SD3's last joint block returns no text stream: (undefined, image).
+  torch::manual_seed(9);
+  Linear a(5, 5, true);
+  auto fn = [&](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{torch::Tensor(), a(in[0])}; };
+  auto x = torch::randn({3, 5});
+  fn({x})[1].pow(2).sum().backward();
+  const auto plain = a->weight.grad().clone();
+  a->weight.mutable_grad().reset();
+  const auto out = yeto::nn::checkpoint(fn, {x});
+  ASSERT_FALSE(out[0].defined());
+  out[1].pow(2).sum().backward();
+  ASSERT_TRUE(a->weight.grad().defined());
+  EXPECT_TRUE(torch::equal(a->weight.grad(), plain));
+}
+
+namespace {
+// A stack of four blocks run through CheckpointedBlocks::run_block, counting the forwards.
+struct FourBlocks : yeto::nn::CheckpointedBlocks {
+  std::vector<Linear> blocks;
+  int calls = 0;
+  FourBlocks() {
+    torch::manual_seed(10);
+    for (int i = 0; i < 4; ++i) blocks.emplace_back(4, 4, true);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (std::int64_t i = 0; i < 4; ++i) {
+      auto* block = blocks[static_cast<std::size_t>(i)].get();
+      x = run_block(
+          i,
+          [this, block](const std::vector<torch::Tensor>& in) {
+            ++calls;
+            return std::vector<torch::Tensor>{torch::tanh(block->forward(in[0]))};
+          },
+          {x})[0];
+    }
+    return x;
+  }
+};
+}  // namespace
+
+TEST(Checkpoint, EveryKthBlockRecomputesAndGradientsStayTheSame) {
+  yeto::nn::BlockCheckpointing off, all{true, 1}, half{true, 2}, third{true, 3};
+  EXPECT_FALSE(off.recomputes(0));
+  EXPECT_TRUE(all.recomputes(3));
+  EXPECT_TRUE(half.recomputes(0) && half.recomputes(2) && !half.recomputes(1) && !half.recomputes(3));
+  EXPECT_TRUE(third.recomputes(0) && third.recomputes(3) && !third.recomputes(2));
+  const auto x = torch::randn({2, 4});
+  std::vector<torch::Tensor> reference;
+  for (const auto& [policy, forwards] : {std::pair{off, 4}, std::pair{all, 8}, std::pair{half, 6}, std::pair{third, 6}}) {
+    FourBlocks m;
+    m.activation_checkpointing = policy;
+    m.forward(x).pow(2).sum().backward();
+    EXPECT_EQ(m.calls, forwards) << "every " << policy.every;  // one recomputation per checkpointed block
+    std::vector<torch::Tensor> grads;
+    for (auto& b : m.blocks) grads.push_back(b->weight.grad());
+    if (reference.empty()) reference = grads;
+    for (std::size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], reference[i])) << i;
+  }
+  // Without grad mode no block is checkpointed.
+  FourBlocks m;
+  m.activation_checkpointing = all;
+  torch::NoGradGuard g;
+  m.forward(x);
+  EXPECT_EQ(m.calls, 4);
+}
+
 TEST(StateDict, StrictLoadingNamesProblems) {
   Linear lin(3, 2, true);
   std::map<std::string, torch::Tensor> good{{"weight", torch::ones({2, 3})}, {"bias", torch::zeros({2})}};

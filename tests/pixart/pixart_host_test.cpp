@@ -16,6 +16,7 @@
 #include "../learner/dataset.hpp"
 #include "io/tensors.hpp"
 #include "support/family_host.hpp"
+#include "support/fp8_run.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -140,6 +141,23 @@ TEST(PixArtHost, SampleWritesTheReferenceImage) {
               static_cast<long long>((diff > 0).sum().item<std::int64_t>()), 64 * 64 * 3);
   EXPECT_LE(diff.max().item<int>(), 1);
   stbi_image_free(px);
+}
+
+// fp8 storage of the frozen base (bf16 compute): the step runs (the inputs take the layers'
+// compute dtype, not the uint8 codes' dtype) and every adapter matrix moves.
+TEST(PixArtHost, Fp8StorageTrains) {
+  yeto::test::TempDir tmp;
+  yeto::learner::test::write_dataset(tmp / "data", 8, {}, 32);
+  yeto::test::TinyLoraRun config{(fs::path(YETO_TEST_FIXTURES) / "repos" / "pixart-tiny").string(), "pixart"};
+  config.validation_rows = 2;
+  config.steps = 3;
+  config.timestep_sampling = "uniform";
+  tmp.write("run.toml", yeto::test::with_fp8_storage(config.toml()));
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto [moved, total] = yeto::test::lora_b_moved(tmp / "run" / "lora.safetensors");
+  EXPECT_EQ(total, 20);  // auto targets of 2 blocks
+  EXPECT_EQ(moved, total);
 }
 
 TEST(PixArtHost, InitModelTrainExportSample) {

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "support/checkpointing_check.hpp"
 #include "support/parity_check.hpp"
 #include "pixart_family.hpp"
 #include "pixart_transformer.hpp"
@@ -64,6 +65,20 @@ TEST(PixArtTransformer, ParityForwardBackwardWithMicroConditionsAndMask) {
   ASSERT_NO_FATAL_FAILURE(
       yeto::test::expect_forward_loss_and_grads(*c.model, [&] { return run(c); }, c, "pixart-transformer", &checked, 50));
   EXPECT_EQ(checked, 6u);
+}
+
+TEST(PixArtTransformer, ActivationCheckpointingKeepsTheGradients) {
+  using Model = yeto::pixart::PixArtTransformer2DModel;
+  ModelCase c = load_case("pixart-transformer");
+  const auto blocks = c.model->transformer_blocks->size();
+  ASSERT_GE(blocks, 2u);
+  yeto::test::expect_checkpointing_keeps_gradients<Model>(
+      "pixart", [] { return load_case("pixart-transformer").model; },
+      [&](Model& m) {
+        c.model = m;
+        return run(c);
+      },
+      c.expected.at("loss_target"), yeto::pixart::description().lora_targets("auto").patterns, blocks);
 }
 
 TEST(PixArtTransformer, TheMaskAndTheMicroConditionsMatter) {

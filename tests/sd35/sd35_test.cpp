@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "support/checkpointing_check.hpp"
 #include "support/parity_check.hpp"
 #include "sd35_family.hpp"
 #include "sd35_transformer.hpp"
@@ -55,6 +56,22 @@ TEST(SD3Transformer, ParityForwardBackwardDualAttentionQkNorm) {
   ASSERT_NO_FATAL_FAILURE(
       yeto::test::expect_forward_loss_and_grads(*c.model, [&] { return run(c); }, c, "sd35-transformer", &checked, 58));
   EXPECT_EQ(checked, 6u);
+}
+
+TEST(SD3Transformer, ActivationCheckpointingKeepsTheGradients) {
+  // The last joint block is context_pre_only: its undefined text output must not shift the
+  // gradient of the image stream.
+  using Model = yeto::sd35::SD3Transformer2DModel;
+  ModelCase c = load_case("sd35-transformer");
+  const auto blocks = c.model->transformer_blocks->size();
+  ASSERT_GE(blocks, 2u);
+  yeto::test::expect_checkpointing_keeps_gradients<Model>(
+      "sd35", [] { return load_case("sd35-transformer").model; },
+      [&](Model& m) {
+        c.model = m;
+        return run(c);
+      },
+      c.expected.at("loss_target"), yeto::sd35::description().lora_targets("auto").patterns, blocks);
 }
 
 TEST(SD3Transformer, CheckpointNamesMatchDiffusersExactly) {

@@ -15,6 +15,7 @@
 
 #include "io/tensors.hpp"
 #include "support/family_host.hpp"
+#include "support/fp8_run.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -218,6 +219,19 @@ TEST(WanHost, Wan21LoraOnRawVideoLowersValLoss) {
                                                             read_text(tmp / "run" / "metrics.jsonl"), took));
   const auto lora = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
   for (const auto& [name, t] : lora) EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name;
+}
+
+// fp8 storage of the frozen base (bf16 compute): the step runs (the inputs take the layers'
+// compute dtype, not the uint8 codes' dtype) and every adapter matrix moves.
+TEST(WanHost, Fp8StorageTrains) {
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data");
+  tmp.write("run.toml", yeto::test::with_fp8_storage(train_toml(kFixtures / "repos" / "wan21-tiny", 3, 0.03)));
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto [moved, total] = yeto::test::lora_b_moved(tmp / "run" / "lora.safetensors");
+  EXPECT_EQ(total, 16);
+  EXPECT_EQ(moved, total);
 }
 
 // A repository with only the transformer and the scheduler (vae, text encoder and tokenizer

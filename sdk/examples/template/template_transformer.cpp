@@ -129,7 +129,17 @@ at::Tensor TemplateTransformer2DModelImpl::forward(const at::Tensor& hidden_stat
   rope.sin = rope.sin.to(w.device());
 
   auto h = at::cat({ctx, x}, 1);
-  for (const auto& block : *transformer_blocks) h = block->as<TemplateBlockImpl>()->forward(h, temb, rope);
+  std::int64_t index = 0;
+  for (const auto& m : *transformer_blocks) {
+    auto* block = m->as<TemplateBlockImpl>();
+    // Everything that may need a gradient is an input; the rotary tables are captured.
+    h = run_block(
+        index++,
+        [block, rope](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{block->forward(in[0], in[1], rope)};
+        },
+        {h, temb})[0];
+  }
   x = h.narrow(1, text_len, gh * gw);
   x = proj_out(norm_out(x, temb));
   // Unpatchify: [B, gh * gw, C_out * p * p] -> [B, C_out, gh * p, gw * p].

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <yeto/nn/attention.hpp>
+#include <yeto/nn/checkpoint.hpp>
 #include <yeto/nn/embeddings.hpp>
 #include <yeto/nn/feed_forward.hpp>
 #include <yeto/nn/linear.hpp>
@@ -61,7 +62,9 @@ class TemplateBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TemplateBlock);
 
-class TemplateTransformer2DModelImpl : public torch::nn::Module {
+// Its blocks go through run_block, so train.activation_checkpointing recomputes them in backward
+// (the family kit sets activation_checkpointing at prepare).
+class TemplateTransformer2DModelImpl : public torch::nn::Module, public yeto::nn::CheckpointedBlocks {
  public:
   explicit TemplateTransformer2DModelImpl(const TransformerConfig& config);
   // hidden_states [B, C, H, W] (H, W multiples of patch_size), encoder_hidden_states [B, L, joint],

@@ -79,6 +79,24 @@ std::int64_t host_config_int(const std::string& key, std::int64_t fallback) {
   return j.is_number_integer() ? j.get<std::int64_t>() : fallback;
 }
 
+nn::BlockCheckpointing run_block_checkpointing() {
+  nn::BlockCheckpointing policy;
+  const auto on = host_config("train.activation_checkpointing");
+  policy.enabled = on.is_boolean() && on.get<bool>();
+  policy.every = host_config_int("train.activation_checkpointing_every", 1);
+  if (policy.every < 1)
+    fail(YETO_ERR_INVALID_ARGUMENT,
+         "train.activation_checkpointing_every must be at least 1, got " + std::to_string(policy.every));
+  return policy;
+}
+
+bool set_block_checkpointing(torch::nn::Module& model, const nn::BlockCheckpointing& policy) {
+  auto* blocks = dynamic_cast<nn::CheckpointedBlocks*>(&model);
+  if (!blocks) return false;
+  blocks->activation_checkpointing = policy;
+  return true;
+}
+
 std::vector<std::string> conditioning_prompts(const json& p) {
   if (!p.is_array() || p.empty()) fail(YETO_ERR_INVALID_ARGUMENT, "encode_conditioning: expected a JSON array of prompts");
   std::vector<std::string> prompts;

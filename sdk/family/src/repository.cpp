@@ -72,9 +72,13 @@ std::string prepare_denoisers(const std::vector<torch::nn::Module*>& denoisers, 
                               const TuningSpec& spec) {
   const auto placement = prepare_placement(options);
   const auto tuning = parse_tuning(options);
+  const auto checkpointing = run_block_checkpointing();
   for (auto* m : denoisers) {
     m->to(placement.device, placement.dtype);
     prepare_tuning(*m, tuning, options, spec);
+    if (!set_block_checkpointing(*m, checkpointing) && checkpointing.enabled)
+      sdk::Host::warn("train.activation_checkpointing: the denoiser " + m->name() +
+                      " has no checkpointed blocks; it keeps every activation");
   }
   return tuning;
 }

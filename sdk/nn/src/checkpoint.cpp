@@ -64,6 +64,10 @@ class CheckpointNode : public torch::autograd::Node {
 
   std::string name() const override { return "yeto::nn::CheckpointBackward"; }
 
+  // The gradient slot of each output of fn: outputs that are undefined or not floating point
+  // carry no history, so the slots of the others are counted without them (-1: none).
+  void set_slots(std::vector<int> slots) { slots_ = std::move(slots); }
+
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     std::vector<at::Tensor> inputs;
     inputs.reserve(saved_.size());
@@ -82,10 +86,12 @@ class CheckpointNode : public torch::autograd::Node {
       now.restore();
     }
     std::vector<at::Tensor> roots, root_grads;
-    for (std::size_t j = 0; j < outputs.size() && j < grads.size(); ++j) {
-      if (outputs[j].defined() && outputs[j].requires_grad() && grads[j].defined()) {
+    for (std::size_t j = 0; j < outputs.size() && j < slots_.size(); ++j) {
+      const auto slot = slots_[j];
+      if (slot < 0 || static_cast<std::size_t>(slot) >= grads.size()) continue;
+      if (outputs[j].defined() && outputs[j].requires_grad() && grads[slot].defined()) {
         roots.push_back(outputs[j]);
-        root_grads.push_back(grads[j]);
+        root_grads.push_back(grads[slot]);
       }
     }
     if (!roots.empty()) {
@@ -106,6 +112,7 @@ class CheckpointNode : public torch::autograd::Node {
   std::vector<at::Tensor> saved_;
   std::vector<bool> needs_grad_;
   RngStates rng_;
+  std::vector<int> slots_;
 };
 
 }  // namespace
@@ -129,15 +136,22 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
   auto node = std::shared_ptr<CheckpointNode>(new CheckpointNode(fn, std::move(saved), std::move(needs), rng),
                                               torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  std::vector<int> slots;
+  int next_slot = 0;
   for (auto& out : outputs) {
-    if (!out.defined() || !at::isFloatingType(out.scalar_type())) continue;
+    if (!out.defined() || !at::isFloatingType(out.scalar_type())) {
+      slots.push_back(-1);
+      continue;
+    }
     // A fresh tensor: views or aliases of the inputs cannot take a new grad_fn.
     if (out.is_view() || !out.is_leaf()) out = out.clone();
     for (const auto& in : inputs) {
       if (in.defined() && out.is_same(in)) out = out.clone();
     }
     torch::autograd::set_history(out, node);
+    slots.push_back(next_slot++);
   }
+  node->set_slots(std::move(slots));
   return outputs;
 }
 
@@ -145,6 +159,12 @@ at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, co
   auto outs = checkpoint([fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; },
                          std::vector<at::Tensor>{input});
   return outs[0];
+}
+
+std::vector<at::Tensor> CheckpointedBlocks::run_block(std::int64_t index, const CheckpointFn& fn,
+                                                      const std::vector<at::Tensor>& inputs) const {
+  if (activation_checkpointing.recomputes(index) && at::GradMode::is_enabled()) return checkpoint(fn, inputs);
+  return fn(inputs);
 }
 
 }  // namespace yeto::nn

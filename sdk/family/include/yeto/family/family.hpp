@@ -21,6 +21,7 @@
 #include <yeto/plugin.hpp>
 
 #include "yeto/family/config.hpp"
+#include "yeto/nn/checkpoint.hpp"
 #include "yeto/nn/linear.hpp"
 
 namespace yeto::family {
@@ -43,6 +44,14 @@ std::string python_nonfinite_to_null(const std::string& text);
 nlohmann::json host_config(const std::string& key);
 std::string host_config_string(const std::string& key, const std::string& fallback);
 std::int64_t host_config_int(const std::string& key, std::int64_t fallback);
+
+// The run's activation checkpointing: train.activation_checkpointing (off without a host) and
+// train.activation_checkpointing_every (1 when unset; below 1 fails YETO_ERR_INVALID_ARGUMENT
+// "train.activation_checkpointing_every must be at least 1, got <n>").
+nn::BlockCheckpointing run_block_checkpointing();
+// Sets `policy` on a denoiser whose blocks honour one (an nn::CheckpointedBlocks) and returns
+// true; false for any other module.
+bool set_block_checkpointing(torch::nn::Module& model, const nn::BlockCheckpointing& policy);
 
 // encode_conditioning's prompts: a non-empty JSON array of strings ("encode_conditioning: expected
 // a JSON array of prompts", "encode_conditioning: every prompt must be a string").
