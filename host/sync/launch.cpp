@@ -216,6 +216,22 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+// The islands that acknowledged a finished run's final cut ("island-0, island-1"), when
+// STATE_DIR/final.json records one that every one of `islands` islands holds; else nullopt.
+std::optional<std::string> finished_run(const fs::path& state, std::uint32_t islands) {
+  const fs::path marker = state / "final.json";
+  if (!fs::exists(marker)) return std::nullopt;
+  const json fin = json::parse(read_file(marker), nullptr, false);
+  if (!fin.is_object() || !fin.contains("acked") || !fin["acked"].is_array()) return std::nullopt;
+  if (fin.contains("missing") && !(fin["missing"].is_array() && fin["missing"].empty())) return std::nullopt;
+  std::set<std::string> acked;
+  for (const auto& a : fin["acked"])
+    if (a.is_string()) acked.insert(a.get<std::string>());
+  for (std::uint32_t i = 0; i < islands; ++i)
+    if (!acked.count("island-" + std::to_string(i))) return std::nullopt;
+  return join(std::vector<std::string>(acked.begin(), acked.end()), ", ");
+}
+
 }  // namespace
 
 int LaunchResult::exit_code() const {
@@ -230,6 +246,19 @@ LaunchResult run_islands(const IslandLaunch& L) {
   fs::create_directories(L.run_dir);
   const fs::path state = L.run_dir / "syncer";
   fs::create_directories(state);
+  // A run every island already ended on (the syncer's final marker, nobody missing): starting it
+  // again would only restart its syncer on the final cut, which has no state to give islands.
+  if (const auto done = finished_run(state, L.islands)) {
+    spdlog::info("embedded run: {} holds a finished run (final cut acknowledged by {}): nothing to train; write to "
+                 "another run directory to train again",
+                 L.run_dir.string(), *done);
+    LaunchResult res;
+    res.syncer_exit = 0;
+    res.island_exits.assign(L.islands, 0);
+    res.island_restarts.assign(L.islands, 0);
+    res.island_given_up.assign(L.islands, false);
+    return res;
+  }
   const fs::path secret = ensure_secret(L.run_dir);
   std::error_code ec;
   fs::remove(state / "port", ec);

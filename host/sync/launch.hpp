@@ -99,7 +99,9 @@ struct LaunchResult {
 std::filesystem::path ensure_run_secret(const std::filesystem::path& run_dir);
 
 // Runs the syncer and the islands to completion. Throws yeto::Error when the syncer does not
-// come up.
+// come up. A run directory whose syncer wrote its final marker with every island holding the
+// cut is a finished run: nothing is started and every exit code is 0 (training again needs
+// another run directory).
 LaunchResult run_islands(const IslandLaunch& launch);
 
 // Reads the tape, the launcher's record and the islands' progress events of a finished

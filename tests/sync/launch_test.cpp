@@ -118,6 +118,17 @@ TEST(SyncLaunch, RunsASyncerAndTwoIslandsToTheFinalCutAndSummarises) {
       << text;
   EXPECT_NE(text.find("outer steps merged: 6"), std::string::npos) << text;
   EXPECT_NE(text.find("island-1:"), std::string::npos) << text;
+
+  // Launched again into the finished run: nothing starts (no syncer restart on the final cut,
+  // which would leave the islands without a state), the tape and the cut are untouched.
+  const std::string tape = yeto::test::read_text(run / "syncer" / "tape.jsonl");
+  const std::string cut = yeto::test::read_text(run / "syncer" / "final_cut.bin");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto again = ys::run_islands(launch(run, 2, {"sync.quorum=2", "sync.budget_outer_steps=6"}));
+  EXPECT_EQ(again.exit_code(), 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(yeto::test::read_text(run / "syncer" / "tape.jsonl"), tape);
+  EXPECT_EQ(yeto::test::read_text(run / "syncer" / "final_cut.bin"), cut);
 }
 
 TEST(SyncLaunch, ASignalTakesTheFinalCutEarlyAndEveryIslandEndsOnIt) {
