@@ -47,32 +47,57 @@ struct Result {
   std::uint64_t updates = 0, fragments = 0;
 };
 
-Result run(ys::Downlink downlink, std::uint64_t params, int learners, int rounds, std::uint32_t H, const fs::path& dir) {
-  fs::create_directories(dir);
-  const std::string secret = "bench-secret-0123456789abcdef";
+constexpr const char* kSecret = "bench-secret-0123456789abcdef";
+
+// The syncer of one bench run: quorum = every learner, generous timeouts (on a small shared
+// machine one 50 M-parameter broadcast takes seconds), only the final checkpoint (the bench
+// measures the merge and network path).
+ys::SyncerOptions bench_syncer_options(const fs::path& dir, int learners) {
   ys::SyncerOptions so;
   so.state_dir = dir / "state";
-  so.run_secret = secret;
+  so.run_secret = kSecret;
   so.quorum = static_cast<std::uint32_t>(learners);
-  so.downlink = downlink;
-  // Generous timeouts: on a small shared machine one 50 M-parameter broadcast takes seconds.
   so.timeouts.heartbeat_s = 1;
   so.timeouts.learner_timeout_s = 120;
   so.timeouts.grace_max_s = 150;
   so.timeouts.round_deadline_s = 200;
   so.timeouts.reconnect_budget_s = 400;
   so.timeouts.final_timeout_s = 300;
-  so.checkpoint_every = 1u << 30;  // only the final checkpoint: measure the network path
+  so.checkpoint_every = 1u << 30;
+  return so;
+}
+
+// The port the syncer wrote into its state dir once it listens.
+std::uint16_t wait_for_port(const fs::path& state_dir) {
+  for (;;) {
+    std::ifstream in(state_dir / "port");
+    int p = 0;
+    if (in >> p) return static_cast<std::uint16_t>(p);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Learner l's client, with the syncer's timeouts and its progress events in DIR/bench-<l>.jsonl.
+ys::ClientOptions bench_client_options(const ys::SyncerOptions& so, std::uint16_t port, int l, std::uint32_t H,
+                                       const fs::path& dir) {
+  ys::ClientOptions o;
+  o.port = port;
+  o.run_secret = kSecret;
+  o.learner_id = "bench-" + std::to_string(l);
+  o.inner_steps = H;
+  o.timeouts = so.timeouts;
+  o.events = dir / (o.learner_id + ".jsonl");
+  return o;
+}
+
+Result run(ys::Downlink downlink, std::uint64_t params, int learners, int rounds, std::uint32_t H, const fs::path& dir) {
+  fs::create_directories(dir);
+  ys::SyncerOptions so = bench_syncer_options(dir, learners);
+  so.downlink = downlink;
   so.budget_outer_steps = static_cast<std::uint64_t>(rounds);
   ys::Syncer syncer(so);
   std::thread st([&] { syncer.run(); });
-  std::uint16_t port = 0;
-  while (port == 0) {
-    std::ifstream in(so.state_dir / "port");
-    int p = 0;
-    if (in >> p) port = static_cast<std::uint16_t>(p);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::uint16_t port = wait_for_port(so.state_dir);
 
   // Five tensors sharing the parameters, one fragment (the whole adapter syncs at once).
   std::vector<ys::TensorSpec> specs;
@@ -86,13 +111,7 @@ Result run(ys::Downlink downlink, std::uint64_t params, int learners, int rounds
   const auto t0 = std::chrono::steady_clock::now();
   for (int l = 0; l < learners; ++l)
     ts.emplace_back([&, l] {
-      ys::ClientOptions o;
-      o.port = port;
-      o.run_secret = secret;
-      o.learner_id = "bench-" + std::to_string(l);
-      o.inner_steps = H;
-      o.timeouts = so.timeouts;
-      o.events = dir / (o.learner_id + ".jsonl");
+      const ys::ClientOptions o = bench_client_options(so, port, l, H, dir);
       std::vector<std::vector<float>> t;
       for (const auto& s : specs) t.emplace_back(s.numel, 0.0f);
       std::vector<std::span<float>> ms(t.begin(), t.end());
@@ -165,29 +184,12 @@ struct Latencies {
 Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, int steps, std::uint32_t H,
                         bool offload, const fs::path& dir) {
   fs::create_directories(dir);
-  const std::string secret = "bench-secret-0123456789abcdef";
-  ys::SyncerOptions so;
-  so.state_dir = dir / "state";
-  so.run_secret = secret;
-  so.quorum = static_cast<std::uint32_t>(learners);
+  ys::SyncerOptions so = bench_syncer_options(dir, learners);
   so.expected_learners = static_cast<std::uint32_t>(learners);
-  so.timeouts.heartbeat_s = 1;
-  so.timeouts.learner_timeout_s = 120;
-  so.timeouts.grace_max_s = 150;
-  so.timeouts.round_deadline_s = 200;
-  so.timeouts.reconnect_budget_s = 400;
-  so.timeouts.final_timeout_s = 300;
-  so.checkpoint_every = 1u << 30;  // only the final checkpoint: measure the merge and network path
   if (!offload) so.offload_bytes = SIZE_MAX;
   ys::Syncer syncer(so);
   std::thread st([&] { syncer.run(); });
-  std::uint16_t port = 0;
-  while (port == 0) {
-    std::ifstream in(so.state_dir / "port");
-    int p = 0;
-    if (in >> p) port = static_cast<std::uint16_t>(p);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::uint16_t port = wait_for_port(so.state_dir);
   // binpack: the large tensor is fragment 0, the small one fragment 1 (or the only fragment).
   std::vector<ys::TensorSpec> specs;
   if (large > 0) specs.push_back({"large", large});
@@ -198,13 +200,7 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
   const auto t0 = std::chrono::steady_clock::now();
   for (int l = 0; l < learners; ++l)
     ts.emplace_back([&, l] {
-      ys::ClientOptions o;
-      o.port = port;
-      o.run_secret = secret;
-      o.learner_id = "bench-" + std::to_string(l);
-      o.inner_steps = H;
-      o.timeouts = so.timeouts;
-      o.events = dir / (o.learner_id + ".jsonl");
+      const ys::ClientOptions o = bench_client_options(so, port, l, H, dir);
       std::vector<std::vector<float>> t;
       for (const auto& s : specs) t.emplace_back(s.numel, 0.0f);
       std::vector<std::span<float>> ms(t.begin(), t.end());
