@@ -21,7 +21,6 @@
 #include "fleet/fleet.hpp"
 #include "fleet/record.hpp"
 #include "sync/launch.hpp"
-#include "sync/tape.hpp"
 
 namespace yeto::app {
 namespace {
@@ -109,7 +108,7 @@ int launch_plan(CommandContext& ctx) {
   fleet::write_manifests(f, ms);
   print_plan(f, ms);
   std::cout << "submit with `yeto-host launch up` (same arguments), or by hand:\n";
-  for (const auto& c : fleet::submit_commands(f)) std::cout << "  " << command_text(f, c) << "\n";
+  for (const auto& c : fleet::submit_commands(f, ms)) std::cout << "  " << command_text(f, c) << "\n";
   return 0;
 }
 
@@ -141,7 +140,7 @@ int launch_up(CommandContext& ctx) {
   const auto ms = fleet::render(f);
   fleet::write_manifests(f, ms);
   print_plan(f, ms);
-  const auto cmds = fleet::submit_commands(f);
+  const auto cmds = fleet::submit_commands(f, ms);
   const std::string client = cmds.front().argv.front();
   if (!fleet::on_path(client)) {
     std::cout << client << " is not on PATH here: the manifests are written; submit them where the " << client
@@ -247,17 +246,8 @@ int launch_status(CommandContext& ctx) {
   // The run's own view where the run directory is shared (Slurm): merges and islands.
   json summary;
   const std::uint32_t islands = static_cast<std::uint32_t>(rec.jobs.size() > 0 ? rec.jobs.size() - 1 : 0);
-  std::map<std::string, double> last_merge;  // learner -> unix time of its last merged push
-  double now = 0;
-  if (fs::exists(run_dir / "syncer" / "tape.jsonl")) {
-    summary = sync::embedded_summary(run_dir, islands);
-    for (const auto& r : sync::read_tape_history(run_dir / "syncer" / "tape.jsonl")) {
-      now = std::max(now, r.value("time", 0.0));
-      if (r.value("event", "") == "merge" && r.contains("learners"))
-        for (const auto& l : r["learners"]) last_merge[l.get<std::string>()] = r.value("time", 0.0);
-    }
-    now = std::max(now, std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  }
+  if (fs::exists(run_dir / "syncer" / "tape.jsonl")) summary = sync::embedded_summary(run_dir, islands);
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::ostringstream o;
   o << "fleet " << rec.name << " on " << rec.engine << " (" << run_dir.string() << ")\n";
   for (const auto& j : rec.jobs) {
@@ -268,7 +258,8 @@ int launch_status(CommandContext& ctx) {
       for (const auto& isl : summary.value("per_island", json::array()))
         if (isl.value("id", "") == j.role) {
           o << "  merged pushes " << isl.value("merged_pushes", 0) << ", steps " << isl.value("steps", json(0)).dump();
-          if (last_merge.count(j.role)) o << ", last merge " << static_cast<long>(now - last_merge[j.role]) << " s ago";
+          if (isl.contains("last_merge_time"))
+            o << ", last merge " << static_cast<long>(now - isl["last_merge_time"].get<double>()) << " s ago";
           if (const double sps = last_samples_per_s(run_dir / j.role / "metrics.jsonl"); sps >= 0)
             o << ", " << std::fixed << std::setprecision(2) << sps << std::defaultfloat << " samples/s";
           if (isl.value("acknowledged_final_cut", false)) o << ", holds the final cut";

@@ -505,6 +505,7 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
   std::map<std::size_t, std::uint64_t> by_participants;  // merges by how many islands they held
   std::map<std::int64_t, std::uint64_t> versions;
   std::map<std::string, std::uint64_t> merged_by;
+  std::map<std::string, double> last_merge;  // unix time of each learner's last merged push
   std::set<std::string> acked;  // correct acknowledgements of the final cut
   json final_cut = nullptr;
   for (const auto& r : tape) {
@@ -515,7 +516,10 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
       if (r.contains("learners") && r["learners"].size() >= islands) ++merges_all;
       if (r.value("every_active", false)) ++merges_every_active;
       if (r.contains("learners")) ++by_participants[r["learners"].size()];
-      for (const auto& l : r["learners"]) ++merged_by[l.get<std::string>()];
+      for (const auto& l : r["learners"]) {
+        ++merged_by[l.get<std::string>()];
+        last_merge[l.get<std::string>()] = r.value("time", 0.0);
+      }
     } else if (ev == "reject") {
       ++rejects;
     } else if (ev == "final_cut") {
@@ -570,6 +574,7 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
                 {"restarts", restarts.count(id) ? restarts[id] : 0}, {"acknowledged_final_cut", ack},
                 {"holds_final_cut", ack}, {"lost", lost}};
     if (given_up.count(id)) isl["exit"] = given_up[id].value("code", 0);
+    if (last_merge.count(id)) isl["last_merge_time"] = last_merge[id];
     if (isl["restarts"].get<std::uint64_t>() > 0) ++restarted_n;
     if (lost) ++lost_n;
     if (!ack) missing.push_back(id);

@@ -108,7 +108,8 @@ LaunchResult run_islands(const IslandLaunch& launch);
 // embedded run: outer steps merged (all fragments and per fragment), merges with every island,
 // the result (the final cut's file, or null), islands lost / restarted / missing (not holding
 // the final cut), per island its restarts, whether it acknowledged (holds) the final cut,
-// whether it was lost (failed for good without acknowledging it), its steps (last life), bytes
+// whether it was lost (failed for good without acknowledging it), the tape time of its last
+// merged push (last_merge_time, unix seconds; absent when none), its steps (last life), bytes
 // sent and received (and their sum, bytes_total), and the bytes a data-parallel float32 ring
 // all-reduce of the same trainable tensors would have sent and received over the same steps
 // (allreduce_equivalent_bytes: each rank sends 2(N-1)/N x 4 bytes x numel per step and receives

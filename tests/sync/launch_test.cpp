@@ -91,6 +91,7 @@ TEST(SyncLaunch, RunsASyncerAndTwoIslandsToTheFinalCutAndSummarises) {
     EXPECT_EQ(i["numel"], 650);
     EXPECT_GT(i["bytes_sent"].get<double>(), 0);
     EXPECT_TRUE(i["final_digest_matches"].get<bool>());
+    EXPECT_GT(i.value("last_merge_time", 0.0), 0.0) << i.dump();  // both islands' pushes were merged
   }
   // 4-bit pseudo-gradients every H = 10 steps against float32 all-reduce every step, both
   // directions counted on both sides.
