@@ -66,11 +66,10 @@ std::string yaml_str(const std::string& s) {
   }
   // Words YAML would read as another type stay quoted.
   static const char* kTyped[] = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"};
-  for (const char* t : kTyped) {
-    std::string lower;
-    for (char c : s) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  std::string lower;
+  for (char c : s) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  for (const char* t : kTyped)
     if (lower == t) plain = false;
-  }
   if (plain && (std::isdigit(static_cast<unsigned char>(s[0])) != 0 || s[0] == '-' || s[0] == '.' || s[0] == '+' || s[0] == '@'))
     plain = false;
   if (plain) return s;

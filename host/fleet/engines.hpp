@@ -40,9 +40,9 @@ std::string island_role(std::size_t i);
 std::vector<Manifest> render_slurm(const Fleet& f);
 std::vector<Manifest> render_skypilot(const Fleet& f);
 std::vector<Manifest> render_kubernetes(const Fleet& f);
-std::vector<ClientCommand> submit_slurm(const Fleet& f);
-std::vector<ClientCommand> submit_skypilot(const Fleet& f);
-std::vector<ClientCommand> submit_kubernetes(const Fleet& f);
+std::vector<ClientCommand> submit_slurm(const Fleet& f, const std::vector<Manifest>& ms);
+std::vector<ClientCommand> submit_skypilot(const Fleet& f, const std::vector<Manifest>& ms);
+std::vector<ClientCommand> submit_kubernetes(const Fleet& f, const std::vector<Manifest>& ms);
 
 // A YAML scalar: plain where YAML reads it back as the same string, else JSON-quoted.
 std::string yaml_str(const std::string& s);

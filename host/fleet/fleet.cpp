@@ -92,11 +92,11 @@ std::vector<Manifest> render(const Fleet& fleet) {
   return {};
 }
 
-std::vector<ClientCommand> submit_commands(const Fleet& fleet) {
+std::vector<ClientCommand> submit_commands(const Fleet& fleet, const std::vector<Manifest>& manifests) {
   switch (fleet.s.engine) {
-    case Engine::slurm: return submit_slurm(fleet);
-    case Engine::skypilot: return submit_skypilot(fleet);
-    case Engine::kubernetes: return submit_kubernetes(fleet);
+    case Engine::slurm: return submit_slurm(fleet, manifests);
+    case Engine::skypilot: return submit_skypilot(fleet, manifests);
+    case Engine::kubernetes: return submit_kubernetes(fleet, manifests);
   }
   return {};
 }

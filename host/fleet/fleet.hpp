@@ -84,7 +84,7 @@ std::vector<Manifest> render(const Fleet& fleet);
 // Writes the manifests (0600, atomically) and creates RUN_DIR/run.secret (0600) when missing.
 void write_manifests(const Fleet& fleet, const std::vector<Manifest>& manifests);
 
-// The client command lines that submit each manifest (`sbatch --parsable FILE`, `sky launch`
+// The client command lines that submit each manifest of render(fleet) (`sbatch --parsable FILE`, `sky launch`
 // / `sky jobs launch`, `kubectl apply -f`), preceded by any set-up command (the Kubernetes
 // Secret). Environment variables a command reads (the secret, the syncer's address) are named
 // in `env`, never put in argv.
@@ -93,7 +93,7 @@ struct ClientCommand {
   std::vector<std::string> argv;
   std::vector<std::string> env;       // variable names the submitting process must export
 };
-std::vector<ClientCommand> submit_commands(const Fleet& fleet);
+std::vector<ClientCommand> submit_commands(const Fleet& fleet, const std::vector<Manifest>& manifests);
 
 // POSIX shell quoting ('...' with embedded quotes escaped).
 std::string shell_quote(const std::string& s);

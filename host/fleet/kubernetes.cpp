@@ -148,7 +148,7 @@ std::vector<Manifest> render_kubernetes(const Fleet& f) {
   return out;
 }
 
-std::vector<ClientCommand> submit_kubernetes(const Fleet& f) {
+std::vector<ClientCommand> submit_kubernetes(const Fleet& f, const std::vector<Manifest>& ms) {
   std::vector<ClientCommand> out;
   const std::string ns = f.s.k8s_namespace;
   out.push_back({"secret", {"kubectl", "--namespace", ns, "create", "secret", "generic", secret_name(f),
@@ -156,7 +156,7 @@ std::vector<ClientCommand> submit_kubernetes(const Fleet& f) {
   if (!f.config_file.empty())
     out.push_back({"config", {"kubectl", "--namespace", ns, "create", "configmap", config_name(f),
                               "--from-file=run.toml=" + f.config_file.string()}, {}});
-  for (const auto& m : render_kubernetes(f)) out.push_back({m.role, {"kubectl", "apply", "-f", m.path.string()}, {}});
+  for (const auto& m : ms) out.push_back({m.role, {"kubectl", "apply", "-f", m.path.string()}, {}});
   return out;
 }
 

@@ -116,9 +116,8 @@ std::vector<Manifest> render_skypilot(const Fleet& f) {
   return out;
 }
 
-std::vector<ClientCommand> submit_skypilot(const Fleet& f) {
+std::vector<ClientCommand> submit_skypilot(const Fleet& f, const std::vector<Manifest>& ms) {
   std::vector<ClientCommand> out;
-  const auto ms = render_skypilot(f);
   out.push_back({"syncer", {"sky", "launch", "--yes", "--detach-run", "--cluster", f.name + "-syncer", "--secret", kSecretEnv,
                             ms[0].path.string()}, {kSecretEnv}});
   for (std::size_t i = 0; i < f.islands.size(); ++i) {

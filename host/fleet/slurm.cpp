@@ -138,9 +138,9 @@ std::vector<Manifest> render_slurm(const Fleet& f) {
   return out;
 }
 
-std::vector<ClientCommand> submit_slurm(const Fleet& f) {
+std::vector<ClientCommand> submit_slurm(const Fleet& /*f*/, const std::vector<Manifest>& ms) {
   std::vector<ClientCommand> out;
-  for (const auto& m : render_slurm(f)) out.push_back({m.role, {"sbatch", "--parsable", m.path.string()}, {}});
+  for (const auto& m : ms) out.push_back({m.role, {"sbatch", "--parsable", m.path.string()}, {}});
   return out;
 }
 

@@ -161,7 +161,7 @@ TEST(FleetManifests, ParseBackFieldByField) {
     EXPECT_EQ(sb.st_mode & 0777, 0600u);
     const std::string secret = yeto::read_file(run / "run.secret");
     for (const auto& m : ms) EXPECT_EQ(m.text.find(secret.substr(0, 64)), std::string::npos) << m.path;
-    for (const auto& cmd : yf::submit_commands(f))
+    for (const auto& cmd : yf::submit_commands(f, ms))
       for (const auto& a : cmd.argv) EXPECT_EQ(a.find(secret.substr(0, 64)), std::string::npos) << a;
     if (cases_json.size() > 1) cases_json += ",";
     cases_json += "{\"name\":\"" + std::string(c.name) + "\",\"engine\":\"" + yf::engine_name(c.engine) + "\",\"dir\":\"" +
@@ -189,17 +189,19 @@ TEST(FleetManifests, KubernetesNeedsAnImage) {
 
 TEST(FleetManifests, ClientCommandsKeepTheSecretInTheEnvironment) {
   const auto f = sample_fleet(yf::Engine::skypilot, {"aws:8xH100", "gcp:8xL4"}, true, "/r");
-  const auto cmds = yf::submit_commands(f);
+  const auto cmds = yf::submit_commands(f, yf::render(f));
   ASSERT_EQ(cmds.size(), 3u);
   EXPECT_EQ(cmds[0].argv[0], "sky");
   EXPECT_EQ(cmds[0].argv[1], "launch");
   EXPECT_EQ(cmds[1].argv[1], "jobs");  // spot islands are managed jobs (recovered on preemption)
   for (const auto& c : cmds) EXPECT_NE(std::find(c.env.begin(), c.env.end(), "YETO_RUN_SECRET"), c.env.end());
-  const auto k = yf::submit_commands(sample_fleet(yf::Engine::kubernetes, {"k8s:8xH100"}, true, "/r"));
+  const auto kf = sample_fleet(yf::Engine::kubernetes, {"k8s:8xH100"}, true, "/r");
+  const auto k = yf::submit_commands(kf, yf::render(kf));
   ASSERT_GE(k.size(), 3u);
   EXPECT_EQ(k[0].role, "secret");
   EXPECT_EQ(k[0].argv.back(), "--from-file=run.secret=/r/run.secret");
-  const auto s = yf::submit_commands(sample_fleet(yf::Engine::slurm, {"slurm:1xcpu"}, true, "/r"));
+  const auto sf = sample_fleet(yf::Engine::slurm, {"slurm:1xcpu"}, true, "/r");
+  const auto s = yf::submit_commands(sf, yf::render(sf));
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[1].argv, (std::vector<std::string>{"sbatch", "--parsable", "/r/launch/slurm/island-0.sbatch"}));
 }
