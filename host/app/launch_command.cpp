@@ -177,7 +177,9 @@ int launch_up(CommandContext& ctx) {
     } else {
       handle = f.name + "-" + c.role;
     }
-    rec.jobs.push_back({c.role, specs.count(c.role) ? specs[c.role] : "", manifests[c.role], handle, utc_timestamp()});
+    std::string kind;
+    if (f.s.engine == fleet::Engine::skypilot) kind = c.argv.size() > 1 && c.argv[1] == "jobs" ? "managed-job" : "cluster";
+    rec.jobs.push_back({c.role, specs.count(c.role) ? specs[c.role] : "", manifests[c.role], handle, utc_timestamp(), kind});
     fleet::write_record(f.run_dir, rec);
     std::cout << "submitted " << c.role << ": " << handle << "\n";
   }
@@ -274,6 +276,13 @@ int launch_status(CommandContext& ctx) {
   return 0;
 }
 
+// A SkyPilot job is a managed job or a cluster as it was submitted (the record says; a record
+// without the field is read as launch.spot says now).
+bool sky_managed(const fleet::JobRecord& j, const config::Config& cfg) {
+  if (!j.kind.empty()) return j.kind == "managed-job";
+  return j.role != "syncer" && cfg.get_bool("launch.spot");
+}
+
 int launch_logs(CommandContext& ctx) {
   const fs::path run_dir = fs::absolute(ctx.config().get_path("run.output"));
   const fleet::FleetRecord rec = fleet::read_record(run_dir);
@@ -291,9 +300,9 @@ int launch_logs(CommandContext& ctx) {
   }
   std::vector<std::string> argv;
   if (engine == fleet::Engine::skypilot)
-    argv = role == "syncer" || !ctx.config().get_bool("launch.spot")
-               ? std::vector<std::string>{"sky", "logs", "--no-follow", job->job}
-               : std::vector<std::string>{"sky", "jobs", "logs", "--no-follow", "--name", job->job};
+    argv = sky_managed(*job, ctx.config())
+               ? std::vector<std::string>{"sky", "jobs", "logs", "--no-follow", "--name", job->job}
+               : std::vector<std::string>{"sky", "logs", "--no-follow", job->job};
   else
     argv = {"kubectl", "--namespace", rec.k8s_namespace, "logs", "--all-containers", "--prefix", "job/" + job->job};
   const auto r = fleet::run_client(argv);
@@ -313,11 +322,10 @@ int launch_down(CommandContext& ctx) {
     cmds.push_back(a);
   } else if (engine == fleet::Engine::skypilot) {
     for (const auto& j : rec.jobs) {
-      if (j.role == "syncer") cmds.push_back({"sky", "down", "--yes", j.job});
-      else {
+      if (sky_managed(j, ctx.config()))
         cmds.push_back({"sky", "jobs", "cancel", "--yes", "--name", j.job});
-        cmds.push_back({"sky", "down", "--yes", j.job});  // the on-demand variant's cluster
-      }
+      else
+        cmds.push_back({"sky", "down", "--yes", j.job});
     }
   } else {
     for (const auto& j : rec.jobs) cmds.push_back({"kubectl", "delete", "--ignore-not-found", "-f", j.manifest});
@@ -327,7 +335,7 @@ int launch_down(CommandContext& ctx) {
   int failures = 0;
   for (const auto& a : cmds) {
     const auto r = fleet::run_client(a);
-    // SkyPilot: cancelling a managed job that is a cluster (or the reverse) reports "not found".
+    // SkyPilot: a managed job that already ended, or a cluster already down, reports "not found".
     if (r.exit_code != 0 && engine != fleet::Engine::skypilot) {
       ++failures;
       std::cerr << join(a, " ") << " failed (exit " << r.exit_code << "): " << trim(r.err + r.out) << "\n";

@@ -15,7 +15,7 @@ void write_record(const std::filesystem::path& run_dir, const FleetRecord& r) {
   json j{{"format", 1}, {"engine", r.engine}, {"name", r.name}, {"namespace", r.k8s_namespace}, {"jobs", json::array()}};
   for (const auto& job : r.jobs)
     j["jobs"].push_back({{"role", job.role}, {"spec", job.spec}, {"manifest", job.manifest}, {"job", job.job},
-                         {"submitted", job.submitted}});
+                         {"submitted", job.submitted}, {"kind", job.kind}});
   std::filesystem::create_directories(record_path(run_dir).parent_path());
   atomic_write(record_path(run_dir), j.dump(2) + "\n", 0600);
 }
@@ -34,7 +34,10 @@ FleetRecord read_record(const std::filesystem::path& run_dir) {
     r.k8s_namespace = j.value("namespace", "default");
     for (const auto& e : j.at("jobs"))
       r.jobs.push_back({e.at("role").get<std::string>(), e.value("spec", ""), e.value("manifest", ""),
-                        e.at("job").get<std::string>(), e.value("submitted", "")});
+                        e.at("job").get<std::string>(), e.value("submitted", ""), e.value("kind", "")});
+    for (const auto& job : r.jobs)
+      if (!job.kind.empty() && job.kind != "managed-job" && job.kind != "cluster")
+        throw std::runtime_error("job '" + job.role + "': unknown kind '" + job.kind + "'");
     if (r.engine != "slurm" && r.engine != "skypilot" && r.engine != "kubernetes")
       throw std::runtime_error("unknown engine '" + r.engine + "'");
   } catch (const Error&) {

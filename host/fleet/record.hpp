@@ -17,6 +17,9 @@ struct JobRecord {
   std::string manifest;    // the file submitted
   std::string job;         // the engine's handle: Slurm job id, SkyPilot cluster/job name, Kubernetes Job name
   std::string submitted;   // UTC time, ISO 8601
+  // SkyPilot: "managed-job" (`sky jobs launch`, spot islands) or "cluster" (`sky launch`); what
+  // `logs` and `down` address, whatever launch.spot says later. Empty for Slurm and Kubernetes.
+  std::string kind;
 };
 
 struct FleetRecord {

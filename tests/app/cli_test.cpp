@@ -192,3 +192,35 @@ TEST(Cli, LaunchWithoutTheEngineClientWritesTheManifestsAndPrintsTheCommands) {
   EXPECT_EQ(sub.exit_code, 2);
   EXPECT_TRUE(contains(sub.err, "status")) << sub.err;
 }
+
+// SkyPilot through a stand-in `sky` that records its arguments: spot islands are submitted as
+// managed jobs and the syncer as a cluster, the record says which, and `logs` / `down` address
+// each job as it was submitted even when launch.spot says otherwise afterwards.
+TEST(Cli, LaunchSkyPilotLogsAndDownFollowTheRecordNotTheConfig) {
+  TempDir dir;
+  const auto run = dir / "run";
+  const auto calls = dir / "sky-calls.txt";
+  const auto sky = dir.write("bin/sky", "#!/bin/sh\necho \"$*\" >> '" + calls.string() +
+                                            "'\ncase \"$*\" in *status*--ip*) echo 10.1.2.3 ;; *logs*) echo log-of-$# ;; esac\n");
+  std::filesystem::permissions(sky, std::filesystem::perms::owner_all);
+  const std::map<std::string, std::string> env{{"PATH", (dir / "bin").string() + ":/usr/bin:/bin"}};
+  const auto up = run_host({"launch", "up", "--engine", "skypilot", "--gpu", "aws:1xH100", "--output", run.string(),
+                            "--set", "launch.spot=true", "--set", "run.name=r"},
+                           "", env);
+  ASSERT_EQ(up.exit_code, 0) << up.all();
+  const auto rec = nlohmann::json::parse(yeto::test::read_text(run / "launch" / "fleet.json"));
+  ASSERT_EQ(rec["jobs"].size(), 2u);
+  EXPECT_EQ(rec["jobs"][0]["kind"], "cluster");
+  EXPECT_EQ(rec["jobs"][1]["kind"], "managed-job");
+  const auto logs = run_host({"launch", "logs", "--island", "0", "--output", run.string(), "--set", "launch.spot=false"},
+                             "", env);
+  EXPECT_EQ(logs.exit_code, 0) << logs.all();
+  const auto down = run_host({"launch", "down", "--output", run.string(), "--set", "launch.spot=false"}, "", env);
+  EXPECT_EQ(down.exit_code, 0) << down.all();
+  const std::string log = yeto::test::read_text(calls);
+  EXPECT_TRUE(contains(log, "jobs logs --no-follow --name yeto-r-island-0\n")) << log;
+  EXPECT_TRUE(contains(log, "jobs cancel --yes --name yeto-r-island-0\n")) << log;
+  EXPECT_TRUE(contains(log, "down --yes yeto-r-syncer\n")) << log;
+  EXPECT_FALSE(contains(log, "down --yes yeto-r-island-0")) << log;  // no cluster of that name was made
+  EXPECT_FALSE(contains(log, "cancel --yes --name yeto-r-syncer")) << log;
+}

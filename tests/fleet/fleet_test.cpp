@@ -209,12 +209,20 @@ TEST(FleetManifests, ClientCommandsKeepTheSecretInTheEnvironment) {
 TEST(FleetRecord, RoundTripsAndRefusesGarbage) {
   yeto::test::TempDir dir;
   EXPECT_THROW(yf::read_record(dir.path()), yeto::Error);
-  yf::FleetRecord r{"slurm", "yeto-x", "default", {{"syncer", "", "/m/s", "12", "t"}, {"island-0", "slurm:1xcpu", "/m/i", "13", "t"}}};
+  yf::FleetRecord r{"slurm", "yeto-x", "default", {{"syncer", "", "/m/s", "12", "t", ""}, {"island-0", "slurm:1xcpu", "/m/i", "13", "t", ""}}};
   yf::write_record(dir.path(), r);
   const auto back = yf::read_record(dir.path());
   ASSERT_EQ(back.jobs.size(), 2u);
   EXPECT_EQ(back.jobs[1].job, "13");
   EXPECT_EQ(back.jobs[1].spec, "slurm:1xcpu");
+  EXPECT_EQ(back.jobs[1].kind, "");
+  r.engine = "skypilot";
+  r.jobs[1].kind = "managed-job";
+  yf::write_record(dir.path(), r);
+  EXPECT_EQ(yf::read_record(dir.path()).jobs[1].kind, "managed-job");
+  r.jobs[1].kind = "pod";
+  yf::write_record(dir.path(), r);
+  EXPECT_THROW(yf::read_record(dir.path()), yeto::Error);
   dir.write("launch/fleet.json", "{\"format\": 1, \"engine\": \"pbs\", \"name\": \"x\", \"jobs\": []}");
   try {
     yf::read_record(dir.path());
