@@ -3,6 +3,7 @@
 # against the bf16 run, measured side by side in one run with `yeto-host train`.
 #
 #   bench/wide_training_bench.sh [WORK_DIR=/tmp/yeto-wide] [FLUX_STEPS=20] [WAN_STEPS=3] [THREADS=1]
+#   FAMILIES="wan" bench/wide_training_bench.sh ...   (a subset; default "flux wan")
 #
 # For Flux `wide` (FLUX.1 widths, 687 M transformer parameters; 4 images at 128 x 128) and Wan 2.1
 # `wide` (Wan 2.1 14B widths, 584 M; 4 clips of 9 frames at 128 x 128): writes the repository with
@@ -108,7 +109,7 @@ peak_mb() { jq -s 'map(.peak_rss_mb // 0) | max' "$1/metrics.jsonl"; }
 echo "LoRA training at real widths (Flux $FLUX_STEPS steps, Wan $WAN_STEPS steps), bf16 compute, $THREADS thread(s);"
 echo "peak: metrics.jsonl peak_rss_mb (VmHWM); time: the whole yeto-host train process"
 printf '%-5s %-7s %9s %11s %10s %10s %14s %s\n' model storage "time s" "ckpt GB" "peak GB" "peak/ckpt" "bound GB" verdict
-for family in flux wan; do
+for family in ${FAMILIES:-flux wan}; do
   r=$(repo $family)
   d=$(dataset $family)
   bytes=$(find "$r" -name '*.safetensors' -printf '%s\n' | awk '{s += $1} END {print s}')

@@ -615,6 +615,46 @@ TEST(Fp8, LinearStoresCodesAndMatchesTheDequantisedWeight) {
   EXPECT_THROW(lin->set_base_trainable(true), std::invalid_argument);
 }
 
+TEST(Fp8, BlockedGemmsMatchTheWholeWeight) {
+  torch::manual_seed(2);
+  const auto w = torch::randn({150, 130}).to(torch::kBFloat16);
+  const auto [codes, scale] = yeto::nn::quantize_e4m3_rows(w);
+  const auto whole = yeto::nn::dequantize_e4m3_rows(codes, scale, torch::kBFloat16);
+  // A block is the same values as the whole weight's slice.
+  EXPECT_TRUE(torch::equal(yeto::nn::dequantize_e4m3_block(codes, scale, torch::kBFloat16, 5, 11, 7, 13),
+                           whole.narrow(0, 5, 11).narrow(1, 7, 13)));
+  EXPECT_THROW(yeto::nn::dequantize_e4m3_block(codes, scale, torch::kBFloat16, 140, 11, 0, 130),
+               std::invalid_argument);
+  const auto x = torch::randn({2, 6, 130}).to(torch::kBFloat16);
+  const auto b = torch::randn({150}).to(torch::kBFloat16);
+  const auto g = torch::randn({2, 6, 150}).to(torch::kBFloat16);
+  // The float32 results of the same bf16 operands: what both the whole and the blocked GEMMs round.
+  const auto wf = whole.to(torch::kFloat);
+  const auto y32 = torch::linear(x.to(torch::kFloat), wf, b.to(torch::kFloat));
+  const auto gx32 = torch::matmul(g.to(torch::kFloat), wf);
+  auto err = [](const at::Tensor& a, const at::Tensor& ref) { return (a.to(torch::kFloat) - ref).abs().max().item<float>(); };
+  const float y_whole = err(torch::linear(x, whole, b), y32), gx_whole = err(torch::matmul(g, whole), gx32);
+  // 130 * 50 elements: 3 blocks of 50 output rows forward; 3 blocks of 44 / 44 / 42 input columns
+  // backward (150 * 50 / 150 = 50 wanted, balanced); then one block (the default size).
+  for (const std::int64_t block : {std::int64_t{130 * 50}, yeto::nn::kFp8BlockElements}) {
+    const auto y = yeto::nn::fp8_linear(x, codes, scale, b, torch::kBFloat16, block);
+    const auto gx = yeto::nn::fp8_grad_input(g, codes, scale, torch::kBFloat16, block);
+    ASSERT_EQ(y.sizes(), y32.sizes());
+    ASSERT_EQ(gx.sizes(), gx32.sizes());
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+    // Within the whole-weight GEMM's own bf16 rounding (and at most one bf16 step of the largest value).
+    EXPECT_LE(err(y, y32), std::max(2 * y_whole, y32.abs().max().item<float>() / 128)) << block;
+    EXPECT_LE(err(gx, gx32), std::max(2 * gx_whole, gx32.abs().max().item<float>() / 128)) << block;
+  }
+  // float32 compute: each block reduces over the same elements as the whole GEMM.
+  const auto w32 = yeto::nn::dequantize_e4m3_rows(codes, scale, torch::kFloat);
+  EXPECT_TRUE(torch::allclose(yeto::nn::fp8_linear(x.to(torch::kFloat), codes, scale, at::Tensor(), torch::kFloat,
+                                                   130 * 50),
+                              torch::linear(x.to(torch::kFloat), w32), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(yeto::nn::fp8_grad_input(g.to(torch::kFloat), codes, scale, torch::kFloat, 150 * 50),
+                              torch::matmul(g.to(torch::kFloat), w32), 1e-5, 1e-5));
+}
+
 TEST(Fp8, TwentyLoraStepsTrackTheBf16Run) {
   // A frozen random base of three layers, a LoRA on each, 20 Adam steps on a fixed regression
   // target: bf16 storage against fp8 storage with the same bf16 compute. Stated tolerance: every

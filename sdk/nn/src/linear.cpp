@@ -33,14 +33,15 @@ at::Tensor matrix_of(const std::shared_ptr<torch::nn::Module>& dict, const std::
 
 // y = x W^T + b with W = dequantize(codes, scale): forward and backward each dequantise, so
 // autograd keeps the codes (1 byte per weight), not a 16-bit copy of W, for the backward pass.
-// The codes and scales are frozen; the input and the bias get gradients.
+// The codes and scales are frozen; the input and the bias get gradients. Large weights are
+// dequantised a block at a time (fp8_linear, fp8_grad_input), so the transient is one block.
 struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& codes,
                             const at::Tensor& scale, const at::Tensor& bias, at::ScalarType dtype) {
     ctx->save_for_backward({codes, scale});
     ctx->saved_data["dtype"] = static_cast<std::int64_t>(dtype);
     ctx->saved_data["has_bias"] = bias.defined();
-    return at::linear(x, dequantize_e4m3_rows(codes, scale, dtype), bias);
+    return fp8_linear(x, codes, scale, bias, dtype);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -48,7 +49,7 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     const at::Tensor& g = grads[0];
     at::Tensor gx, gb;
-    if (ctx->needs_input_grad(0)) gx = at::matmul(g, dequantize_e4m3_rows(saved[0], saved[1], dtype));
+    if (ctx->needs_input_grad(0)) gx = fp8_grad_input(g, saved[0], saved[1], dtype);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(3))
       gb = g.reshape({-1, g.size(-1)}).sum(0);
     return {gx, at::Tensor(), at::Tensor(), gb, at::Tensor()};
@@ -120,17 +121,25 @@ std::pair<at::Tensor, at::Tensor> quantize_e4m3_rows(const at::Tensor& w) {
   return {codes.to(w.device()), scale.to(w.device())};
 }
 
-at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype) {
+at::Tensor dequantize_e4m3_block(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype,
+                                 std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t cols) {
   at::NoGradGuard no_grad;
+  if (codes.dim() != 2 || scale.dim() != 1 || scale.size(0) != codes.size(0))
+    throw std::invalid_argument("dequantize_e4m3: expected codes [out, in] and scale [out]");
+  if (row0 < 0 || rows < 0 || row0 + rows > codes.size(0) || col0 < 0 || cols < 0 || col0 + cols > codes.size(1))
+    throw std::invalid_argument("dequantize_e4m3: block outside the weight");
   if (!codes.is_cpu()) {
     static const at::Tensor table = e4m3_table();
     const auto lut = table.to(codes.device());
-    return (lut.index_select(0, codes.flatten().to(at::kInt)).view(codes.sizes()) * scale.unsqueeze(1)).to(dtype);
+    const auto block = codes.narrow(0, row0, rows).narrow(1, col0, cols);
+    return (lut.index_select(0, block.flatten().to(at::kInt)).view({rows, cols}) *
+            scale.narrow(0, row0, rows).unsqueeze(1))
+        .to(dtype);
   }
   const auto c = codes.contiguous();
   const auto s = scale.to(at::kFloat).contiguous();
-  auto out = at::empty(c.sizes(), at::TensorOptions().dtype(dtype));
-  const std::int64_t rows = c.size(0), cols = c.size(1);
+  auto out = at::empty({rows, cols}, at::TensorOptions().dtype(dtype));
+  const std::int64_t stride = c.size(1);
   static const std::vector<float> table = [] {
     std::vector<float> t(256);
     for (int i = 0; i < 256; ++i) t[i] = decode_e4m3(static_cast<std::uint8_t>(i));
@@ -138,16 +147,67 @@ at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale
   }();
   const std::uint8_t* src = c.data_ptr<std::uint8_t>();
   const float* sc = s.data_ptr<float>();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_e4m3_rows", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_e4m3", [&] {
     scalar_t* dst = out.data_ptr<scalar_t>();
     at::parallel_for(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
-        const float k = sc[r];
-        for (std::int64_t i = r * cols; i < (r + 1) * cols; ++i) dst[i] = static_cast<scalar_t>(table[src[i]] * k);
+        const float k = sc[row0 + r];
+        const std::uint8_t* in = src + (row0 + r) * stride + col0;
+        scalar_t* o = dst + r * cols;
+        for (std::int64_t i = 0; i < cols; ++i) o[i] = static_cast<scalar_t>(table[in[i]] * k);
       }
     });
   });
   return out;
+}
+
+at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype) {
+  return dequantize_e4m3_block(codes, scale, dtype, 0, codes.size(0), 0, codes.size(1));
+}
+
+namespace {
+// Splits `extent` into equal blocks of about `target` (at least 64, so each block's GEMM stays a
+// real GEMM with the library's fast, float-accumulating kernels): the block size.
+std::int64_t balanced_block(std::int64_t extent, std::int64_t target) {
+  const std::int64_t want = std::max<std::int64_t>(64, target);
+  if (want >= extent) return extent;
+  const std::int64_t blocks = (extent + want - 1) / want;
+  return (extent + blocks - 1) / blocks;
+}
+}  // namespace
+
+at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& bias,
+                      at::ScalarType dtype, std::int64_t block_elements) {
+  const std::int64_t out = codes.size(0), in = codes.size(1);
+  const std::int64_t rows = balanced_block(out, block_elements / std::max<std::int64_t>(1, in));
+  if (rows >= out) return at::linear(x, dequantize_e4m3_rows(codes, scale, dtype), bias);
+  // Output features in blocks of `rows`: each output element is still one GEMM's full
+  // reduction over `in`, only the weight rows it needs are dequantised.
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  auto y = at::empty(sizes, x.options().dtype(dtype));
+  for (std::int64_t r0 = 0; r0 < out; r0 += rows) {
+    const std::int64_t n = std::min(rows, out - r0);
+    const auto w = dequantize_e4m3_block(codes, scale, dtype, r0, n, 0, in);
+    y.narrow(-1, r0, n).copy_(at::linear(x, w, bias.defined() ? bias.narrow(0, r0, n) : at::Tensor()));
+  }
+  return y;
+}
+
+at::Tensor fp8_grad_input(const at::Tensor& g, const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype,
+                          std::int64_t block_elements) {
+  const std::int64_t out = codes.size(0), in = codes.size(1);
+  const std::int64_t cols = balanced_block(in, block_elements / std::max<std::int64_t>(1, out));
+  if (cols >= in) return at::matmul(g, dequantize_e4m3_rows(codes, scale, dtype));
+  // Input features in blocks of `cols`: g [.., out] @ W[:, c0:c0+n], each a full reduction over `out`.
+  auto sizes = g.sizes().vec();
+  sizes.back() = in;
+  auto gx = at::empty(sizes, g.options());
+  for (std::int64_t c0 = 0; c0 < in; c0 += cols) {
+    const std::int64_t n = std::min(cols, in - c0);
+    gx.narrow(-1, c0, n).copy_(at::matmul(g, dequantize_e4m3_block(codes, scale, dtype, 0, out, c0, n)));
+  }
+  return gx;
 }
 
 double LoraConfig::scale() const {
@@ -176,7 +236,7 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   else if (at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())))
     y = Fp8LinearFunction::apply(x, weight, weight_scale_, bias, *compute_dtype_);
   else
-    y = at::linear(x, dequantize_e4m3_rows(weight, weight_scale_, *compute_dtype_), bias);
+    y = fp8_linear(x, weight, weight_scale_, bias, *compute_dtype_);
   for (const auto& name : order_) {
     const auto& a = adapters_.at(name);
     if (!a.active || a.merged) continue;

@@ -54,6 +54,20 @@ std::pair<at::Tensor, at::Tensor> quantize_e4m3_rows(const at::Tensor& w);
 // decode(codes) * scale[:, None] in `dtype`: a CPU loop over a lookup table on the CPU, a table
 // lookup (index_select) elsewhere.
 at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype);
+// The block [row0, row0 + rows) x [col0, col0 + cols) of the same, as a contiguous [rows, cols].
+at::Tensor dequantize_e4m3_block(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype,
+                                 std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t cols);
+// The largest dequantised block the fp8 GEMMs below hold at once (elements: 16 MB in bf16), so a
+// layer's transient is a block rather than a 16-bit copy of its weight (a 5120 x 13824 feed-forward
+// matrix would be 141 MB per call, forward and backward).
+inline constexpr std::int64_t kFp8BlockElements = std::int64_t{8} << 20;
+// x W^T + b with W = dequantize(codes, scale) in `dtype`, dequantised `block_elements` at a time
+// (equal blocks of output rows, at least 64 each; one GEMM when the weight fits in one block).
+at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& bias,
+                      at::ScalarType dtype, std::int64_t block_elements = kFp8BlockElements);
+// g W (the input gradient of fp8_linear), dequantised in equal blocks of input columns (>= 64).
+at::Tensor fp8_grad_input(const at::Tensor& g, const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype,
+                          std::int64_t block_elements = kFp8BlockElements);
 
 class LinearImpl : public torch::nn::Module {
  public:
