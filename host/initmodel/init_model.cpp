@@ -76,6 +76,30 @@ std::string weights_file(const std::string& library) {
 
 }  // namespace
 
+FamilyPresets family_presets(const config::Config& cfg, const std::string& family, std::uint64_t seed) {
+  const plugin::LoaderOptions lopts = plugin::LoaderOptions::from_config(cfg);
+  const plugin::Catalog catalog = plugin::Catalog::scan(lopts.dirs);
+  const plugin::PluginFile& file = find_family_plugin(catalog, family, lopts);
+  plugin::HostApiOptions ho;
+  ho.plugin_name = file.manifest.name;
+  ho.config_values = plugin::config_values(cfg);
+  ho.seed = seed;
+  const plugin::LoadedPlugin& loaded = plugin::load_file(file, lopts, plugin::make_host_api(ho));
+  FamilyPresets out{file.manifest.name, file.manifest.version, json()};
+  {
+    plugin::Instance instance(loaded, ho.config_values.dump());
+    const std::string text = instance.presets();
+    try {
+      out.presets = json::parse(text);
+    } catch (const json::exception& e) {
+      throw Error("plugin '" + file.manifest.name + "': presets() returned invalid JSON (" + e.what() + ")", ExitCode::plugin_abi_mismatch);
+    }
+  }
+  if (!out.presets.is_object() || out.presets.empty())
+    throw Error("plugin '" + file.manifest.name + "' offers no init-model presets", ExitCode::not_available);
+  return out;
+}
+
 InitResult init_model(const std::optional<fs::path>& config_file, const std::vector<config::Override>& overrides,
                       const InitOptions& o) {
   if (o.family.empty()) throw UsageError("init-model: --family NAME is required (e.g. --family flux)");
@@ -90,32 +114,14 @@ InitResult init_model(const std::optional<fs::path>& config_file, const std::vec
 
   // 1. The family's plugin, through the trusted loader, and its presets.
   const config::Config cfg = config::Config::resolve(config_file, overrides);
-  const plugin::LoaderOptions lopts = plugin::LoaderOptions::from_config(cfg);
-  const plugin::Catalog catalog = plugin::Catalog::scan(lopts.dirs);
-  const plugin::PluginFile& file = find_family_plugin(catalog, o.family, lopts);
-  plugin::HostApiOptions ho;
-  ho.plugin_name = file.manifest.name;
-  ho.config_values = plugin::config_values(cfg);
-  ho.seed = o.seed;
-  const plugin::LoadedPlugin& loaded = plugin::load_file(file, lopts, plugin::make_host_api(ho));
-  json presets;
-  {
-    plugin::Instance instance(loaded, ho.config_values.dump());
-    const std::string text = instance.presets();
-    try {
-      presets = json::parse(text);
-    } catch (const json::exception& e) {
-      throw Error("plugin '" + file.manifest.name + "': presets() returned invalid JSON (" + e.what() + ")", ExitCode::plugin_abi_mismatch);
-    }
-  }
-  if (!presets.is_object() || presets.empty())
-    throw Error("plugin '" + file.manifest.name + "' offers no init-model presets", ExitCode::not_available);
+  const FamilyPresets fp = family_presets(cfg, o.family, o.seed);
+  const json& presets = fp.presets;
   if (o.preset.empty())
-    throw UsageError("init-model: --preset NAME is required; plugin '" + file.manifest.name + "' offers:" + preset_list(presets));
+    throw UsageError("init-model: --preset NAME is required; plugin '" + fp.plugin + "' offers:" + preset_list(presets));
   if (!presets.contains(o.preset)) {
     std::vector<std::string> names;
     for (const auto& [n, p] : presets.items()) names.push_back(n);
-    throw UsageError("init-model: plugin '" + file.manifest.name + "' has no preset '" + o.preset + "'" + did_you_mean(o.preset, names) +
+    throw UsageError("init-model: plugin '" + fp.plugin + "' has no preset '" + o.preset + "'" + did_you_mean(o.preset, names) +
                      "; it offers:" + preset_list(presets));
   }
 
@@ -129,16 +135,16 @@ InitResult init_model(const std::optional<fs::path>& config_file, const std::vec
   staging.path = out.parent_path() / staging_name;
   fs::remove_all(staging.path, ec);
   fs::create_directories(staging.path);
-  const std::string where = "plugin '" + file.manifest.name + "' preset '" + o.preset + "'";
+  const std::string where = "plugin '" + fp.plugin + "' preset '" + o.preset + "'";
   const json& preset = presets[o.preset];
   InitResult result;
-  result.plugin = file.manifest.name;
+  result.plugin = fp.plugin;
   result.components = write_preset_files(staging.path, preset, where);
 
   // 3. Every component built from its class with seeded random weights, saved in Diffusers layout.
   std::vector<config::Override> ov = overrides;
   ov.push_back({"model.id", staging.path.string(), "init-model"});
-  ov.push_back({"model.adapter", file.manifest.name, "init-model"});
+  ov.push_back({"model.adapter", fp.plugin, "init-model"});
   ov.push_back({"model.precision", "fp32", "init-model"});
   ov.push_back({"run.device", "cpu", "init-model"});
   ov.push_back({"diffusion.seed", std::to_string(o.seed), "init-model"});
@@ -180,7 +186,7 @@ InitResult init_model(const std::optional<fs::path>& config_file, const std::vec
     }
   }
   atomic_write(staging.path / "yeto_init_model.json",
-               json{{"plugin", file.manifest.name}, {"plugin_version", file.manifest.version}, {"family", o.family},
+               json{{"plugin", fp.plugin}, {"plugin_version", fp.version}, {"family", o.family},
                     {"preset", o.preset}, {"seed", o.seed}}
                        .dump(2) +
                    "\n");

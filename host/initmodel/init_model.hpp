@@ -17,6 +17,7 @@
 
 namespace yeto::config {
 struct Override;
+class Config;
 }
 
 namespace yeto::initmodel {
@@ -41,6 +42,17 @@ struct InitResult {
 // names in model_index order.
 std::vector<std::string> write_preset_files(const std::filesystem::path& dir, const nlohmann::json& preset,
                                             const std::string& where);
+
+// The init-model presets of the plugin that serves `family` (a family, plugin name or alias),
+// found and loaded through the trusted loader with `cfg`'s plugins.* settings: presets() parsed,
+// a non-empty object. Throws yeto::Error (plugin_not_found naming the families found and the
+// directories searched; not_available when the plugin offers none).
+struct FamilyPresets {
+  std::string plugin;
+  std::string version;
+  nlohmann::json presets;
+};
+FamilyPresets family_presets(const config::Config& cfg, const std::string& family, std::uint64_t seed = 0);
 
 // The whole command: finds and loads the plugin (trusted loader, the run configuration's
 // plugins.* settings from `config_file` + `overrides`), reads its presets, writes the

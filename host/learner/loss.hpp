@@ -15,6 +15,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <ATen/core/Generator.h>
+
+#include "learner/model.hpp"
 #include "learner/settings.hpp"
 #include "schedulers/scheduler.hpp"
 
@@ -28,5 +31,13 @@ at::Tensor per_sample_mse(const at::Tensor& prediction, const at::Tensor& target
 
 // Scalar float32: mean over the batch of weights * per_sample_mse.
 at::Tensor weighted_loss(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& weights);
+
+// The diffusion loss of one micro batch, as the learner's step computes it: timestep indices
+// from `s.density` and float32 noise drawn from `gen`, the scheduler's training batch, the
+// rows routed to their denoiser (denoiser_kwargs, then denoise), align, and weighted_loss with
+// `s.weighting`. latents: float32 [B, ...]; cond: the batch's conditioning (detached). A scalar
+// with its autograd graph. The training-step benchmark times this same call.
+at::Tensor diffusion_loss(TrainModel& model, const Settings& s, const at::Tensor& latents, const NamedTensors& cond,
+                          at::Generator& gen);
 
 }  // namespace yeto::learner

@@ -252,32 +252,7 @@ NamedTensors Loop::encode(const data::TensorBatch& b, bool sample, std::uint64_t
 }
 
 at::Tensor Loop::batch_loss(const at::Tensor& latents, const NamedTensors& cond, at::Generator& gen) {
-  const auto& sched = model_.scheduler();
-  const std::int64_t b = latents.size(0);
-  const auto indices = sample_indices(s_.density, sched, b, gen);
-  const auto noise = at::randn(latents.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
-  const auto tb = sched.training_batch(latents, noise, indices);
-
-  NamedTensors full = {{"noisy", tb.noisy}, {"timesteps", tb.timesteps}, {"sigmas", tb.sigma_t}};
-  for (const auto& c : cond) full.push_back(c);
-  const auto routes = route_by_boundary(tb.timesteps, model_.denoisers(), model_.boundary_timestep());
-  const auto pred = predict_routed(routes, b, [&](const std::string& denoiser, const at::Tensor& rows) {
-    NamedTensors sub;
-    const bool all = rows.numel() == b;
-    for (const auto& [name, t] : full) {
-      const bool batched = t.dim() > 0 && t.size(0) == b;
-      sub.emplace_back(name, all || !batched ? t : t.index_select(0, rows.to(t.device())));
-    }
-    NamedTensors inputs;
-    for (const auto& [name, t] : sub) {
-      if (name == "noisy") inputs.emplace_back("hidden_states", t);
-      else if (name != "sigmas") inputs.emplace_back(name, t);
-    }
-    for (auto& kw : model_.denoiser_kwargs(sub, denoiser)) inputs.push_back(std::move(kw));
-    return model_.denoise(inputs, denoiser);
-  });
-  const auto [p, t] = model_.align(pred, tb.target, model_.denoisers().front());
-  return weighted_loss(p, t.detach(), loss_weights(s_.weighting, s_.min_snr_gamma, tb));
+  return diffusion_loss(model_, s_, latents, cond, gen);
 }
 
 at::Tensor Loop::model_loss(const data::TensorBatch& b, bool training, const std::string& seed_name,

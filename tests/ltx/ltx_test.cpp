@@ -333,4 +333,16 @@ TEST(LtxFamily, TinyPresetIsTheTinyRepositorysShapes) {
   ltx::AutoencoderKLLTXVideo v(ltx::LtxVaeConfig::from_json(small.at("vae").at("config")));
   EXPECT_EQ(t->config().inner_dim(), 128);
   EXPECT_EQ(v->config().spatial_ratio(), 32);
+  // The wide preset has LTX-Video's widths (what the training-step benchmark measures); its
+  // configs are checked, not built.
+  const auto& wide = p.at("wide").at("components");
+  const auto wt = ltx::LtxTransformerConfig::from_json(wide.at("transformer").at("config"));
+  const auto wv = ltx::LtxVaeConfig::from_json(wide.at("vae").at("config"));
+  EXPECT_EQ(wt.inner_dim(), 2048);
+  EXPECT_EQ(wt.cross_attention_dim, 2048);
+  EXPECT_EQ(wt.caption_channels, 4096);
+  EXPECT_EQ(wt.in_channels, 128);
+  EXPECT_EQ(wv.latent_channels, wt.in_channels);
+  EXPECT_EQ(wv.spatial_ratio(), 32);
+  EXPECT_EQ(wide.at("text_encoder").at("config").at("d_model"), wt.caption_channels);
 }

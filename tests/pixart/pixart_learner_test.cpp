@@ -89,11 +89,16 @@ TEST(PixArtGenericLearner, LearnerAndPipelineSourcesNameNoFamilyRule) {
     }
   }
   EXPECT_GT(files, 40u);
-  // The loop's step goes through the hooks that carry those rules.
-  std::ifstream in(fs::path(YETO_SOURCE_DIR) / "host/learner/trainer.cpp");
-  const std::string trainer(std::istreambuf_iterator<char>(in), {});
-  for (const char* hook : {"model_.denoiser_kwargs(", "model_.denoise(", "model_.align("})
-    EXPECT_NE(trainer.find(hook), std::string::npos) << hook;
+  // The loop's step goes through learner::diffusion_loss, and that through the hooks that carry
+  // those rules.
+  auto source = [](const char* file) {
+    std::ifstream in(fs::path(YETO_SOURCE_DIR) / file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_NE(source("host/learner/trainer.cpp").find("diffusion_loss(model_, "), std::string::npos);
+  const std::string loss = source("host/learner/loss.cpp");
+  for (const char* hook : {"model.denoiser_kwargs(", "model.denoise(", "model.align("})
+    EXPECT_NE(loss.find(hook), std::string::npos) << hook;
 }
 
 TEST(PixArtGenericLearner, HooksCarryTheMicroConditionsAndTheLearnedSigmaSplit) {

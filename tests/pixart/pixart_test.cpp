@@ -267,6 +267,18 @@ TEST(PixArtFamily, TinyPresetIsTheTinyRepositorysShapes) {
       p.at("tiny-ms").at("components").at("transformer").at("config"));
   EXPECT_TRUE(ms.use_additional_conditions);
   EXPECT_EQ(ms.inner_dim(), 24);
+  // The wide preset has PixArt-Sigma's widths (what the training-step benchmark measures); its
+  // config is checked, not built.
+  const auto& wide = p.at("wide").at("components");
+  const auto w = yeto::pixart::PixArtTransformerConfig::from_json(wide.at("transformer").at("config"));
+  EXPECT_EQ(w.inner_dim(), 1152);
+  EXPECT_EQ(w.cross_attention_dim, 1152);
+  EXPECT_EQ(w.caption_channels, 4096);
+  EXPECT_EQ(w.sample_size, 128);
+  EXPECT_EQ(w.interpolation_scale, 2.0);
+  EXPECT_FALSE(w.use_additional_conditions);
+  EXPECT_EQ(wide.at("text_encoder").at("config").at("d_model"), w.caption_channels);
+  EXPECT_EQ(wide.at("vae").at("config").at("latent_channels"), w.in_channels);
 }
 
 TEST(PixArtFamily, LoraTargetsRequestAndCaptions) {

@@ -275,4 +275,18 @@ TEST(Sd35Family, TinyPresetIsTheTinyRepositorysShapes) {
     std::printf("  preset %s: %lld transformer parameters\n", preset, static_cast<long long>(n));
     EXPECT_GT(n, 0);
   }
+  // The wide preset has SD3.5 Large's widths (what the training-step benchmark measures); its
+  // config is checked, not built (about 190 M parameters).
+  const auto& wide = p.at("wide").at("components");
+  const auto w = yeto::sd35::SD3TransformerConfig::from_json(wide.at("transformer").at("config"));
+  EXPECT_EQ(w.inner_dim(), 2432);
+  EXPECT_EQ(w.caption_projection_dim, 2432);
+  EXPECT_EQ(w.joint_attention_dim, 4096);
+  EXPECT_EQ(w.pos_embed_max_size, 192);
+  EXPECT_TRUE(w.dual_attention_layers.empty());
+  // The pooled projection is CLIP-L's and CLIP-G's text embeddings side by side.
+  EXPECT_EQ(wide.at("text_encoder").at("config").at("projection_dim").get<std::int64_t>() +
+                wide.at("text_encoder_2").at("config").at("projection_dim").get<std::int64_t>(),
+            w.pooled_projection_dim);
+  EXPECT_EQ(wide.at("text_encoder_3").at("config").at("d_model"), w.joint_attention_dim);
 }
