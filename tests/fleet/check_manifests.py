@@ -11,6 +11,9 @@ import sys
 
 import yaml
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8s_schema  # noqa: E402
+
 failures = []
 
 
@@ -121,6 +124,9 @@ def check_k8s(case, n):
         docs = list(yaml.safe_load_all(open(os.path.join(d, fname))))
         where = f"{case['name']} {fname}"
         check([x["kind"] for x in docs] == ["Service", "Job"], f"{where}: a Service and a Job")
+        for doc in docs:
+            for e in k8s_schema.validate(doc):
+                failures.append(f"{where}: schema: {e}")
         svc, job = docs
         for obj in docs:
             check(DNS.match(obj["metadata"]["name"]) and len(obj["metadata"]["name"]) <= 63, f"{where}: DNS-1123 name")
@@ -167,11 +173,40 @@ def check_k8s(case, n):
         check(("JOB_COMPLETION_INDEX" in script) == (s["nodes"] * s["per_node"] > 1), f"{where}: ranks from the index")
 
 
+def schema_rejects_broken_manifests(path):
+    """The schema check must fail on what the API server refuses: each mutation of a valid Job
+    must produce an error naming it."""
+    svc, job = list(yaml.safe_load_all(open(path)))
+    check(k8s_schema.validate(svc) == [] and k8s_schema.validate(job) == [], f"{path}: valid before mutation")
+
+    def mutated(edit, expect):
+        import copy
+        j = copy.deepcopy(job)
+        edit(j)
+        errs = k8s_schema.validate(j)
+        check(any(expect in e for e in errs), f"schema self-check: expected an error with '{expect}', got {errs}")
+
+    pod = lambda j: j["spec"]["template"]["spec"]
+    mutated(lambda j: pod(j)["containers"][0].update(imagePullPolicy="Sometimes"), "imagePullPolicy")
+    mutated(lambda j: pod(j)["containers"][0].update(volumeMount=[]), "unknown field 'volumeMount'")
+    mutated(lambda j: pod(j)["containers"][0]["env"].append({"name": "PORT", "value": 29500}), "is not a string")
+    mutated(lambda j: pod(j).update(restartPolicy="Always"), "restartPolicy Never or OnFailure")
+    mutated(lambda j: pod(j)["containers"][0].pop("image"), "required field 'image'")
+    mutated(lambda j: pod(j)["containers"][0].update(ports=[{"containerPort": 70000}]), "port number")
+    mutated(lambda j: j["metadata"]["labels"].update({"yeto.dev/role": "a b"}), "label value")
+    mutated(lambda j: j["spec"].pop("completions"), "needs completions")
+    mutated(lambda j: pod(j)["volumes"][0]["secret"].update(defaultMode=0o1000), "file mode")
+    mutated(lambda j: j["metadata"].update(name="Island_1"), "DNS-1123")
+
+
 def main():
     cases = json.load(open(sys.argv[1]))
     for case in cases:
         n = len(case["specs"])
         {"slurm": check_slurm, "skypilot": check_skypilot, "kubernetes": check_k8s}[case["engine"]](case, n)
+    k8s = [c for c in cases if c["engine"] == "kubernetes"]
+    if k8s:
+        schema_rejects_broken_manifests(os.path.join(k8s[0]["dir"], "island-0.yaml"))
     if failures:
         print("\n".join(failures))
         sys.exit(1)
