@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/subprocess.hpp"
 #include "fleet/client.hpp"
 #include "fleet/fleet.hpp"
 #include "fleet/record.hpp"
@@ -240,6 +241,17 @@ TEST(FleetClient, CapturesOutputAndReportsMissingPrograms) {
   EXPECT_EQ(yf::run_client({"yeto-no-such-program"}).exit_code, 127);
   EXPECT_TRUE(yf::on_path("sh"));
   EXPECT_FALSE(yf::on_path("yeto-no-such-program"));
+  // The shared runner (tests drive yeto-host through it too): a working directory, and a
+  // program found on the PATH the child is given, not on this process's.
+  yeto::test::TempDir dir;
+  const auto script = dir.write("bin/yeto-t", "#!/bin/sh\npwd\n");
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  EXPECT_EQ(yeto::run_captured({"yeto-t"}).exit_code, 127);
+  const auto c = yeto::run_captured({"yeto-t"}, {{"PATH", (dir / "bin").string() + ":/usr/bin:/bin"}},
+                                    (dir / "bin").string());
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.out, std::filesystem::canonical(dir / "bin").string() + "\n");
+  EXPECT_EQ(yeto::run_captured({"./yeto-t"}, {}, (dir / "bin").string()).exit_code, 0);
 }
 
 }  // namespace
