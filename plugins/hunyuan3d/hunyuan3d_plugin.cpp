@@ -1,12 +1,24 @@
-// The Hunyuan3D-2.1 shape family plugin, written against the SDK only: the HunYuanDiTPlain
-// component class (registered under its class name and its upstream module path, the name
-// recorded reference cases use).
+// The Hunyuan3D-2.1 shape family plugin, written against the SDK only: the HunYuanDiTPlain,
+// ShapeVAE and hy3dshape scheduler component classes (registered under their class names and their
+// upstream module paths, the names recorded reference cases use) and the family's pipeline:
+// repository plan and presets from hunyuan3d.family.json, LoRA (or full) tuning of the DiT, the
+// flow-matching training objective as loss_step, and generate (image tokens -> shape latents ->
+// the ShapeVAE's occupancy grid, which the host turns into a mesh).
 //
-// The component's forward takes the upstream argument names: `x` [B, N, C] latent tokens, `t`
+// The DiT component's forward takes the upstream argument names: `x` [B, N, C] latent tokens, `t`
 // [B] flow time in [0, 1] and the image tokens as `contexts.main` (or `contexts`) [B, M, D]. Its
 // options may say {"train": true}: the call then runs in training mode (the MoE gates' auxiliary
 // losses attach their gradient and are returned as `moe_aux_loss.<gate path>`).
+//
+// A training row (loss_step) carries cached tensors: `latents` [N, C], the shape latents the DiT
+// sees (z_scale_factor x the ShapeVAE posterior sample, Diffuser.forward's x1), and `image_embeds`
+// [M, D], the image conditioner's tokens (DINOv2 last_hidden_state with the CLS token). Per row,
+// from the row's seed: x0 ~ N(0, 1) first, then t ~ U[0, 1); xt = t x1 + (1 - t) x0, target
+// ut = x1 - x0, loss = mean((model(xt, t, image_embeds) - ut)^2) (Transport.training_losses with
+// the Linear path and velocity prediction); in training mode the MoE gates' auxiliary losses add
+// their gradient (AddAuxiliaryLoss).
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 
 #include <yeto/plugin.hpp>
@@ -17,9 +29,11 @@
 #include <nlohmann/json.hpp>
 
 #include "hunyuan3d_dit.hpp"
+#include "hunyuan3d_family.hpp"
 #include "hunyuan3d_sampler.hpp"
 #include "hunyuan3d_shapevae.hpp"
 #include "yeto/family/family.hpp"
+#include "yeto/family/repository.hpp"
 #include "yeto/family/sampling.hpp"
 
 namespace yeto::hunyuan3d {
@@ -245,6 +259,14 @@ class SchedulerComponent : public sdk::Component {
   std::string dir_;
 };
 
+// The pipeline's component `name` of this plugin's class C, registered under either of its names.
+template <class C>
+C& plugin_component_of(const std::string& name, const char* cls, const char* module_path) {
+  const auto c = sdk::Host::component(name);
+  if (auto* impl = c.as<C>(module_path)) return *impl;
+  return family::plugin_component<C>(name, cls, "hunyuan3d", "a");
+}
+
 class Hunyuan3DPlugin : public sdk::Plugin {
  public:
   void register_components(sdk::ComponentRegistry& registry) override {
@@ -254,6 +276,178 @@ class Hunyuan3DPlugin : public sdk::Plugin {
     registry.add<ShapeVAEComponent>(kShapeVAE);
     registry.add<ShapeVAEComponent>(kShapeVAEModule);
   }
+
+  // The plan of the family file's layout (model, vae, conditioner, scheduler); the scheduler's
+  // config (num_train_timesteps, shift) is read here for generate.
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const auto index = family::parse_json(model_index_json, model_dir + "/model_index.json");
+    json plan;
+    try {
+      plan = description().plan(model_dir, index);
+      const auto path = model_dir + "/scheduler/scheduler_config.json";
+      scheduler_ = SchedulerConfig::from_json(family::parse_json(family::read_text_file(path), path));
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    return plan.dump();
+  }
+
+  std::string presets() override { return description().presets().dump(); }
+
+  // LoRA (targets auto = attention, the community list, all-linear without final_layer.linear)
+  // or full tuning of the DiT, placed by the run's device and precision.
+  void prepare(const std::string& options_json) override {
+    const auto o = family::parse_json(options_json, "prepare options");
+    family::TuningSpec spec;
+    spec.resolve_targets = [](const json& t) { return description().lora_targets(t); };
+    spec.all_linear_excludes = {"final_layer.linear"};
+    tuning_ = family::prepare_denoisers({&family::plugin_module("model", "hunyuan3d")}, o, spec);
+  }
+
+  NamedTensors trainable_parameters() override {
+    return family::trainable_parameters({{"model", &family::plugin_module("model", "hunyuan3d")}}, tuning_);
+  }
+
+  at::Tensor loss_step(const std::string& rows_json, const NamedTensors& batch, std::string& metrics) override {
+    const json rows = family::parse_json(rows_json, "loss_step rows");
+    if (!rows.is_array() || rows.empty()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "hunyuan3d loss_step: no rows");
+    auto& dit = denoiser();
+    const auto& cfg = dit->config();
+    const auto b = static_cast<std::int64_t>(rows.size());
+    const auto* latents = find(batch, "latents");
+    if (!latents)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                "hunyuan3d: a training row needs its shape latents as cached 'latents' [N, " +
+                    std::to_string(cfg.in_channels) +
+                    "] (z_scale_factor x the ShapeVAE posterior sample); raw images or meshes are not encoded");
+    const auto* context = find(batch, "image_embeds");
+    if (!context)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                "hunyuan3d: a training row needs its image conditioning as cached 'image_embeds' [M, " +
+                    std::to_string(cfg.context_dim) +
+                    "] (the DINOv2 conditioner's tokens), e.g. \"tensors\": {\"image_embeds\": \"cond.safetensors\"}");
+    if (latents->dim() != 3 || latents->size(0) != b || latents->size(2) != cfg.in_channels)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "hunyuan3d: 'latents' must be [N, " + std::to_string(cfg.in_channels) +
+                                               "] per row, got a batch of " + c10::str(latents->sizes()) + " for " +
+                                               std::to_string(b) + " rows");
+    if (context->dim() != 3 || context->size(0) != b || context->size(2) != cfg.context_dim)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "hunyuan3d: 'image_embeds' must be [M, " + std::to_string(cfg.context_dim) +
+                                               "] per row, got a batch of " + c10::str(context->sizes()) + " for " +
+                                               std::to_string(b) + " rows");
+    // Per row, from its seed: the noise first, then t (Transport.sample's order).
+    const auto x1 = latents->to(at::kFloat);
+    std::vector<at::Tensor> noise, times;
+    bool training = false;
+    for (std::int64_t i = 0; i < b; ++i) {
+      const auto& r = rows[static_cast<std::size_t>(i)];
+      if (!r.contains("seed") || !r["seed"].is_number_unsigned())
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "hunyuan3d loss_step: row " + std::to_string(i) + " has no seed");
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(r["seed"].get<std::uint64_t>());
+      noise.push_back(at::randn(x1[i].sizes(), gen, at::kFloat));
+      times.push_back(at::rand({1}, gen, at::kFloat));
+      training = training || r.value("training", false);
+    }
+    const auto device = dit->x_embedder->weight.device();
+    const auto x0 = at::stack(noise).to(device);
+    const auto t = at::cat(times).to(device);
+    const auto data = x1.to(device);
+    const auto tt = t.view({b, 1, 1});
+    const auto xt = tt * data + (1 - tt) * x0;
+    const auto ut = data - x0;
+    const bool was_training = dit->is_training();
+    dit->train(training);
+    at::Tensor pred;
+    try {
+      pred = dit->forward(xt, t, context->to(device));
+    } catch (const std::invalid_argument& e) {
+      dit->train(was_training);
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("hunyuan3d loss_step: ") + e.what());
+    }
+    double aux = 0.0;
+    for (const auto& [gate, loss] : dit->moe_aux_losses()) aux += loss.item<double>();
+    dit->train(was_training);
+    const auto loss = (pred.to(at::kFloat) - ut).pow(2).mean();
+    metrics = json{{"flow_loss", loss.item<double>()}, {"moe_aux_loss", aux}, {"t_mean", t.mean().item<double>()}}.dump();
+    return loss;
+  }
+
+  // Request: {"prompts": [one path], "seed", "steps", "guidance", and this family's "octree_resolution"
+  // (or the host's "mesh_resolution"; default 256), "bounds" (1.01), "num_chunks" (8000)}.
+  // The image tokens [M, D] (or [1, M, D]) come as the input tensor "image_embeds" (`yeto-host
+  // sample --prompt cond.safetensors` passes the file's tensors by name).
+  // Outputs "occupancy" [B, R + 1, R + 1, R + 1] (the ShapeVAE's logits; the surface is their 0
+  // level set, inside > 0), "occupancy_bounds" [2] (-bounds, bounds) and "latents".
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    const auto r = family::parse_json(request_json, "generate request");
+    std::int64_t steps = 50, resolution = 256, chunks = 8000;
+    double guidance = 5.0, bounds = 1.01;
+    std::uint64_t seed = 0;
+    try {
+      const family::ConfigReader in(r, "hunyuan3d generate request");
+      steps = in.integer("steps", steps);
+      guidance = in.number("guidance", guidance);
+      resolution = in.integer("mesh_resolution", resolution);
+      resolution = in.integer("octree_resolution", resolution);
+      bounds = in.number("bounds", bounds);
+      chunks = in.integer("num_chunks", chunks);
+      if (r.contains("seed")) {
+        if (!r["seed"].is_number_unsigned() && !(r["seed"].is_number_integer() && r["seed"].get<std::int64_t>() >= 0))
+          in.fail("seed", "must be a non-negative integer");
+        seed = r["seed"].get<std::uint64_t>();
+      }
+      if (steps < 1) in.fail("steps", "must be at least 1");
+      if (resolution < 1 || resolution > 1024) in.fail("octree_resolution", "must be in [1, 1024]");
+      if (!(bounds > 0)) in.fail("bounds", "must be positive");
+      if (chunks < 1) in.fail("num_chunks", "must be positive");
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    auto& dit = denoiser();
+    const auto& cfg = dit->config();
+    const auto* cond = find(inputs, "image_embeds");
+    if (!cond)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                "hunyuan3d generate: no image conditioning: give the image tokens [M, " + std::to_string(cfg.context_dim) +
+                    "] as the prompt (a .safetensors / .npy / .pt file holding one tensor, read as input 'image_embeds')");
+    at::Tensor c = cond->to(at::kFloat);
+    if (c.dim() == 2) c = c.unsqueeze(0);
+    if (c.dim() != 3 || c.size(2) != cfg.context_dim)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "hunyuan3d generate: 'image_embeds' must be [M, " +
+                                               std::to_string(cfg.context_dim) + "], got " + c10::str(cond->sizes()));
+    at::NoGradGuard no_grad;
+    const bool was_training = dit->is_training();
+    dit->eval();
+    const auto device = dit->x_embedder->weight.device();
+    const auto dtype = dit->x_embedder->compute_dtype();
+    family::Trace record(r.value("trace", false));
+    const auto latents = family::initial_latents(inputs, {c.size(0), cfg.input_size, cfg.in_channels}, seed, record);
+    const VelocityModel velocity = [&](const at::Tensor& x, const at::Tensor& t, const at::Tensor& ctx) {
+      return dit->forward(x.to(device, dtype), t.to(device), ctx.to(device, dtype)).to(at::kFloat).cpu();
+    };
+    const auto final_latents =
+        hunyuan3d::denoise(velocity, latents, c, at::zeros_like(c), sampling_schedule(scheduler_, steps), scheduler_,
+                           guidance, record);
+    dit->train(was_training);
+    auto& vae = shape_vae();
+    const auto vdev = vae->post_kl->weight.device();
+    const auto vdtype = vae->post_kl->compute_dtype();
+    const auto decoded = vae->decode(((1.0 / vae->config().scale_factor) * final_latents).to(vdev, vdtype));
+    const auto grid = vae->grid_logits(decoded, bounds, resolution, chunks).to(at::kFloat).cpu();
+    NamedTensors out = {{"occupancy", grid},
+                        {"occupancy_bounds", at::tensor(std::vector<float>{static_cast<float>(-bounds),
+                                                                           static_cast<float>(bounds)})},
+                        {"latents", final_latents}};
+    return record.outputs(std::move(out));
+  }
+
+ private:
+  static HunYuanDiTPlain& denoiser() { return plugin_component_of<DiTComponent>("model", kDiT, kDiTModule).model(); }
+  static ShapeVAEDecoder& shape_vae() {
+    return plugin_component_of<ShapeVAEComponent>("vae", kShapeVAE, kShapeVAEModule).model();
+  }
+
+  std::string tuning_ = "lora";
+  SchedulerConfig scheduler_;
 };
 
 }  // namespace
