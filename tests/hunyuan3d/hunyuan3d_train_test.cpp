@@ -4,6 +4,8 @@
 // by our GLB reader and by Python's struct module.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -83,10 +85,10 @@ std::string train_toml(const fs::path& repo, int steps) {
 
 // `sample` of the tiny repository conditioned on class 0's tokens, written to `out`.
 yeto::test::ProcessResult sample(const fs::path& repo, const fs::path& data, const fs::path& out,
-                                 const std::vector<std::string>& extra = {}) {
+                                 const std::vector<std::string>& extra = {}, int resolution = 20) {
   std::vector<std::string> args = {"sample", "--model", repo.string(), "--diffusion-adapter", "hunyuan3d", "--prompt",
                                    (data / "cond0.safetensors").string(), "--seed", "4", "--steps", "4", "--guidance",
-                                   "5.0", "--mesh-resolution", "20", "--output", out.string()};
+                                   "5.0", "--mesh-resolution", std::to_string(resolution), "--output", out.string()};
   args.insert(args.end(), extra.begin(), extra.end());
   return host(args);
 }
@@ -182,6 +184,75 @@ TEST(Hunyuan3DTrain, TinyPresetTrainsOnGeneratedRowsExportsAndSamplesMeshes) {
   EXPECT_EQ(yeto::test::read_text(tmp / "adapted.obj"), yeto::mesh::obj_text(mesh));
   std::printf("  tiny sample: %zu vertices, %zu triangles, %s\n", mesh.vertices.size(), mesh.faces.size(),
               yeto::mesh::watertight(mesh) ? "watertight" : "open");
+}
+
+// The sphere test: the tiny repository's ShapeVAE decoder given analytic weights whose field is
+// sum_i cos(p_i) - (2 + cos 0.6) (positive inside a closed, nearly spherical surface of radius
+// about 0.6, independent of the latents): query_proj puts the field and its negation in channels
+// 0 and 1 and the constants +-10 in channels 2 and 3 (their LayerNorm mean is exactly 0, so
+// ln_post keeps the field's sign), the cross-attention block's c_proj outputs are 0 and
+// output_proj reads channel 0. Sampling through the DiT and the decoder then writes a
+// watertight GLB.
+TEST(Hunyuan3DTrain, SampleOfAnAnalyticSphereDecoderIsWatertight) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  fs::path file;
+  for (const auto& entry : fs::directory_iterator(repo / "vae"))
+    if (entry.path().extension() == ".safetensors") file = entry.path();
+  ASSERT_FALSE(file.empty());
+  auto weights = yeto::io::load_safetensors(file);
+  const double level = 2.0 + std::cos(0.6);
+  const std::int64_t cos_x = 3 + 3 * 8;  // FourierEmbedder: [p, sin(p f), cos(p f)], a coordinate's 8 frequencies together
+  int set = 0;
+  for (auto& [name, t] : weights) {
+    if (name.rfind("geo_decoder.", 0) != 0) continue;
+    const auto rest = name.substr(std::string("geo_decoder.").size());
+    if (rest.rfind("cross_attn_decoder.attn.c_proj.", 0) == 0 || rest.rfind("cross_attn_decoder.mlp.c_proj.", 0) == 0) {
+      t.zero_(), ++set;
+    } else if (rest == "query_proj.weight") {
+      t.zero_();
+      for (int axis = 0; axis < 3; ++axis) t[0][cos_x + 8 * axis] = 1.0, t[1][cos_x + 8 * axis] = -1.0;
+      ++set;
+    } else if (rest == "query_proj.bias") {
+      t.zero_();
+      t[0] = -level, t[1] = level, t[2] = 10.0, t[3] = -10.0;
+      ++set;
+    } else if (rest == "ln_post.weight") {
+      t.fill_(1.0), ++set;
+    } else if (rest == "ln_post.bias" || rest == "output_proj.bias") {
+      t.zero_(), ++set;
+    } else if (rest == "output_proj.weight") {
+      t.zero_();
+      t[0][0] = 1.0;
+      ++set;
+    }
+  }
+  ASSERT_EQ(set, 10);
+  std::vector<std::pair<std::string, at::Tensor>> out(weights.begin(), weights.end());
+  yeto::io::save_safetensors(file, out);
+  const auto s = sample(repo, tmp / "data", tmp / "sphere.glb", {}, 32);
+  ASSERT_EQ(s.exit_code, 0) << s.all();
+  EXPECT_NE(s.all().find("watertight"), std::string::npos) << s.all();
+  const auto mesh = yeto::mesh::read_glb(tmp / "sphere.glb");
+  EXPECT_TRUE(yeto::mesh::watertight(mesh));
+  std::set<std::pair<std::uint32_t, std::uint32_t>> edges;
+  for (const auto& f : mesh.faces)
+    for (int k = 0; k < 3; ++k) edges.insert(std::minmax(f[k], f[(k + 1) % 3]));
+  const auto euler = static_cast<std::int64_t>(mesh.vertices.size()) - static_cast<std::int64_t>(edges.size()) +
+                     static_cast<std::int64_t>(mesh.faces.size());
+  EXPECT_EQ(euler, 2);
+  double rmin = 10, rmax = 0;
+  for (const auto& v : mesh.vertices) {
+    const double r = std::sqrt(double(v[0]) * v[0] + double(v[1]) * v[1] + double(v[2]) * v[2]);
+    rmin = std::min(rmin, r), rmax = std::max(rmax, r);
+  }
+  EXPECT_GT(rmin, 0.55);
+  EXPECT_LT(rmax, 0.65);
+  EXPECT_GT(yeto::mesh::signed_volume(mesh), 0.0);
+  std::printf("  sphere sample: %zu vertices, %zu triangles, radius %.3f .. %.3f, watertight\n", mesh.vertices.size(),
+              mesh.faces.size(), rmin, rmax);
 }
 
 TEST(Hunyuan3DTrain, RowsWithoutImageTokensOrWithWrongShapesAreRefusedNamingTheTensor) {
