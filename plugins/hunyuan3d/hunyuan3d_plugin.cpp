@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hunyuan3d_calls.hpp"
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_family.hpp"
 #include "hunyuan3d_sampler.hpp"
@@ -91,11 +92,28 @@ class DiTComponent : public family::ModelComponent<HunYuanDiTPlain, DiTConfig> {
   }
 };
 
-double number_in(const std::string& python, const std::string& pattern, const std::string& what) {
-  std::smatch m;
-  if (!std::regex_search(python, m, std::regex(pattern)))
-    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "recorded case: the call `" + python + "` does not give " + what);
-  return std::stod(m[1]);
+// A number of the recorded call `python` (a keyword argument's value, or with call set, the
+// argument of that call); fails naming the call and what is missing.
+double number_in(const std::string& python, const std::string& name, bool call = false) {
+  std::optional<double> v;
+  try {
+    v = call ? call_number(python, name) : keyword_number(python, name);
+  } catch (const std::invalid_argument& e) {
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "recorded case: the call `" + python + "`: " + e.what());
+  }
+  if (!v)
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "recorded case: the call `" + python + "` does not give " +
+                                             (call ? name + "(...)" : "'" + name + "'"));
+  return *v;
+}
+
+// A count of the recorded call: a whole, non-negative number.
+std::int64_t count_in(const std::string& python, const std::string& name, bool call = false) {
+  const double v = number_in(python, name, call);
+  if (!(v >= 0) || v != static_cast<double>(static_cast<std::int64_t>(v)))
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+              "recorded case: the call `" + python + "` gives " + name + " " + std::to_string(v) + ", not a whole number");
+  return static_cast<std::int64_t>(v);
 }
 
 // The ShapeVAE's decode path. Its forward takes `latents` [B, N, embed_dim] as the sampler returns
@@ -128,9 +146,9 @@ class ShapeVAEComponent : public family::ModelComponent<ShapeVAEDecoder, ShapeVA
       for (const auto& call : calls) {
         const std::string python = call.value("python", std::string());
         if (python.find("volume_decoder(") == std::string::npos) continue;
-        bounds = number_in(python, R"(bounds=([0-9.]+))", "bounds");
-        resolution = static_cast<std::int64_t>(number_in(python, R"(octree_resolution=([0-9]+))", "octree_resolution"));
-        chunks = static_cast<std::int64_t>(number_in(python, R"(num_chunks=([0-9]+))", "num_chunks"));
+        bounds = number_in(python, "bounds");
+        resolution = count_in(python, "octree_resolution");
+        chunks = count_in(python, "num_chunks");
       }
     } else {
       try {
@@ -227,9 +245,9 @@ class SchedulerComponent : public sdk::Component {
 
   // The whole pipeline loop with the case folder's DiT and the image tokens pipe.contexts.main.
   void run_pipeline(const std::string& python, const NamedTensors& in, family::Trace& record) {
-    const auto steps = static_cast<std::int64_t>(number_in(python, R"(num_inference_steps=([0-9]+))", "num_inference_steps"));
-    const double guidance = number_in(python, R"(guidance_scale=([0-9.]+))", "guidance_scale");
-    const auto seed = static_cast<std::uint64_t>(number_in(python, R"(manual_seed\(([0-9]+)\))", "the generator seed"));
+    const auto steps = count_in(python, "num_inference_steps");
+    const double guidance = number_in(python, "guidance_scale");
+    const auto seed = static_cast<std::uint64_t>(count_in(python, "manual_seed", /*call=*/true));
     const std::string config_path = dir_ + "/config.json";
     HunYuanDiTPlain model{nullptr};
     try {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "hunyuan3d_calls.hpp"
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_family.hpp"
 #include "hunyuan3d_shapevae.hpp"
@@ -185,4 +186,36 @@ TEST(ShapeVAE, DenseGridIsIjWithZFastestAndConfigErrorsNameTheKey) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("geo_decoder_downsample_ratio"), std::string::npos) << e.what();
   }
+}
+
+// The numbers of recorded Python calls, read as tokens rather than by pattern.
+TEST(Hunyuan3DCalls, KeywordAndCallNumbersAreReadAsPythonTokens) {
+  using yeto::hunyuan3d::call_number;
+  using yeto::hunyuan3d::keyword_number;
+  const std::string decoder =
+      "grid_logits = vae.volume_decoder(decoded_latents, vae.geo_decoder, bounds=1.01, num_chunks=200, "
+      "octree_resolution=7)";
+  EXPECT_EQ(keyword_number(decoder, "bounds"), 1.01);
+  EXPECT_EQ(keyword_number(decoder, "num_chunks"), 200.0);
+  EXPECT_EQ(keyword_number(decoder, "octree_resolution"), 7.0);
+  EXPECT_FALSE(keyword_number(decoder, "mc_level"));
+  const std::string pipe =
+      "Pipeline(vae, FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000), None)(image, num_inference_steps = 3, "
+      "guidance_scale=5e0, generator=torch.Generator().manual_seed(4_010), output_type='latent, guidance_scale=9')";
+  EXPECT_EQ(keyword_number(pipe, "num_inference_steps"), 3.0);
+  EXPECT_EQ(keyword_number(pipe, "guidance_scale"), 5.0);  // not the one inside the string literal
+  EXPECT_EQ(keyword_number(pipe, "num_train_timesteps"), 1000.0);
+  EXPECT_EQ(call_number(pipe, "manual_seed"), 4010.0);
+  // Whole names only, never a comparison, a longer name or an attribute.
+  EXPECT_FALSE(keyword_number("f(xbounds=2, y=bounds == 1)", "bounds"));
+  EXPECT_FALSE(keyword_number("bounds = 3", "bounds"));  // an assignment, not an argument
+  EXPECT_EQ(keyword_number("f(a, bounds=-2.5e-1)", "bounds"), -0.25);
+  EXPECT_EQ(keyword_number("f(a, bounds=.5)", "bounds"), 0.5);
+  // A value that is no number literal, a name given twice, a seed call with two arguments: refused.
+  EXPECT_THROW(keyword_number("f(bounds=b)", "bounds"), std::invalid_argument);
+  EXPECT_THROW(keyword_number("f(bounds=1 + 2)", "bounds"), std::invalid_argument);
+  EXPECT_THROW(keyword_number("f(bounds=1_)", "bounds"), std::invalid_argument);
+  EXPECT_THROW(keyword_number("f(bounds=1, g(bounds=2))", "bounds"), std::invalid_argument);
+  EXPECT_THROW(call_number("g.manual_seed(1, 2)", "manual_seed"), std::invalid_argument);
+  EXPECT_FALSE(call_number("g.initial_seed()", "manual_seed"));
 }
