@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hunyuan3d_calls.hpp"
+#include "hunyuan3d_dinov2.hpp"
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_family.hpp"
 #include "hunyuan3d_sampler.hpp"
@@ -48,6 +49,8 @@ constexpr const char* kDiTModule = "hy3dshape.models.denoisers.hunyuandit.HunYua
 constexpr const char* kShapeVAE = "ShapeVAE";
 constexpr const char* kShapeVAEModule = "hy3dshape.models.autoencoders.model.ShapeVAE";
 constexpr const char* kScheduler = "hy3dshape.schedulers.FlowMatchEulerDiscreteScheduler";
+constexpr const char* kDinov2 = "Dinov2Model";
+constexpr const char* kDinoEncoder = "hy3dshape.models.conditioner.DinoImageEncoder";
 
 const at::Tensor* find(const NamedTensors& in, const std::string& name) {
   for (const auto& [n, t] : in)
@@ -174,6 +177,140 @@ class ShapeVAEComponent : public family::ModelComponent<ShapeVAEDecoder, ShapeVA
   }
 };
 
+// transformers' Dinov2Model (the conditioner's encoder). Forward: `pixel_values` [B, C, H, W] (and
+// optionally `bool_masked_pos` [B, patches]) -> `last_hidden_state`, `pooler_output`; or options
+// {"recorded_case": case.json}: every call of a dinov2-encoder case (the model at its native
+// size, interpolated position tables, the mask token, a SwiGLU variant whose weights come as
+// inputs "<its model file>/<name>", and the conditioner end to end).
+class Dinov2Component : public family::ModelComponent<Dinov2Model, Dinov2Config> {
+ public:
+  Dinov2Component(const std::string& config_json, const std::string& dir)
+      : ModelComponent(config_json, dir, {kDinov2, "is this a transformers Dinov2Model checkpoint?", false}),
+        dir_(dir) {}
+
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const json o = options.empty() ? json::object() : family::parse_json(options, "Dinov2Model forward options");
+    at::NoGradGuard no_grad;
+    try {
+      if (o.contains("recorded_case")) return recorded(o["recorded_case"], in);
+      const auto* mask = find(in, "bool_masked_pos");
+      const auto out = model_->forward(sdk::get(in, "pixel_values"), mask ? *mask : at::Tensor());
+      return {{"last_hidden_state", out.last_hidden_state}, {"pooler_output", out.last_hidden_state.select(1, 0)}};
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+
+ private:
+  // The model of a call that names its own model_files (config.json + safetensors in the case).
+  Dinov2Model other_model(const json& call, const NamedTensors& in) {
+    std::string config_file, weights_file;
+    for (const auto& f : call.at("model_files")) {
+      const auto name = f.get<std::string>();
+      if (name.size() > 5 && name.substr(name.size() - 5) == ".json") config_file = name;
+      if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") weights_file = name;
+    }
+    if (config_file.empty() || weights_file.empty())
+      throw std::invalid_argument("call '" + call.value("name", std::string()) +
+                                  "': model_files must name a config .json and a .safetensors file");
+    const auto path = dir_ + "/" + config_file;
+    Dinov2Model m(Dinov2Config::from_json(family::parse_json(family::read_text_file(path), path)));
+    NamedTensors weights;
+    const auto prefix = weights_file + "/";
+    for (const auto& [n, t] : in)
+      if (n.rfind(prefix, 0) == 0) weights.emplace_back(n.substr(prefix.size()), t);
+    family::load_module_weights(*m, weights, true, kDinov2, "the case's " + weights_file, false);
+    m->eval();
+    return m;
+  }
+
+  NamedTensors recorded(const json& c, const NamedTensors& in) {
+    NamedTensors out;
+    const json calls = c.value("calls", json::array());
+    for (const auto& call : calls) {
+      const auto name = call.value("name", std::string());
+      const std::string prefix = name == "forward" ? "" : name + ".";
+      Dinov2Model model = call.contains("model_files") ? other_model(call, in) : model_;
+      at::Tensor pixels, mask, image;
+      const json args = call.value("tensor_args", json::object());  // named: items() must not outlive it
+      for (const auto& [arg, _] : args.items()) {
+        const auto ends = [&](const std::string& tail) {
+          return arg.size() >= tail.size() && arg.compare(arg.size() - tail.size(), tail.size(), tail) == 0;
+        };
+        if (ends("pixel_values")) pixels = sdk::get(in, arg);
+        else if (ends("bool_masked_pos")) mask = sdk::get(in, arg);
+        else if (ends("image")) image = sdk::get(in, arg);
+      }
+      if (image.defined()) {
+        // DinoImageEncoder(config, image_size=S, use_cls_token=...) end to end.
+        const auto size = count_in(call.value("python", std::string()), "image_size");
+        const auto px = dino_preprocess(image, size);
+        const auto last = model->forward(px).last_hidden_state;
+        const auto tokens = (size / model->config().patch_size) * (size / model->config().patch_size);
+        out.emplace_back(prefix + "pixel_values", px);
+        out.emplace_back(prefix + "main", last);
+        out.emplace_back(prefix + "main_no_cls", last.narrow(1, 1, last.size(1) - 1));
+        out.emplace_back(prefix + "unconditional", at::zeros({image.size(0), tokens + 1, model->config().hidden_size}));
+        out.emplace_back(prefix + "unconditional_no_cls", at::zeros({image.size(0), tokens, model->config().hidden_size}));
+        continue;
+      }
+      if (!pixels.defined())
+        throw std::invalid_argument("call '" + name + "' has no pixel_values or image tensor argument");
+      const auto r = model->forward(pixels, mask);
+      out.emplace_back(prefix + "last_hidden_state", r.last_hidden_state);
+      out.emplace_back(prefix + "pooler_output", r.last_hidden_state.select(1, 0));
+      for (std::size_t i = 0; i < r.hidden_states.size(); ++i)
+        out.emplace_back(prefix + "hidden_states." + std::to_string(i), r.hidden_states[i]);
+      const auto p = model->config().patch_size;
+      const auto grid = std::to_string(pixels.size(2) / p) + "x" + std::to_string(pixels.size(3) / p);
+      out.emplace_back("pos_embed." + grid, r.position_table);
+      if (!prefix.empty()) out.emplace_back(prefix + "pos_embed." + grid, r.position_table);
+    }
+    return out;
+  }
+
+  std::string dir_;
+};
+
+// hy3dshape's DinoImageEncoder preprocessing (a dinov2-preprocess case): options {"recorded_case":
+// case.json} gives, for each call, `pixel_values.<name>` (what the encoder's model receives),
+// `resized.<name>` (after the resize, before the crop) and `noaa.pixel_values.<name>` (the same
+// without antialias) of input `image.<name>` at the case's image_size; or `image` with options
+// {"image_size": S} -> `pixel_values`.
+class DinoPreprocessComponent : public sdk::Component {
+ public:
+  DinoPreprocessComponent(const std::string&, const std::string&) {}
+  NamedTensors parameters() override { return {}; }
+
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const json o = options.empty() ? json::object() : family::parse_json(options, "DinoImageEncoder forward options");
+    at::NoGradGuard no_grad;
+    try {
+      if (!o.contains("recorded_case")) {
+        const family::ConfigReader r(o, "DinoImageEncoder forward options");
+        return {{"pixel_values", dino_preprocess(sdk::get(in, "image"), r.integer("image_size", 518))}};
+      }
+      const json& c = o["recorded_case"];
+      if (!c.contains("image_size") || !c["image_size"].is_number_integer())
+        throw std::invalid_argument("recorded case: no integer 'image_size'");
+      const auto size = c["image_size"].get<std::int64_t>();
+      NamedTensors out;
+      const json calls = c.value("calls", json::array());
+      for (const auto& call : calls) {
+        const auto name = call.value("name", std::string());
+        const auto& image = sdk::get(in, call.value("input", "image." + name));
+        at::Tensor resized;
+        out.emplace_back("pixel_values." + name, dino_preprocess(image, size, true, &resized));
+        out.emplace_back("resized." + name, resized);
+        out.emplace_back("noaa.pixel_values." + name, dino_preprocess(image, size, false));
+      }
+      return out;
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("DinoImageEncoder: ") + e.what());
+    }
+  }
+};
+
 // hy3dshape's FlowMatchEulerDiscreteScheduler (reversed time) and the pipeline loop. Its forward
 // computes a recorded sampler case (options {"recorded_case": case.json}): the tables after
 // construction ("init.*"), the pipeline's schedules ("set_timesteps.N<n>.*"), the guided Euler loop
@@ -293,6 +430,8 @@ class Hunyuan3DPlugin : public sdk::Plugin {
     registry.add<SchedulerComponent>(kScheduler);
     registry.add<ShapeVAEComponent>(kShapeVAE);
     registry.add<ShapeVAEComponent>(kShapeVAEModule);
+    registry.add<Dinov2Component>(kDinov2);
+    registry.add<DinoPreprocessComponent>(kDinoEncoder);
   }
 
   // The plan of the family file's layout (model, vae, conditioner, scheduler); the scheduler's

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "hunyuan3d_calls.hpp"
+#include "hunyuan3d_dinov2.hpp"
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_family.hpp"
 #include "hunyuan3d_shapevae.hpp"
@@ -218,4 +219,27 @@ TEST(Hunyuan3DCalls, KeywordAndCallNumbersAreReadAsPythonTokens) {
   EXPECT_THROW(keyword_number("f(bounds=1, g(bounds=2))", "bounds"), std::invalid_argument);
   EXPECT_THROW(call_number("g.manual_seed(1, 2)", "manual_seed"), std::invalid_argument);
   EXPECT_FALSE(call_number("g.initial_seed()", "manual_seed"));
+}
+
+// DINOv2 in process against the dinov2-encoder recording: the native-size forward and the
+// interpolated position tables (the whole case runs through check-parity in the host test).
+TEST(Dinov2, ForwardAndInterpolatedPositionTablesMatchTheRecording) {
+  const auto dir = fs::path(YETO_TEST_FIXTURES) / "parity" / "dinov2-encoder";
+  std::ifstream in(dir / "config.json");
+  h3d::Dinov2Model model(h3d::Dinov2Config::from_json(nlohmann::json::parse(in)));
+  const auto weights = yeto::io::load_safetensors(dir / "model.safetensors");
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    ASSERT_TRUE(weights.count(p.key())) << p.key();
+    p.value().copy_(weights.at(p.key()));
+  }
+  EXPECT_EQ(model->named_parameters().size(), weights.size());
+  model->eval();
+  const auto inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto expected = yeto::io::load_safetensors(dir / "expected.safetensors");
+  const auto out = model->forward(inputs.at("pixel_values"));
+  EXPECT_TRUE(torch::allclose(out.last_hidden_state, expected.at("last_hidden_state"), 1e-4, 3e-4));
+  const auto up = model->forward(inputs.at("interp_up.pixel_values"));
+  EXPECT_TRUE(torch::allclose(up.position_table, expected.at("pos_embed.4x4"), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(up.last_hidden_state, expected.at("interp_up.last_hidden_state"), 1e-4, 3e-4));
 }
