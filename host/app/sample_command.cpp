@@ -3,6 +3,7 @@
 // field (3-D shapes), as a GLB or OBJ mesh of the field's 0 level set.
 #include <ATen/ATen.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,8 @@
 #include "artifacts/merge.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
+#include "data/image.hpp"
+#include "data/paths.hpp"
 #include "data/torch/batch.hpp"
 #include "io/tensors.hpp"
 #include "mesh/mesh.hpp"
@@ -101,11 +104,20 @@ Format output_format(const CommandContext& ctx, const std::string& output) {
 
 // The tensors a prompt brings to generate: a prompt naming an existing .safetensors file (a
 // family conditioned on cached tensors, e.g. image tokens) is read and its tensors are passed by
-// name; any other prompt is text and brings none.
-plugin::NamedTensors prompt_inputs(const std::string& prompt) {
+// name; one naming an existing image file (an image-conditioned family) is decoded and passed as
+// "image" [1, 3, H, W] in [-1, 1]; any other prompt is text and brings none.
+plugin::NamedTensors prompt_inputs(const std::string& prompt, std::int64_t max_pixels) {
   std::error_code ec;
   const std::filesystem::path p(prompt);
-  if (p.extension() != ".safetensors" || !std::filesystem::is_regular_file(p, ec)) return {};
+  if (!std::filesystem::is_regular_file(p, ec)) return {};
+  std::string ext = p.extension().string();
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext != ".safetensors") {
+    if (!data::is_image_extension(ext)) return {};
+    const data::Image img = data::decode_image_file(p, max_pixels);
+    at::Tensor rgb = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte);
+    return {{"image", (rgb.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat) / 127.5 - 1.0).contiguous()}};
+  }
   plugin::NamedTensors out;
   try {
     for (auto& [name, t] : io::load_safetensors(p)) out.emplace_back(name, t);
@@ -251,7 +263,7 @@ int run_sample(CommandContext& ctx) {
   auto generate = [&](std::size_t i) {
     request["prompts"] = nlohmann::json::array({prompts[i].prompt});
     request["seed"] = prompts[i].seed.value_or(seed);
-    return pipe->plugin().generate(request.dump(), prompt_inputs(prompts[i].prompt));
+    return pipe->plugin().generate(request.dump(), prompt_inputs(prompts[i].prompt, cfg.get_int("data.max_pixels")));
   };
   // Writes prompt i's media in the output format; returns the first frame for the grid.
   auto write = [&](std::size_t i, const plugin::NamedTensors& outputs, const std::string& to) {
@@ -346,7 +358,8 @@ void register_sample_command(Registry& r) {
       "JSON lines {\"prompt\": ..., \"seed\": N}) each prompt is generated on its own from its seed (else --seed) and "
       "written to <stem>-000<ext>, ... (DIR-000/, ... for frames). A family whose generation ends in an occupancy "
       "field (Hunyuan3D-2.1) writes the field's 0 level set as a mesh: .glb (binary glTF 2.0) or .obj; a prompt naming "
-      "a .safetensors file hands its tensors to the plugin by name (e.g. cached image tokens 'image_embeds'). The model is --model (model.id); the plugin is the "
+      "a .safetensors file hands its tensors to the plugin by name (e.g. cached image tokens 'image_embeds'), one naming "
+      "an image file its pixels as 'image' (Hunyuan3D-2.1's image prompt, encoded by the repository's conditioner). The model is --model (model.id); the plugin is the "
       "one its alias names or --diffusion-adapter. model.precision auto samples in float32 on CPU.";
   c.run_config = true;
   c.options = {{"prompt", "TEXT", "Prompt (repeatable).", true},

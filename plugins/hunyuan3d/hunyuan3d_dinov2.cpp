@@ -155,6 +155,29 @@ Dinov2Output Dinov2ModelImpl::forward(const at::Tensor& pixel_values, const at::
   return out;
 }
 
+DinoImageEncoderConfig DinoImageEncoderConfig::from_json(const nlohmann::json& j) {
+  const family::ConfigReader in(j, "DinoImageEncoder config");
+  DinoImageEncoderConfig c;
+  if (j.is_object() && j.contains("config")) {
+    if (!j["config"].is_object()) in.fail("config", "must be the Dinov2Config object");
+    c.model = Dinov2Config::from_json(j["config"]);
+  }
+  c.image_size = in.integer("image_size", c.image_size);
+  c.use_cls_token = in.boolean("use_cls_token", c.use_cls_token);
+  if (c.image_size < c.model.patch_size) in.fail("image_size", "is smaller than the model's patch_size");
+  return c;
+}
+
+DinoImageEncoderImpl::DinoImageEncoderImpl(const DinoImageEncoderConfig& config) : config_(config) {
+  model = register_module("model", Dinov2Model(config.model));
+}
+
+at::Tensor DinoImageEncoderImpl::forward(const at::Tensor& image) {
+  const auto px = dino_preprocess(image.to(at::kCPU), config_.image_size).to(model->projection->weight.device());
+  const auto tokens = model->forward(px).last_hidden_state;
+  return config_.use_cls_token ? tokens : tokens.narrow(1, 1, tokens.size(1) - 1);
+}
+
 at::Tensor dino_preprocess(const at::Tensor& image, std::int64_t image_size, bool antialias, at::Tensor* resized) {
   if (image.dim() != 4 || image.size(1) != 3)
     throw std::invalid_argument("image must be [B, 3, H, W] in [-1, 1], got " + c10::str(image.sizes()));

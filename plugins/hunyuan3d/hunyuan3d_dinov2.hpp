@@ -89,6 +89,29 @@ class Dinov2ModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Dinov2Model);
 
+// hy3dshape's DinoImageEncoder as a repository's conditioner: {"config": {Dinov2Config},
+// "image_size": S (the preprocessing size, 518), "use_cls_token": true}; its Dinov2Model is the
+// submodule `model` (parameter names model.embeddings..., as upstream's state dict).
+struct DinoImageEncoderConfig {
+  Dinov2Config model;
+  std::int64_t image_size = 518;
+  bool use_cls_token = true;
+  static DinoImageEncoderConfig from_json(const nlohmann::json& j);
+};
+
+class DinoImageEncoderImpl : public torch::nn::Module {
+ public:
+  explicit DinoImageEncoderImpl(const DinoImageEncoderConfig& config);
+  // image [B, 3, H, W] in [-1, 1] -> the conditioning tokens [B, (S / patch)^2 (+ 1), D].
+  at::Tensor forward(const at::Tensor& image);
+  const DinoImageEncoderConfig& config() const { return config_; }
+  Dinov2Model model{nullptr};
+
+ private:
+  DinoImageEncoderConfig config_;
+};
+TORCH_MODULE(DinoImageEncoder);
+
 // The conditioner's preprocessing of `image` [B, 3, H, W] in [-1, 1] to [B, 3, S, S]; `resized`
 // (when given) receives the resized image in [0, 1] before the crop.
 at::Tensor dino_preprocess(const at::Tensor& image, std::int64_t image_size, bool antialias = true,

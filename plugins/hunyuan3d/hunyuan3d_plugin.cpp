@@ -51,6 +51,7 @@ constexpr const char* kShapeVAEModule = "hy3dshape.models.autoencoders.model.Sha
 constexpr const char* kScheduler = "hy3dshape.schedulers.FlowMatchEulerDiscreteScheduler";
 constexpr const char* kDinov2 = "Dinov2Model";
 constexpr const char* kDinoEncoder = "hy3dshape.models.conditioner.DinoImageEncoder";
+constexpr const char* kConditioner = "DinoImageEncoder";
 
 const at::Tensor* find(const NamedTensors& in, const std::string& name) {
   for (const auto& [n, t] : in)
@@ -272,6 +273,24 @@ class Dinov2Component : public family::ModelComponent<Dinov2Model, Dinov2Config>
   std::string dir_;
 };
 
+// A repository's image conditioner (class DinoImageEncoder): `image` [B, 3, H, W] in [-1, 1] ->
+// `main` (the tokens the DiT attends to).
+class ConditionerComponent : public family::ModelComponent<DinoImageEncoder, DinoImageEncoderConfig> {
+ public:
+  ConditionerComponent(const std::string& config_json, const std::string& dir)
+      : ModelComponent(config_json, dir,
+                       {kConditioner, "is this the conditioner of a Hunyuan3D-2.1 repository (DinoImageEncoder)?", false}) {}
+
+  NamedTensors forward(const NamedTensors& in, const std::string& /*options*/) override {
+    at::NoGradGuard no_grad;
+    try {
+      return {{"main", model_->forward(sdk::get(in, "image"))}};
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("DinoImageEncoder: ") + e.what());
+    }
+  }
+};
+
 // hy3dshape's DinoImageEncoder preprocessing (a dinov2-preprocess case): options {"recorded_case":
 // case.json} gives, for each call, `pixel_values.<name>` (what the encoder's model receives),
 // `resized.<name>` (after the resize, before the crop) and `noaa.pixel_values.<name>` (the same
@@ -432,6 +451,7 @@ class Hunyuan3DPlugin : public sdk::Plugin {
     registry.add<ShapeVAEComponent>(kShapeVAEModule);
     registry.add<Dinov2Component>(kDinov2);
     registry.add<DinoPreprocessComponent>(kDinoEncoder);
+    registry.add<ConditionerComponent>(kConditioner);
   }
 
   // The plan of the family file's layout (model, vae, conditioner, scheduler); the scheduler's
@@ -561,12 +581,28 @@ class Hunyuan3DPlugin : public sdk::Plugin {
     }
     auto& dit = denoiser();
     const auto& cfg = dit->config();
-    const auto* cond = find(inputs, "image_embeds");
-    if (!cond)
+    at::Tensor c;
+    if (const auto* tokens = find(inputs, "image_embeds")) {
+      c = tokens->to(at::kFloat);
+    } else if (const auto* image = find(inputs, "image")) {
+      if (!sdk::Host::has_component("conditioner"))
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                  "hunyuan3d generate: an image prompt needs the repository's image conditioner, and this repository "
+                  "has none (conditioner is null); give the image tokens as a .safetensors prompt ('image_embeds')");
+      auto& encoder = plugin_component_of<ConditionerComponent>("conditioner", kConditioner, kConditioner).model();
+      at::NoGradGuard no_grad;
+      try {
+        c = encoder->forward(*image).to(at::kFloat).cpu();
+      } catch (const std::invalid_argument& e) {
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("hunyuan3d generate: the image prompt: ") + e.what());
+      }
+    } else {
       sdk::fail(YETO_ERR_INVALID_ARGUMENT,
-                "hunyuan3d generate: no image conditioning: give the image tokens [M, " + std::to_string(cfg.context_dim) +
-                    "] as the prompt (a .safetensors / .npy / .pt file holding one tensor, read as input 'image_embeds')");
-    at::Tensor c = cond->to(at::kFloat);
+                "hunyuan3d generate: no image conditioning: give an image prompt (input 'image' [1, 3, H, W] in [-1, "
+                "1]) or the image tokens [M, " + std::to_string(cfg.context_dim) +
+                    "] (input 'image_embeds', e.g. a .safetensors prompt)");
+    }
+    const at::Tensor* cond = &c;
     if (c.dim() == 2) c = c.unsqueeze(0);
     if (c.dim() != 3 || c.size(2) != cfg.context_dim)
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, "hunyuan3d generate: 'image_embeds' must be [M, " +
