@@ -413,9 +413,17 @@ void run_flow_matching(const CaseContext& ctx, const yeto_component_v1& comp, co
   compare_gradients(ctx, fm["grad_keys"], params, result);
 }
 
+bool plugin_computes_case(const CaseContext& ctx, CaseResult& result);
+
 void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string cls = ctx.class_name();
+  // A case of several calls (no single `call`): the plugin computes every output it records.
+  if (!c.contains("call") && c.contains("calls")) {
+    if (!plugin_computes_case(ctx, result))
+      mark_unsupported(result, unsupported_class_message(cls) + " (no family plugin serves it)");
+    return;
+  }
   const auto comp = plugin_component_of_case(ctx, result);
   if (!comp) return;
 
@@ -541,8 +549,15 @@ bool plugin_computes_case(const CaseContext& ctx, CaseResult& result) {
   if (!weights.empty()) plugin::component_load_weights(*comp, weights);
   plugin::NamedTensors inputs;
   for (const auto& [n, t] : ctx.inputs()) inputs.emplace_back(n, t);
-  for (const auto& file : c.value("files", json::array())) {
-    const std::string f = file.get<std::string>();
+  std::vector<std::string> other_files;
+  for (const auto& file : c.value("files", json::array())) other_files.push_back(file.get<std::string>());
+  // Other models of the case (extra_model_files {"name": [files]}, e.g. a variant's weights).
+  const json extra = c.value("extra_model_files", json::object());  // named: items() must not outlive it
+  for (const auto& [group, files] : extra.items())
+    if (files.is_array())
+      for (const auto& file : files)
+        if (file.is_string()) other_files.push_back(file.get<std::string>());
+  for (const auto& f : other_files) {
     if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors" || f == "inputs.safetensors" ||
         f == "expected.safetensors" || weight_files.count(f))
       continue;
@@ -567,6 +582,13 @@ bool plugin_computes_case(const CaseContext& ctx, CaseResult& result) {
 
 // A scheduler case of a class the host does not implement: computed by the plugin that serves it.
 void run_plugin_scheduler(const CaseContext& ctx, CaseResult& result) {
+  if (!plugin_computes_case(ctx, result))
+    mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
+}
+
+// A preprocessing case (resize, crop, normalisation recorded around a model) of a class the host
+// does not implement: computed by the plugin that serves it.
+void run_plugin_preprocess(const CaseContext& ctx, CaseResult& result) {
   if (!plugin_computes_case(ctx, result))
     mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
 }
@@ -723,6 +745,9 @@ void register_plugin_parity_kinds() {
   register_class("autoencoder", parity::kAnyClass, run_plugin_autoencoder);
   // Every scheduler class the host does not implement: computed by the plugin that serves it.
   register_class("scheduler", parity::kAnyClass, run_plugin_scheduler);
+  // Preprocessing recorded around a model (an image conditioner's resize, crop and normalisation):
+  // computed by the plugin that serves the class.
+  register_kind("preprocess", run_plugin_preprocess);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 

@@ -1,7 +1,9 @@
 // `yeto-host sample`: generation with a model's family plugin (optionally with a LoRA adapter folded in),
-// written as PNG, MP4 or a frames directory.
+// written as PNG, MP4 or a frames directory, or, for a family whose generation ends in an occupancy
+// field (3-D shapes), as a GLB or OBJ mesh of the field's 0 level set.
 #include <ATen/ATen.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -19,7 +21,11 @@
 #include "artifacts/merge.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
+#include "data/image.hpp"
+#include "data/paths.hpp"
 #include "data/torch/batch.hpp"
+#include "io/tensors.hpp"
+#include "mesh/mesh.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/instance.hpp"
 #include "report/grid.hpp"
@@ -72,7 +78,7 @@ double real(const CommandContext& ctx, const std::string& option, double fallbac
   }
 }
 
-enum class Format { png, mp4, frames };
+enum class Format { png, mp4, frames, mesh };
 
 Format output_format(const CommandContext& ctx, const std::string& output) {
   const std::string ext = std::filesystem::path(output).extension().string();
@@ -80,18 +86,76 @@ Format output_format(const CommandContext& ctx, const std::string& output) {
   if (ctx.has("format")) {
     const std::string f = ctx.value("format");
     if (f == "frames") return Format::frames;
-    if (f != "png" && f != "mp4")
-      throw UsageError("--format '" + f + "': expected png, mp4 or frames");
+    if (f != "png" && f != "mp4" && f != "glb" && f != "obj")
+      throw UsageError("--format '" + f + "': expected png, mp4, frames, glb or obj");
     if (dir || ext != "." + f)
       throw UsageError("--format " + f + " with --output " + output + ": the output must end in ." + f +
                        " (or drop --format to choose by the extension)");
-    return f == "png" ? Format::png : Format::mp4;
+    return f == "png" ? Format::png : f == "mp4" ? Format::mp4 : Format::mesh;
   }
   if (dir) return Format::frames;
   if (ext == ".png") return Format::png;
   if (ext == ".mp4") return Format::mp4;
+  if (ext == ".glb" || ext == ".obj") return Format::mesh;
   throw UsageError("--output " + output + ": cannot tell the format from '" + ext +
-                   "'; end it in .png (images), .mp4 (a clip) or '/' (a directory of PNG frames), or pass --format");
+                   "'; end it in .png (images), .mp4 (a clip), '/' (a directory of PNG frames) or .glb / .obj (a "
+                   "mesh, for 3-D families), or pass --format");
+}
+
+// The tensors a prompt brings to generate: a prompt naming an existing .safetensors file (a
+// family conditioned on cached tensors, e.g. image tokens) is read and its tensors are passed by
+// name; one naming an existing image file (an image-conditioned family) is decoded and passed as
+// "image" [1, 3, H, W] in [-1, 1]; any other prompt is text and brings none.
+plugin::NamedTensors prompt_inputs(const std::string& prompt, std::int64_t max_pixels) {
+  std::error_code ec;
+  const std::filesystem::path p(prompt);
+  if (!std::filesystem::is_regular_file(p, ec)) return {};
+  std::string ext = p.extension().string();
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext != ".safetensors") {
+    if (!data::is_image_extension(ext)) return {};
+    const data::Image img = data::decode_image_file(p, max_pixels);
+    at::Tensor rgb = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte);
+    return {{"image", (rgb.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat) / 127.5 - 1.0).contiguous()}};
+  }
+  plugin::NamedTensors out;
+  try {
+    for (auto& [name, t] : io::load_safetensors(p)) out.emplace_back(name, t);
+  } catch (const Error& e) {
+    throw Error("sample: --prompt " + prompt + ": " + e.what(), e.code());
+  }
+  return out;
+}
+
+// The mesh of generate's "occupancy" [B, X, Y, Z] (inside > 0; the surface is its 0 level set),
+// spanning "occupancy_bounds" [lo, hi] on every axis, for its first item.
+mesh::Mesh occupancy_mesh(const plugin::NamedTensors& outputs) {
+  at::Tensor field, bounds;
+  for (const auto& [name, t] : outputs) {
+    if (name == "occupancy") field = t;
+    if (name == "occupancy_bounds") bounds = t;
+  }
+  if (!field.defined())
+    throw Error("sample: the plugin generated no 'occupancy' field, so there is no mesh to write; write its images or "
+                "clips as .png / .mp4",
+                ExitCode::bad_input);
+  if (field.dim() != 4 || !bounds.defined() || bounds.numel() != 2)
+    throw Error("sample: the plugin's 'occupancy' must be [B, X, Y, Z] with 'occupancy_bounds' [lo, hi], got " +
+                    c10::str(field.sizes()),
+                ExitCode::failure);
+  const auto f = field[0].to(at::kCPU, at::kFloat).contiguous();
+  const auto b = bounds.to(at::kCPU, at::kFloat).contiguous();
+  mesh::Grid g;
+  g.nx = f.size(0), g.ny = f.size(1), g.nz = f.size(2);
+  g.values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+  const float lo = b[0].item<float>(), hi = b[1].item<float>();
+  g.lo = {lo, lo, lo};
+  g.hi = {hi, hi, hi};
+  try {
+    return mesh::extract_surface(g, 0.f);
+  } catch (const std::invalid_argument& e) {
+    throw Error(std::string("sample: the plugin's occupancy field: ") + e.what(), ExitCode::failure);
+  }
 }
 
 // The frames directory of prompt `index` of `count`: DIR itself, or DIR-000, DIR-001, ...
@@ -127,6 +191,8 @@ int run_sample(CommandContext& ctx) {
   const bool compare_base = ctx.has("compare-base");
   if (compare_base && !ctx.has("adapter-dir"))
     throw UsageError("sample: --compare-base renders every prompt with the base model and with the adapter; give --adapter-dir DIR");
+  if (ctx.has("grid") && format == Format::mesh)
+    throw UsageError("--grid: a grid shows images; a mesh output (" + output + ") has none");
   if (ctx.has("grid") && std::filesystem::path(ctx.value("grid")).extension() != ".png")
     throw UsageError("--grid " + ctx.value("grid") + ": the grid is a PNG image; end the path in .png");
 
@@ -143,6 +209,8 @@ int run_sample(CommandContext& ctx) {
   const double fps = real(ctx, "fps", 16.0);
   if (!(fps > 0)) throw UsageError("--fps: must be positive, got " + ctx.value("fps"));
   if (ctx.has("fps")) request["fps"] = fps;
+  if (ctx.has("mesh-resolution"))
+    request["mesh_resolution"] = number<std::int64_t>(ctx, "mesh-resolution", 256, 1, 1024);
 
   const config::Config& cfg = ctx.config();
   if (cfg.get_string("model.id").empty()) throw UsageError("sample: --model (model.id) is required");
@@ -195,10 +263,20 @@ int run_sample(CommandContext& ctx) {
   auto generate = [&](std::size_t i) {
     request["prompts"] = nlohmann::json::array({prompts[i].prompt});
     request["seed"] = prompts[i].seed.value_or(seed);
-    return data::generated_media(pipe->plugin().generate(request.dump(), {}), "sample");
+    return pipe->plugin().generate(request.dump(), prompt_inputs(prompts[i].prompt, cfg.get_int("data.max_pixels")));
   };
   // Writes prompt i's media in the output format; returns the first frame for the grid.
-  auto write = [&](std::size_t i, const at::Tensor& media, const std::string& to) {
+  auto write = [&](std::size_t i, const plugin::NamedTensors& outputs, const std::string& to) {
+    if (format == Format::mesh) {
+      const auto path = output_path(to, i, prompts.size());
+      const auto m = occupancy_mesh(outputs);
+      mesh::write_mesh(path, m);
+      spdlog::info("sample: mesh of {} vertices, {} triangles ({}) -> {}", m.vertices.size(), m.faces.size(),
+                   mesh::watertight(m) ? "watertight" : "open", path.string());
+      std::cout << path.string() << "\n";
+      return report::Image{};
+    }
+    const at::Tensor media = data::generated_media(outputs, "sample");
     const bool video = media.dim() == 5;
     const int frames = video ? static_cast<int>(media.size(2)) : 1;
     const int height = static_cast<int>(media.size(-2)), width = static_cast<int>(media.size(-1));
@@ -226,6 +304,8 @@ int run_sample(CommandContext& ctx) {
       case Format::frames:
         path = frames_dir(to, i, prompts.size());
         write_frames(path, rgb, frames, height, width);
+        break;
+      case Format::mesh:  // written above
         break;
     }
     std::cout << path.string() << "\n";
@@ -263,7 +343,8 @@ int run_sample(CommandContext& ctx) {
 void register_sample_command(Registry& r) {
   Command c;
   c.name = "sample";
-  c.summary = "Generate images or clips from a base model (optionally with an adapter) and write PNG, MP4 or frames.";
+  c.summary = "Generate images, clips or meshes from a base model (optionally with an adapter) and write PNG, MP4, "
+              "frames, GLB or OBJ.";
   c.description =
       "Runs the family plugin's sampling pipeline (for Flux: CLIP + T5 conditioning, flow-match Euler steps with the "
       "dynamic shift, VAE decode). The initial noise is drawn exactly as Diffusers draws it on CPU "
@@ -275,7 +356,10 @@ void register_sample_command(Registry& r) {
       "it, else MPEG-4 part 2; an image is a 1-frame clip), or a directory ending in '/' (or --format frames) of "
       "frame-00000.png, ... With several prompts (--prompt repeated, or --prompts FILE with one prompt per line or "
       "JSON lines {\"prompt\": ..., \"seed\": N}) each prompt is generated on its own from its seed (else --seed) and "
-      "written to <stem>-000<ext>, ... (DIR-000/, ... for frames). The model is --model (model.id); the plugin is the "
+      "written to <stem>-000<ext>, ... (DIR-000/, ... for frames). A family whose generation ends in an occupancy "
+      "field (Hunyuan3D-2.1) writes the field's 0 level set as a mesh: .glb (binary glTF 2.0) or .obj; a prompt naming "
+      "a .safetensors file hands its tensors to the plugin by name (e.g. cached image tokens 'image_embeds'), one naming "
+      "an image file its pixels as 'image' (Hunyuan3D-2.1's image prompt, encoded by the repository's conditioner). The model is --model (model.id); the plugin is the "
       "one its alias names or --diffusion-adapter. model.precision auto samples in float32 on CPU.";
   c.run_config = true;
   c.options = {{"prompt", "TEXT", "Prompt (repeatable).", true},
@@ -290,8 +374,10 @@ void register_sample_command(Registry& r) {
                {"num-frames", "F", "Frames to generate (video families; the plugin may round it, which is logged)."},
                {"fps", "R", "Frame rate of the clip (forwarded to the plugin; MP4 default 16)."},
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},
-               {"output", "PATH", "Output: FILE.png, FILE.mp4 or DIR/ (frames) (required)."},
-               {"format", "F", "png, mp4 or frames (default: from --output)."},
+               {"mesh-resolution", "R", "Grid cells per axis of a 3-D family's occupancy field (the plugin's default, "
+                                        "256 for Hunyuan3D-2.1; at most 1024)."},
+               {"output", "PATH", "Output: FILE.png, FILE.mp4, DIR/ (frames), or FILE.glb / FILE.obj (meshes) (required)."},
+               {"format", "F", "png, mp4, frames, glb or obj (default: from --output)."},
                {"compare-base", "", "Render every prompt with the base model too, before the adapters fold in (same seed), as <stem>-base<ext>; needs --adapter-dir."},
                {"grid", "FILE.png", "Also write a labelled grid: one row per prompt, the base model (with --compare-base) and the adapted model side by side (the first frame of a clip)."},
                {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn. DIR:COMPONENT folds it into that denoiser (e.g. DIR:transformer_2, the low-noise expert of Wan 2.2), needed with several denoisers for an adapter without yeto_diffusion_adapter.json.", true}};

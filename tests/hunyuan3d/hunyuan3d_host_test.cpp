@@ -2,7 +2,7 @@
 // cases through check-parity: the DiT (eval and train-mode forward, loss, every parameter's
 // gradient including the MoE gates' auxiliary-loss part, the aux losses, the flow-matching
 // objective), the sampler (tables, the guided loop, the pipeline loop) and the ShapeVAE decode to
-// an occupancy grid.
+// an occupancy grid; the DINOv2 image conditioner and its preprocessing.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -118,10 +118,14 @@ TEST(Hunyuan3DHost, LicenceAcknowledgedPrintsTheNoticeAtLoad) {
   EXPECT_TRUE(contains(r.all(), "Tencent Hunyuan 3D 2.1 Community License")) << r.all();
 }
 
-TEST(Hunyuan3DHost, CheckParityPassesEveryHunyuan3DCase) {
+TEST(Hunyuan3DHost, CheckParityPassesEveryHunyuan3DAndDinov2Case) {
   // The sampler case: hy3dshape's scheduler tables, the pipeline's schedules (the dt = 0 last
   // step), the guided Euler loop and the whole pipeline loop with the tiny DiT. The ShapeVAE
   // case: latents / scale_factor, the decoder transformer and the occupancy logits on the
   // VanillaVolumeDecoder grid (loaded from a state dict that also holds the unused encoder).
-  expect_cases_pass({"hunyuan3d-dit", "hunyuan3d-sampler", "hunyuan3d-shapevae-decode"});
+  // The DINOv2 conditioner: the model at its native size, bicubic position tables (up, down,
+  // rectangular), the mask token, the SwiGLU variant (a second model of the case) and the
+  // conditioner end to end; its preprocessing (antialiased resize, round-half-even crop).
+  expect_cases_pass({"hunyuan3d-dit", "hunyuan3d-sampler", "hunyuan3d-shapevae-decode", "dinov2-encoder",
+                     "dinov2-preprocess"});
 }

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "hunyuan3d_calls.hpp"
+#include "hunyuan3d_dinov2.hpp"
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_family.hpp"
 #include "hunyuan3d_shapevae.hpp"
@@ -185,4 +187,59 @@ TEST(ShapeVAE, DenseGridIsIjWithZFastestAndConfigErrorsNameTheKey) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("geo_decoder_downsample_ratio"), std::string::npos) << e.what();
   }
+}
+
+// The numbers of recorded Python calls, read as tokens rather than by pattern.
+TEST(Hunyuan3DCalls, KeywordAndCallNumbersAreReadAsPythonTokens) {
+  using yeto::hunyuan3d::call_number;
+  using yeto::hunyuan3d::keyword_number;
+  const std::string decoder =
+      "grid_logits = vae.volume_decoder(decoded_latents, vae.geo_decoder, bounds=1.01, num_chunks=200, "
+      "octree_resolution=7)";
+  EXPECT_EQ(keyword_number(decoder, "bounds"), 1.01);
+  EXPECT_EQ(keyword_number(decoder, "num_chunks"), 200.0);
+  EXPECT_EQ(keyword_number(decoder, "octree_resolution"), 7.0);
+  EXPECT_FALSE(keyword_number(decoder, "mc_level"));
+  const std::string pipe =
+      "Pipeline(vae, FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000), None)(image, num_inference_steps = 3, "
+      "guidance_scale=5e0, generator=torch.Generator().manual_seed(4_010), output_type='latent, guidance_scale=9')";
+  EXPECT_EQ(keyword_number(pipe, "num_inference_steps"), 3.0);
+  EXPECT_EQ(keyword_number(pipe, "guidance_scale"), 5.0);  // not the one inside the string literal
+  EXPECT_EQ(keyword_number(pipe, "num_train_timesteps"), 1000.0);
+  EXPECT_EQ(call_number(pipe, "manual_seed"), 4010.0);
+  // Whole names only, never a comparison, a longer name or an attribute.
+  EXPECT_FALSE(keyword_number("f(xbounds=2, y=bounds == 1)", "bounds"));
+  EXPECT_FALSE(keyword_number("bounds = 3", "bounds"));  // an assignment, not an argument
+  EXPECT_EQ(keyword_number("f(a, bounds=-2.5e-1)", "bounds"), -0.25);
+  EXPECT_EQ(keyword_number("f(a, bounds=.5)", "bounds"), 0.5);
+  // A value that is no number literal, a name given twice, a seed call with two arguments: refused.
+  EXPECT_THROW(keyword_number("f(bounds=b)", "bounds"), std::invalid_argument);
+  EXPECT_THROW(keyword_number("f(bounds=1 + 2)", "bounds"), std::invalid_argument);
+  EXPECT_THROW(keyword_number("f(bounds=1_)", "bounds"), std::invalid_argument);
+  EXPECT_THROW(keyword_number("f(bounds=1, g(bounds=2))", "bounds"), std::invalid_argument);
+  EXPECT_THROW(call_number("g.manual_seed(1, 2)", "manual_seed"), std::invalid_argument);
+  EXPECT_FALSE(call_number("g.initial_seed()", "manual_seed"));
+}
+
+// DINOv2 in process against the dinov2-encoder recording: the native-size forward and the
+// interpolated position tables (the whole case runs through check-parity in the host test).
+TEST(Dinov2, ForwardAndInterpolatedPositionTablesMatchTheRecording) {
+  const auto dir = fs::path(YETO_TEST_FIXTURES) / "parity" / "dinov2-encoder";
+  std::ifstream in(dir / "config.json");
+  h3d::Dinov2Model model(h3d::Dinov2Config::from_json(nlohmann::json::parse(in)));
+  const auto weights = yeto::io::load_safetensors(dir / "model.safetensors");
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    ASSERT_TRUE(weights.count(p.key())) << p.key();
+    p.value().copy_(weights.at(p.key()));
+  }
+  EXPECT_EQ(model->named_parameters().size(), weights.size());
+  model->eval();
+  const auto inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto expected = yeto::io::load_safetensors(dir / "expected.safetensors");
+  const auto out = model->forward(inputs.at("pixel_values"));
+  EXPECT_TRUE(torch::allclose(out.last_hidden_state, expected.at("last_hidden_state"), 1e-4, 3e-4));
+  const auto up = model->forward(inputs.at("interp_up.pixel_values"));
+  EXPECT_TRUE(torch::allclose(up.position_table, expected.at("pos_embed.4x4"), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(up.last_hidden_state, expected.at("interp_up.last_hidden_state"), 1e-4, 3e-4));
 }

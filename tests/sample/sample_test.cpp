@@ -258,6 +258,28 @@ TEST(Sample, ErrorsNameWhatIsWrong) {
   EXPECT_FALSE(fs::exists(tmp / "x.png"));
 }
 
+// A .glb / .obj output asks for a mesh: a family that generates images has no occupancy field to
+// extract one from, which is said before anything is written; a grid of a mesh is refused.
+TEST(Sample, MeshOutputsNeedAnOccupancyFieldAndTakeNoGrid) {
+  yeto::test::TempDir tmp;
+  auto r = yeto::test::run_host(args(tmp / "x.glb"));
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("no 'occupancy' field"), std::string::npos) << r.all();
+  EXPECT_FALSE(fs::exists(tmp / "x.glb"));
+  auto a = args(tmp / "x.obj");
+  a.insert(a.end(), {"--grid", (tmp / "grid.png").string()});
+  r = yeto::test::run_host(a);
+  EXPECT_EQ(r.exit_code, 2) << r.all();
+  EXPECT_NE(r.all().find("--grid: a grid shows images"), std::string::npos) << r.all();
+  a = args(tmp / "x.glb");
+  a.insert(a.end(), {"--format", "obj"});
+  r = yeto::test::run_host(a);
+  EXPECT_EQ(r.exit_code, 2) << r.all();
+  EXPECT_NE(r.all().find("the output must end in .obj"), std::string::npos) << r.all();
+  EXPECT_FALSE(fs::exists(tmp / "x.obj"));
+  EXPECT_FALSE(fs::exists(tmp / "grid.png"));
+}
+
 TEST(SamplePng, EncodesAndDecodesBack) {
   yeto::test::TempDir tmp;
   std::vector<std::uint8_t> rgb(5 * 7 * 3);
