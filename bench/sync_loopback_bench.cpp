@@ -12,7 +12,8 @@
 //
 // Fragment isolation: the round latency of a small fragment alone, next to a large fragment
 // whose merges run on the syncer's worker pool (the default), and next to the same large
-// fragment with all the syncer's work on its I/O thread (the baseline), in one process.
+// fragment with all the syncer's work on its I/O thread (the baseline), in one process; a
+// checkpoint at every merge (the default) in each arm.
 //   sync_loopback_bench fragments [large=50000000] [learners=4] [steps=200] [inner_steps=10] [small=65536]
 #include <algorithm>
 #include <chrono>
@@ -186,6 +187,10 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
   fs::create_directories(dir);
   ys::SyncerOptions so = bench_syncer_options(dir, learners);
   so.expected_learners = static_cast<std::uint32_t>(learners);
+  // A checkpoint at every merge, as a run has by default (sync.checkpoint_every = 1): with the
+  // pools it is written on the syncer's checkpoint writers, a fragment's values only when that
+  // fragment merged; with everything on the I/O thread, there.
+  so.checkpoint_every = 1;
   if (!offload) so.offload_bytes = SIZE_MAX;
   ys::Syncer syncer(so);
   std::thread st([&] { syncer.run(); });

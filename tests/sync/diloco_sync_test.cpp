@@ -388,7 +388,7 @@ TEST(DilocoSync, ARejoiningIslandStartsFromTheCurrentGlobalState) {
     // The public state (what every learner holds; with the q4 downlink it trails the master
     // parameters by the residual of the last update).
     for (std::uint32_t p = 0; p < global.fragments.size(); ++p)
-      ys::apply_fragment(global.layout, p, global.fragments[p].pub, spans);
+      ys::apply_fragment(global.layout, p, global.fragments[p].public_values(), spans);
     for (const auto& v : t) expected.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
   }
   EXPECT_FALSE(before == expected);
