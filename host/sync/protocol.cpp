@@ -270,16 +270,21 @@ std::string Session::seal(MsgType type, std::uint64_t run_id, std::string_view p
 }
 
 std::string Session::open(Frame&& f) {
+  std::string out = open_at(std::move(f), recv_seq_);
+  ++recv_seq_;
+  return out;
+}
+
+std::string Session::open_at(Frame&& f, std::uint64_t seq) const {
   check_frame_crc(f);
   if (f.payload.size() < kSealBytes)
     throw ProtocolError(std::string(msg_name(f.type)) + " frame is too short to be sealed");
   if (f.header.size() < 20 ||
-      !open_in_place(key_, frame_nonce(recv_dir_, recv_seq_), std::string_view(f.header).substr(0, 20),
+      !open_in_place(key_, frame_nonce(recv_dir_, seq), std::string_view(f.header).substr(0, 20),
                      f.payload.data(), f.payload.size()))
     throw ProtocolError(std::string(msg_name(f.type)) +
                         " frame failed authentication (it does not decrypt under this connection's key at sequence " +
-                        std::to_string(recv_seq_) + ": forged, tampered, replayed, reordered or reflected)");
-  ++recv_seq_;
+                        std::to_string(seq) + ": forged, tampered, replayed, reordered or reflected)");
   f.payload.resize(f.payload.size() - kSealBytes);
   return std::move(f.payload);
 }

@@ -140,6 +140,12 @@ class Session {
   std::string open(Frame&& f);
   // The same on a copy of the payload.
   std::string open(const Frame& f);
+  // Takes the next receive sequence number for a frame that open_at opens later, possibly on
+  // another thread and after frames read behind it: sequence numbers follow the order frames
+  // were read in, so the nonces still follow the wire order.
+  std::uint64_t reserve_recv() { return recv_seq_++; }
+  // open() at a reserved sequence number; touches no state of the session (any thread).
+  std::string open_at(Frame&& f, std::uint64_t seq) const;
 
  private:
   Key key_;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -64,6 +65,8 @@ constexpr std::size_t kLearnerBuffer = 1 << 16;
 // File descriptors kept free for the syncer's own files (checkpoint and marker temporaries,
 // directory syncs, the tape's rotation, the log) whatever the peers do.
 constexpr long kOwnFdReserve = 12;
+// Bulk frames of one connection opened at once on the frame workers.
+constexpr std::size_t kBulkInFlight = 2;
 
 // A frame waiting in a connection's send queue: ready bytes (the handshake, refusals), or a
 // plaintext the writer seals when the frame reaches the front of the queue. The writer is the
@@ -93,7 +96,8 @@ struct Outgoing {
 
 struct Conn {
   explicit Conn(tcp::socket s, std::uint64_t run_id, std::uint64_t serial)
-      : sock(std::move(s)), wake(sock.get_executor()), dec(run_id, kControlCap), serial(serial) {
+      : sock(std::move(s)), wake(sock.get_executor()), bulk_wake(sock.get_executor()), dec(run_id, kControlCap),
+        serial(serial) {
     wake.expires_at(asio::steady_timer::time_point::max());
     boost::system::error_code ec;
     auto ep = sock.remote_endpoint(ec);
@@ -102,6 +106,7 @@ struct Conn {
   }
   tcp::socket sock;
   asio::steady_timer wake;
+  asio::steady_timer bulk_wake;  // a bulk frame of this connection was handled
   FrameDecoder dec;
   std::uint64_t serial;  // accept order: the oldest stranger is dropped first
   std::string address;
@@ -115,6 +120,15 @@ struct Conn {
   // gets the full fragment.
   std::vector<std::uint64_t> sent;
   std::deque<Outgoing> outq;
+  // Bulk frames of this connection being opened on the frame workers, and the frames read behind
+  // them that must wait until they are handled (anything but a push or a heartbeat, with its
+  // receive sequence number): a push of a small fragment is handled while the learner's large
+  // push before it is still being opened.
+  std::size_t bulk_pending = 0;
+  std::deque<std::tuple<MsgType, std::string, std::uint64_t>> held;
+  // Per fragment, the receive sequence number of the newest push handled: an older push that
+  // finishes opening later is superseded, as a second push replaces the first in a round.
+  std::vector<std::uint64_t> push_seq;
   bool closed = false;
   // Refused with an `error` frame: nothing more is read, and the writer closes the connection
   // once the frame is out (closing at once would drop it unsent).
@@ -405,6 +419,7 @@ struct Syncer::Impl {
     c->sock.shutdown(tcp::socket::shutdown_both, ec);
     c->sock.close(ec);
     c->wake.cancel();
+    c->bulk_wake.cancel();
   }
   // A refused message or peer: logged and taped, never touching merge state. Strangers are
   // logged one by one only up to the interval's burst; the rest are counted by kind of reason
@@ -665,6 +680,7 @@ struct Syncer::Impl {
     // A stranger gets a small read buffer (its frames are capped at kControlCap anyway); an
     // authenticated learner a large one.
     std::vector<char> buf(kStrangerBuffer);
+    bool errored = false;
     try {
       for (;;) {
         if (c->session && buf.size() < kLearnerBuffer) {
@@ -684,8 +700,36 @@ struct Syncer::Impl {
         while (!c->closed && !c->refusing) {
           auto f = c->dec.next();
           if (!f) break;
-          if (c->session && f->payload.size() >= o.offload_bytes) co_await handle_bulk(c, std::make_shared<Frame>(std::move(*f)));
-          else handle(c, *f);
+          if (!c->session) {
+            handle(c, *f);
+            continue;
+          }
+          const std::uint64_t seq = c->session->reserve_recv();
+          if (f->payload.size() >= o.offload_bytes) {
+            // At most kBulkInFlight frames of a connection are opened at once (memory).
+            while (c->bulk_pending >= kBulkInFlight && !c->closed) {
+              boost::system::error_code wait_ec;
+              c->bulk_wake.expires_at(asio::steady_timer::time_point::max());
+              co_await c->bulk_wake.async_wait(asio::redirect_error(use_awaitable, wait_ec));
+            }
+            if (c->closed) break;
+            ++c->bulk_pending;
+            asio::co_spawn(io, handle_bulk(c, std::make_shared<Frame>(std::move(*f)), seq), asio::detached);
+            continue;
+          }
+          const MsgType type = f->type;
+          const std::string payload = c->session->open_at(std::move(*f), seq);
+          if (c->bulk_pending > 0 || !c->held.empty()) {
+            if (c->held.empty() && (type == MsgType::push || type == MsgType::heartbeat)) {
+              touch(c->learner_id);
+              if (type == MsgType::push) on_push(c, Push::decode(payload), payload.size(), nullptr, seq);
+              else Heartbeat::decode(payload);
+            } else {
+              c->held.emplace_back(type, payload, seq);
+            }
+            continue;
+          }
+          dispatch(c, type, payload, seq);
         }
         if (c->closed || c->refusing) break;
       }
@@ -693,10 +737,20 @@ struct Syncer::Impl {
       // fatal() has stopped the syncer; nothing more is written.
     } catch (const ProtocolError& e) {
       reject(c, std::string("protocol: ") + e.what());
+      errored = true;
     } catch (const WireError& e) {
       reject(c, std::string("malformed message: ") + e.what());
+      errored = true;
     } catch (const std::exception& e) {
       reject(c, std::string("error: ") + e.what());
+      errored = true;
+    }
+    // What the learner sent before it closed is handled before the connection goes: its bulk
+    // frames still being opened, and the frames held behind them.
+    while (!errored && c->bulk_pending > 0 && !c->closed && !done && !failed) {
+      boost::system::error_code ec;
+      c->bulk_wake.expires_at(asio::steady_timer::time_point::max());
+      co_await c->bulk_wake.async_wait(asio::redirect_error(use_awaitable, ec));
     }
     if (!c->refusing) close(c);  // a refused peer is closed by its writer once the refusal is out
     conns.erase(c);
@@ -822,18 +876,23 @@ struct Syncer::Impl {
       }
       return on_hello(c, f);
     }
-    const std::string payload = c->session->open(std::move(f));  // decrypted in place (takes f.payload)
-    dispatch(c, f.type, payload);
+    const std::uint64_t seq = c->session->reserve_recv();
+    const std::string payload = c->session->open_at(std::move(f), seq);  // decrypted in place
+    dispatch(c, f.type, payload, seq);
   }
 
-  // A bulk frame of an authenticated learner: opened (and a push's delta decoded and checked) on
-  // the worker pool, then handled on the I/O thread like any other. This connection reads no
-  // further frame meanwhile, so its frames are still handled in order; the others go on.
-  awaitable<void> handle_bulk(ConnPtr c, std::shared_ptr<Frame> f) {
+  // A bulk frame of an authenticated learner (receive sequence number `seq`, reserved when it
+  // was read): opened (and a push's delta decoded and checked) on the frame workers, then handled
+  // on the I/O thread. The connection goes on reading meanwhile: pushes and heartbeats read behind
+  // it are handled at once (a small fragment's round does not wait for the opening of a large
+  // fragment's push), every other frame waits until the bulk frames before it are handled, so a
+  // learner's `done` or `leave` still comes after its pushes. A frame that does not open (forged,
+  // replayed, reordered) drops the connection as before.
+  awaitable<void> handle_bulk(ConnPtr c, std::shared_ptr<Frame> f, std::uint64_t seq) {
     const MsgType type = f->type;
-    auto open = [c, type, f] {
+    auto open = [c, type, f, seq] {
       Opened o;
-      o.payload = c->session->open(std::move(*f));
+      o.payload = c->session->open_at(std::move(*f), seq);
       o.size = o.payload.size();
       if (type == MsgType::push) {
         o.push = prepare_push(o.payload);
@@ -841,21 +900,42 @@ struct Syncer::Impl {
       }
       return o;
     };
-    Opened opened = co_await offload(std::move(open));
-    if (c->closed || done || failed) co_return;
-    if (opened.push) {
-      touch(c->learner_id);
-      on_push(c, opened.push->msg, opened.size, &opened.push->delta);
-      co_return;
+    try {
+      Opened opened = co_await offload(std::move(open));
+      --c->bulk_pending;
+      c->bulk_wake.cancel();
+      if (c->closed || done || failed) co_return;
+      if (opened.push) {
+        touch(c->learner_id);
+        on_push(c, opened.push->msg, opened.size, &opened.push->delta, seq);
+      } else {
+        dispatch(c, type, opened.payload, seq);
+      }
+      // The frames held behind the bulk frames, in order, once none is left before them.
+      while (c->bulk_pending == 0 && !c->held.empty() && !c->closed && !done && !failed) {
+        auto [t, payload, s] = std::move(c->held.front());
+        c->held.pop_front();
+        dispatch(c, t, payload, s);
+      }
+    } catch (const PersistFailure&) {
+      // fatal() has stopped the syncer; nothing more is written.
+    } catch (const ProtocolError& e) {
+      reject(c, std::string("protocol: ") + e.what());
+      close(c);
+    } catch (const WireError& e) {
+      reject(c, std::string("malformed message: ") + e.what());
+      close(c);
+    } catch (const std::exception& e) {
+      reject(c, std::string("error: ") + e.what());
+      close(c);
     }
-    dispatch(c, type, opened.payload);
   }
 
-  void dispatch(const ConnPtr& c, MsgType type, const std::string& payload) {
+  void dispatch(const ConnPtr& c, MsgType type, const std::string& payload, std::uint64_t seq) {
     touch(c->learner_id);
     switch (type) {
       case MsgType::init: return on_init(c, Init::decode(payload));
-      case MsgType::push: return on_push(c, Push::decode(payload), payload.size());
+      case MsgType::push: return on_push(c, Push::decode(payload), payload.size(), nullptr, seq);
       case MsgType::heartbeat: Heartbeat::decode(payload); return;
       case MsgType::leave: return on_leave(c);
       case MsgType::done: return on_done(c, Heartbeat::decode(payload));
@@ -987,7 +1067,7 @@ struct Syncer::Impl {
   }
 
   // `checked`: the delta already decoded and checked (a bulk push opened on the worker pool).
-  void on_push(const ConnPtr& c, const Push& m, std::size_t bytes, CheckedDelta* checked = nullptr) {
+  void on_push(const ConnPtr& c, const Push& m, std::size_t bytes, CheckedDelta* checked, std::uint64_t seq) {
     const std::string& id = c->learner_id;
     if (!st.initialised) {
       reject(c, "push before the run state exists");
@@ -999,6 +1079,14 @@ struct Syncer::Impl {
       reject(c, "push for fragment " + std::to_string(p) + " which does not exist");
       return ack(c, p, PushStatus::invalid);
     }
+    if (c->push_seq.size() < st.fragments.size()) c->push_seq.resize(st.fragments.size(), 0);
+    if (seq < c->push_seq[p]) {
+      // Opened after a newer push of the same fragment from this connection was handled: it is
+      // superseded, as a second push into an open round replaces the first.
+      spdlog::debug("syncer: {}'s push of fragment {} superseded by a newer one", id, p);
+      return ack(c, p, PushStatus::duplicate);
+    }
+    c->push_seq[p] = seq;
     auto& frag = st.fragments[p];
     if (m.numel != frag.params->size()) {
       reject(c, "wrong shape: push has " + std::to_string(m.numel) + " values, fragment " + std::to_string(p) +
