@@ -101,7 +101,7 @@ struct ClientOptions {
   std::string run_secret;
   std::string run_name = "yeto";
   std::string learner_id;
-  std::uint32_t inner_steps = 50;  // H
+  std::uint32_t inner_steps = 64;  // H (sync.inner_steps)
   float alpha = 1.0f;
   std::uint32_t quant_block = 64;
   Timeouts timeouts;
