@@ -701,7 +701,7 @@ struct Syncer::Impl {
           auto f = c->dec.next();
           if (!f) break;
           if (!c->session) {
-            handle(c, *f);
+            handle_stranger(c, *f);
             continue;
           }
           const std::uint64_t seq = c->session->reserve_recv();
@@ -867,18 +867,15 @@ struct Syncer::Impl {
 
   // ---------------------------------------------------------------- messages
 
-  void handle(const ConnPtr& c, Frame& f) {
-    if (!c->session) {
-      if (f.type != MsgType::hello) {
-        reject(c, std::string("unauthenticated peer sent ") + msg_name(f.type));
-        close(c);
-        return;
-      }
-      return on_hello(c, f);
+  // A frame of a peer that has not authenticated: only a hello is accepted. (An authenticated
+  // learner's frames are opened and handled in serve() and handle_bulk().)
+  void handle_stranger(const ConnPtr& c, Frame& f) {
+    if (f.type != MsgType::hello) {
+      reject(c, std::string("unauthenticated peer sent ") + msg_name(f.type));
+      close(c);
+      return;
     }
-    const std::uint64_t seq = c->session->reserve_recv();
-    const std::string payload = c->session->open_at(std::move(f), seq);  // decrypted in place
-    dispatch(c, f.type, payload, seq);
+    on_hello(c, f);
   }
 
   // A bulk frame of an authenticated learner (receive sequence number `seq`, reserved when it
