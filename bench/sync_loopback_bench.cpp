@@ -12,8 +12,9 @@
 //
 // Fragment isolation: the round latency of a small fragment alone, next to a large fragment
 // whose merges run on the syncer's worker pool (the default), and next to the same large
-// fragment with all the syncer's work on its I/O thread (the baseline), in one process.
-//   sync_loopback_bench fragments [large=50000000] [learners=4] [steps=200] [inner_steps=10] [small=65536]
+// fragment with all the syncer's work on its I/O thread (the baseline), in one process; a
+// checkpoint at every merge (the default) in each arm.
+//   sync_loopback_bench fragments [large=50000000] [learners=4] [steps=200] [inner_steps=10] [small=65536] [keep]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -186,6 +187,10 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
   fs::create_directories(dir);
   ys::SyncerOptions so = bench_syncer_options(dir, learners);
   so.expected_learners = static_cast<std::uint32_t>(learners);
+  // A checkpoint at every merge, as a run has by default (sync.checkpoint_every = 1): with the
+  // pools it is written on the syncer's checkpoint writers, a fragment's values only when that
+  // fragment merged; with everything on the I/O thread, there.
+  so.checkpoint_every = 1;
   if (!offload) so.offload_bytes = SIZE_MAX;
   ys::Syncer syncer(so);
   std::thread st([&] { syncer.run(); });
@@ -311,11 +316,13 @@ int fragments_main(int argc, char** argv) {
   const int steps = argc > 4 ? std::atoi(argv[4]) : 200;
   const std::uint32_t H = argc > 5 ? static_cast<std::uint32_t>(std::atoi(argv[5])) : 10;
   const std::uint64_t small = argc > 6 ? std::strtoull(argv[6], nullptr, 10) : 65'536ull;
+  const bool keep = argc > 7 && std::string(argv[7]) == "keep";
   const fs::path dir = fs::temp_directory_path() / ("yeto-sync-frag-bench-" + std::to_string(::getpid()));
   const Latencies alone = run_fragments(0, small, learners, steps, H, true, dir / "alone");
   const Latencies pool = run_fragments(large, small, learners, steps, H, true, dir / "pool");
   const Latencies inline_io = run_fragments(large, small, learners, steps, H, false, dir / "io");
-  fs::remove_all(dir);
+  if (keep) std::printf("run directories (tapes, learners' events) kept in %s\n", dir.c_str());
+  else fs::remove_all(dir);
   std::printf("sync fragment isolation: %d learners, a small fragment of %llu values next to a large one of %llu, "
               "H = %u, %d inner steps (20 ms) per learner\n",
               learners, static_cast<unsigned long long>(small), static_cast<unsigned long long>(large), H, steps);

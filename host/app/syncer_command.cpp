@@ -41,7 +41,8 @@ void register_syncer_command(Registry& r) {
       "Listens for learner islands, authenticates them with the run secret (challenge-response), merges their "
       "pseudo-gradients per fragment (quorum, adaptive grace window, token-weighted radial-directional averaging, "
       "HeLoCo correction of stale pushes, Nesterov outer step) and broadcasts the new global fragments. The state "
-      "directory holds checkpoint.bin (restarted from automatically), the event tape tape.jsonl, the bound port in "
+      "directory holds the checkpoint, checkpoint.bin and the fragments' data files in fragments/ (restarted from "
+      "automatically), the event tape tape.jsonl, the bound port in "
       "`port`, and at the end final_cut.bin and the final marker final.json. The budget keys sync.budget_* end "
       "the run with the terminal handshake; SIGINT/SIGTERM take the final cut early. See docs/PROTOCOL.md.";
   c.run_config = true;

@@ -211,7 +211,7 @@ std::vector<CheckpointTensor> read_trainable_checkpoint(const fs::path& checkpoi
     spans.emplace_back(out[i].values);
   }
   for (std::uint32_t p = 0; p < layout.fragments.size(); ++p) {
-    const auto& params = state.fragments.at(p).params;
+    const auto& params = state.fragments.at(p).theta();
     if (params.size() != layout.fragments[p].numel) {
       throw Error(file.string() + ": fragment " + std::to_string(p) + " holds " + std::to_string(params.size()) +
                       " values, its layout " + std::to_string(layout.fragments[p].numel),

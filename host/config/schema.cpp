@@ -153,7 +153,7 @@ std::vector<KeyDef> build_schema() {
       I("sync.islands", 1, "Learner islands of the run: `yeto-host train` starts this many in embedded local mode, the data is split into this many shards, and the syncer waits for this many to join (within sync.join_timeout_s of its start) before islands that reached their step budget end the run.").range(1, 1024),
       I("sync.fragments", 1, "Fragments the trainable tensors are split into; each syncs on its own schedule.").flag("fragments").range(1, 65536),
       C("sync.fragment_pattern", "binpack", {"binpack", "strided"}, "How tensors are laid out into fragments.").flag("fragment-pattern"),
-      I("sync.inner_steps", 50, "Inner optimizer steps per fragment between pushes (H).").range(1, std::nullopt),
+      I("sync.inner_steps", 64, "Inner optimizer steps per fragment between pushes (H).").range(1, std::nullopt),
       F("sync.alpha", 1.0, "Blend factor of the merged global fragment into the local weights.").range(0.0, 1.0),
       I("sync.quant_block", 64, "Block size of the 4-bit quantisation of the pseudo-gradients (learners) and of the downlink updates (syncer).").range(8, 65536),
       C("sync.downlink", "q4", {"q4", "f32"}, "What the syncer sends every learner after a merge: q4, a 4-bit update of the public state all learners hold, with the quantisation error carried into the next update (about 1/7 of f32); f32, the exact float32 fragment. Either way every learner holds the same bytes and the final cut is exact."),

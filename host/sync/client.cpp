@@ -174,8 +174,14 @@ struct SyncClient::Impl {
             ctl = std::move(control.front());
             control.pop_front();
           } else if (!push_queue.empty()) {
-            push = std::move(push_queue.begin()->second);
-            push_queue.erase(push_queue.begin());
+            // The smallest fragment's push first: a small fragment's round never waits for a large
+            // fragment's push to be encoded, sent and opened ahead of it (the syncer reads a
+            // connection's frames in order).
+            auto next = push_queue.begin();
+            for (auto it = push_queue.begin(); it != push_queue.end(); ++it)
+              if (it->second.delta.size() < next->second.delta.size()) next = it;
+            push = std::move(next->second);
+            push_queue.erase(next);
             sent_base[push->fragment] = push->base_version;
           } else if (local_done && !l->done_sent) {
             // Only after every queued push: the syncer must see our last pseudo-gradients first.
@@ -524,7 +530,7 @@ struct SyncClient::Impl {
     }
     for (std::size_t p = 0; p < fresh.size(); ++p)
       if (fresh[p]) overwrite_from(*fresh[p], tensors, have_base[p] ? o.alpha : 1.0f, &r);
-    bool queued = false;
+    std::vector<RawPush> due;
     for (std::uint32_t p = 0; p < layout.fragments.size(); ++p) {
       samples_since[p] += samples;
       ++steps_since[p];
@@ -543,14 +549,17 @@ struct SyncClient::Impl {
       steps_since[p] = 0;
       pushed_at[p] = steady_now();
       pushed_base[p] = rp.base_version;
+      due.push_back(std::move(rp));
+      r.pushed.push_back(p);
+    }
+    if (!due.empty()) {
+      // Handed over together, so the communication thread picks among all of this step's pushes.
       {
         std::lock_guard lk(mu);
-        push_queue[p] = std::move(rp);
+        for (auto& rp : due) push_queue[rp.fragment] = std::move(rp);
       }
-      r.pushed.push_back(p);
-      queued = true;
+      notify();
     }
-    if (queued) notify();
     return r;
   }
 

@@ -2,7 +2,7 @@
 // as child processes on this machine, from one run configuration.
 //
 //   RUN_DIR/run.secret          generated run secret (32 random bytes, hex, mode 0600; reused)
-//   RUN_DIR/syncer/             the syncer's state dir: tape.jsonl, checkpoint.bin, final_cut.bin,
+//   RUN_DIR/syncer/             the syncer's state dir: tape.jsonl, checkpoint.bin + fragments/, final_cut.bin,
 //                               final.json, port, syncer.log
 //   RUN_DIR/island-<i>/         island i's run dir (the learner's output, written by its rank 0),
 //                               learner.log (rank 0; learner-rank<r>.log for rank r > 0) and its

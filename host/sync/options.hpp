@@ -85,8 +85,11 @@ struct SyncerOptions {
   // opening of frames of at least as many bytes, run on a pool of worker_threads threads (0: one
   // per core) instead of the I/O thread, so one large fragment never holds up the others'
   // rounds (sync.worker_threads, sync.offload_kb). Smaller work stays on the I/O thread.
-  // offload_bytes = SIZE_MAX keeps everything on the I/O thread (sync_loopback_bench's
-  // baseline); 0 sends everything to the pool (tests).
+  // With checkpoint_every = 1 every merge's checkpoint (the fragment's data file and the
+  // manifest) is written on checkpoint writer threads whatever the fragment's size.
+  // offload_bytes = SIZE_MAX keeps everything on the I/O thread, the checkpoint included
+  // (sync_loopback_bench's baseline: the design before the pools); 0 sends everything to the
+  // pool (tests).
   std::uint32_t worker_threads = 0;
   std::size_t offload_bytes = 1u << 20;
   void validate() const;
@@ -98,7 +101,7 @@ struct ClientOptions {
   std::string run_secret;
   std::string run_name = "yeto";
   std::string learner_id;
-  std::uint32_t inner_steps = 50;  // H
+  std::uint32_t inner_steps = 64;  // H (sync.inner_steps)
   float alpha = 1.0f;
   std::uint32_t quant_block = 64;
   Timeouts timeouts;

@@ -41,6 +41,12 @@ std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {
   return crc32c(header20.substr(0, 20)) ^ crc32c(payload);
 }
 
+void check_frame_crc(Frame& f) {
+  if (!f.crc_pending) return;
+  if (frame_crc(f.header, f.payload) != f.crc) throw ProtocolError("checksum mismatch");
+  f.crc_pending = false;
+}
+
 bool is_bulk(MsgType t) {
   return t == MsgType::init || t == MsgType::fragment || t == MsgType::push || t == MsgType::final_cut ||
          t == MsgType::update;
@@ -107,7 +113,9 @@ std::optional<Frame> FrameDecoder::next() {
   f.run_id = run;
   f.header.assign(buf_, pos_, kHeaderBytes);
   f.payload.assign(buf_, pos_ + kHeaderBytes, len);
-  if (frame_crc(f.header, f.payload) != crc) throw ProtocolError("checksum mismatch");
+  f.crc = crc;
+  f.crc_pending = true;
+  if (len < defer_crc_from_) check_frame_crc(f);
   pos_ += kHeaderBytes + len;
   return f;
 }
@@ -262,15 +270,21 @@ std::string Session::seal(MsgType type, std::uint64_t run_id, std::string_view p
 }
 
 std::string Session::open(Frame&& f) {
+  std::string out = open_at(std::move(f), recv_seq_);
+  ++recv_seq_;
+  return out;
+}
+
+std::string Session::open_at(Frame&& f, std::uint64_t seq) const {
+  check_frame_crc(f);
   if (f.payload.size() < kSealBytes)
     throw ProtocolError(std::string(msg_name(f.type)) + " frame is too short to be sealed");
   if (f.header.size() < 20 ||
-      !open_in_place(key_, frame_nonce(recv_dir_, recv_seq_), std::string_view(f.header).substr(0, 20),
+      !open_in_place(key_, frame_nonce(recv_dir_, seq), std::string_view(f.header).substr(0, 20),
                      f.payload.data(), f.payload.size()))
     throw ProtocolError(std::string(msg_name(f.type)) +
                         " frame failed authentication (it does not decrypt under this connection's key at sequence " +
-                        std::to_string(recv_seq_) + ": forged, tampered, replayed, reordered or reflected)");
-  ++recv_seq_;
+                        std::to_string(seq) + ": forged, tampered, replayed, reordered or reflected)");
   f.payload.resize(f.payload.size() - kSealBytes);
   return std::move(f.payload);
 }
@@ -409,7 +423,8 @@ Init Init::decode(std::string_view p) {
   return m;
 }
 
-std::string FragmentMsg::encode() const {
+std::string FragmentMsg::encode() const { return encode(fragment, version, data); }
+std::string FragmentMsg::encode(std::uint32_t fragment, std::uint64_t version, std::span<const float> data) {
   ByteWriter w;
   w.u32(fragment);
   w.u64(version);

@@ -59,6 +59,10 @@ struct Frame {
   std::uint64_t run_id = 0;
   std::string header;   // the 24 header bytes as received (bytes 0..19 are the AEAD's additional data)
   std::string payload;  // ciphertext and AEAD tag, when sealed
+  // The CRC field, still to be checked (a bulk frame of a decoder with defer_crc_from): the
+  // frame's owner checks it off the reading thread; Session::open always does.
+  std::uint32_t crc = 0;
+  bool crc_pending = false;
 };
 
 // Protocol violations: the connection is dropped and the reason logged.
@@ -70,6 +74,8 @@ class ProtocolError : public std::runtime_error {
 // CRC field: CRC-32C(header bytes 0..19) XOR CRC-32C(payload).
 std::uint32_t frame_crc(std::string_view header20, std::string_view payload);
 std::string encode_frame(MsgType type, std::uint64_t run_id, std::string_view payload);
+// Checks a frame's pending CRC (no-op when it was checked on decoding); throws ProtocolError.
+void check_frame_crc(Frame& f);
 
 // Incremental frame decoder for a byte stream. Rejects, as soon as the header is in: a wrong
 // magic, version, unknown type, foreign run id, or a length above the cap of that type. The
@@ -85,10 +91,14 @@ class FrameDecoder {
   void set_max_frame(std::size_t cap) { max_frame_ = cap; }
   // Bytes the decoder needs before it can make progress (at least 1).
   std::size_t wanted() const;
+  // Frames whose payload has at least n bytes are returned with their CRC unchecked
+  // (Frame::crc_pending), for the owner to check on another thread. Default: none.
+  void defer_crc_from(std::size_t n) { defer_crc_from_ = n; }
 
  private:
   std::uint64_t run_id_;
   std::size_t max_frame_;
+  std::size_t defer_crc_from_ = static_cast<std::size_t>(-1);
   std::string buf_;
   std::size_t pos_ = 0;
 };
@@ -130,6 +140,12 @@ class Session {
   std::string open(Frame&& f);
   // The same on a copy of the payload.
   std::string open(const Frame& f);
+  // Takes the next receive sequence number for a frame that open_at opens later, possibly on
+  // another thread and after frames read behind it: sequence numbers follow the order frames
+  // were read in, so the nonces still follow the wire order.
+  std::uint64_t reserve_recv() { return recv_seq_++; }
+  // open() at a reserved sequence number; touches no state of the session (any thread).
+  std::string open_at(Frame&& f, std::uint64_t seq) const;
 
  private:
   Key key_;
@@ -194,6 +210,8 @@ struct FragmentMsg {
   std::uint64_t version = 0;
   std::vector<float> data;  // exact float32
   std::string encode() const;
+  // The same bytes without a FragmentMsg (no copy of the values).
+  static std::string encode(std::uint32_t fragment, std::uint64_t version, std::span<const float> data);
   static FragmentMsg decode(std::string_view p);
 };
 

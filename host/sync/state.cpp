@@ -1,11 +1,13 @@
 #include "sync/state.hpp"
 
 #include <cstring>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/crc32c.hpp"
 #include "core/tensorboard.hpp"
 #include "sync/protocol.hpp"
 #include "sync/wire.hpp"
@@ -13,12 +15,57 @@
 namespace yeto::sync {
 namespace {
 constexpr std::uint32_t kCkptMagic = 0x504B4359;  // "YCKP"
-// Format 2 added each fragment's public state after its momentum; format 1 (no public state:
-// learners held the exact parameters) is still read.
-constexpr std::uint32_t kCkptFormat = 2;
+constexpr std::uint32_t kDataMagic = 0x464B4359;  // "YCKF": a fragment's data file
+// Format 2 added each fragment's public state after its momentum; format 3 moved every
+// fragment's values into data files of their own. Formats 1 (no public state: learners held the
+// exact parameters) and 2 are still read.
+constexpr std::uint32_t kCkptFormat = 3;
+
+nlohmann::json registry_json(const SyncerState& s) {
+  nlohmann::json reg = nlohmann::json::array();
+  for (const auto& [id, r] : s.registry)
+    reg.push_back({{"id", id}, {"live", r.live}, {"pushes", r.pushes}, {"merged", r.merged},
+                   {"samples", r.samples}, {"joins", r.joins}});
+  return reg;
+}
+
+std::string data_header(std::uint32_t p, std::uint64_t version, std::uint64_t numel) {
+  ByteWriter w;
+  w.u32(kDataMagic);
+  w.u32(p);
+  w.u64(version);
+  w.u64(numel);
+  return w.take();
+}
+
+std::string_view as_bytes(const std::vector<float>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)};
+}
 }  // namespace
 
-std::string encode_checkpoint(const SyncerState& s) {
+std::filesystem::path fragment_data_name(std::uint32_t p, std::uint64_t version) {
+  return std::filesystem::path("fragments") / ("f" + std::to_string(p) + "-v" + std::to_string(version) + ".bin");
+}
+
+std::uint32_t save_fragment_data(const std::filesystem::path& dir, std::uint32_t p, const FragmentState& f) {
+  const std::vector<float>& theta = f.theta();
+  const std::vector<float>& pub = f.public_values();
+  const std::vector<float>& m = *f.momentum;
+  if (pub.size() != theta.size() || m.size() != theta.size())
+    throw Error("syncer checkpoint: fragment " + std::to_string(p) + " has buffers of different lengths");
+  const std::string head = data_header(p, f.version, theta.size());
+  std::uint32_t crc = crc32c(head);
+  AtomicFile out(dir / fragment_data_name(p, f.version));
+  out.write(head);
+  for (const auto* v : {&theta, &m, &pub}) {
+    out.write(as_bytes(*v));
+    crc = crc32c_extend(crc, as_bytes(*v));
+  }
+  out.commit();
+  return crc;
+}
+
+std::string encode_manifest(const SyncerState& s, const std::vector<std::uint32_t>& data_crc) {
   ByteWriter w;
   w.u32(kCkptMagic);
   w.u32(kCkptFormat);
@@ -28,6 +75,9 @@ std::string encode_checkpoint(const SyncerState& s) {
   w.u64(s.samples_merged);
   w.bytes(&s.wall_seconds, 8);
   if (s.initialised) {
+    if (data_crc.size() != s.fragments.size())
+      throw Error("syncer checkpoint: " + std::to_string(data_crc.size()) + " data checksums for " +
+                  std::to_string(s.fragments.size()) + " fragments");
     w.u8(s.layout.pattern == FragmentPattern::binpack ? 0 : 1);
     w.u32(static_cast<std::uint32_t>(s.layout.fragments.size()));
     w.u32(static_cast<std::uint32_t>(s.layout.tensors.size()));
@@ -36,29 +86,27 @@ std::string encode_checkpoint(const SyncerState& s) {
       w.u64(t.numel);
     }
     w.u64(s.layout.fingerprint());
-    for (const auto& f : s.fragments) {
+    for (std::size_t p = 0; p < s.fragments.size(); ++p) {
+      const auto& f = s.fragments[p];
       w.u64(f.version);
-      w.u64(f.params.size());
-      w.floats(f.params);
-      w.floats(f.momentum);
-      w.floats(f.pub.empty() ? f.params : f.pub);
+      w.u64(f.params->size());
+      w.u32(data_crc[p]);
       w.bytes(&f.spread_ema, 8);
       w.str(f.last_merge_event);
     }
   }
-  nlohmann::json reg = nlohmann::json::array();
-  for (const auto& [id, r] : s.registry)
-    reg.push_back({{"id", id}, {"live", r.live}, {"pushes", r.pushes}, {"merged", r.merged},
-                   {"samples", r.samples}, {"joins", r.joins}});
-  w.str(reg.dump());
+  w.str(registry_json(s).dump());
   w.u32(crc32c(w.data()));
   return w.take();
 }
 
-SyncerState decode_checkpoint(std::string_view bytes, const std::string& where) {
+namespace {
+// The manifest without the fragments' values; crcs gets each data file's CRC (format 3).
+SyncerState decode_impl(std::string_view bytes, const std::string& where, const std::filesystem::path* dir,
+                        std::vector<std::uint32_t>* crcs) {
   auto bad = [&](const std::string& why) {
     return Error("syncer checkpoint " + where + " is unusable: " + why +
-                     "; restore a good copy or start a new state directory",
+                     "; restore a good copy of the whole state directory or start a new one",
                  ExitCode::bad_input);
   };
   if (bytes.size() < 12) throw bad("too short");
@@ -69,7 +117,7 @@ SyncerState decode_checkpoint(std::string_view bytes, const std::string& where) 
     ByteReader r(bytes.substr(0, bytes.size() - 4));
     if (r.u32() != kCkptMagic) throw bad("not a syncer checkpoint");
     const std::uint32_t format = r.u32();
-    if (format != 1 && format != kCkptFormat) throw bad("unknown checkpoint format " + std::to_string(format));
+    if (format < 1 || format > kCkptFormat) throw bad("unknown checkpoint format " + std::to_string(format));
     SyncerState s;
     s.initialised = r.u8() != 0;
     s.finished = r.u8() != 0;
@@ -92,18 +140,41 @@ SyncerState decode_checkpoint(std::string_view bytes, const std::string& where) 
       s.layout = build_layout(std::move(tensors), fragments,
                               pat == 0 ? FragmentPattern::binpack : FragmentPattern::strided);
       if (r.u64() != s.layout.fingerprint()) throw bad("layout fingerprint mismatch");
-      for (const auto& frag : s.layout.fragments) {
+      for (std::uint32_t p = 0; p < s.layout.fragments.size(); ++p) {
+        const auto& frag = s.layout.fragments[p];
         FragmentState f;
         f.version = r.u64();
         const std::uint64_t n = r.u64();
         if (n != frag.numel) throw bad("fragment length mismatch");
-        f.params = r.floats(n);
-        f.momentum = r.floats(n);
-        f.pub = format >= 2 ? r.floats(n) : f.params;
+        if (format >= 3) {
+          const std::uint32_t want = r.u32();
+          if (crcs) crcs->push_back(want);
+          if (dir) {
+            const auto file = *dir / fragment_data_name(p, f.version);
+            if (!std::filesystem::exists(file))
+              throw bad("fragment " + std::to_string(p) + "'s data file " + file.string() +
+                        " is missing (a checkpoint is its whole state directory: checkpoint.bin and fragments/)");
+            const std::string data = read_file(file);
+            if (crc32c(data) != want) throw bad("fragment " + std::to_string(p) + "'s data file " + file.string() +
+                                                " does not match the checksum the checkpoint names");
+            ByteReader d(data);
+            if (d.u32() != kDataMagic || d.u32() != p || d.u64() != f.version || d.u64() != n)
+              throw bad("fragment " + std::to_string(p) + "'s data file " + file.string() + " has a wrong header");
+            f.params = make_floats(d.floats(n));
+            f.momentum = make_floats(d.floats(n));
+            f.pub = make_floats(d.floats(n));
+            d.expect_end();
+          }
+        } else {
+          f.params = make_floats(r.floats(n));
+          f.momentum = make_floats(r.floats(n));
+          f.pub = format >= 2 ? make_floats(r.floats(n)) : f.params;
+        }
         std::memcpy(&f.spread_ema, r.raw(8).data(), 8);
         f.last_merge_event = r.str(1u << 24);
         s.fragments.push_back(std::move(f));
       }
+      if (format >= 3 && !dir && !crcs) throw bad("a format 3 checkpoint is read with its directory");
     }
     const auto reg = nlohmann::json::parse(r.str(1u << 30));
     for (const auto& j : reg) {
@@ -124,16 +195,43 @@ SyncerState decode_checkpoint(std::string_view bytes, const std::string& where) 
     throw bad(std::string("registry: ") + e.what());
   }
 }
+}  // namespace
+
+SyncerState decode_checkpoint(std::string_view bytes, const std::string& where, const std::filesystem::path& dir) {
+  return decode_impl(bytes, where, dir.empty() ? nullptr : &dir, nullptr);
+}
 
 void save_checkpoint(const std::filesystem::path& path, const SyncerState& s) {
-  const std::string bytes = encode_checkpoint(s);
-  AtomicFile f(path);
-  f.write(bytes);
-  f.commit();
+  const auto dir = path.parent_path();
+  std::vector<std::uint32_t> crcs;
+  for (std::uint32_t p = 0; p < s.fragments.size(); ++p) crcs.push_back(save_fragment_data(dir, p, s.fragments[p]));
+  atomic_write(path, encode_manifest(s, crcs));
 }
 
 SyncerState load_checkpoint(const std::filesystem::path& path) {
-  return decode_checkpoint(read_file(path), path.string());
+  return decode_checkpoint(read_file(path), path.string(), path.parent_path());
+}
+
+std::vector<std::uint32_t> checkpoint_data_crcs(const std::filesystem::path& path) {
+  std::vector<std::uint32_t> crcs;
+  decode_impl(read_file(path), path.string(), nullptr, &crcs);
+  return crcs;
+}
+
+std::size_t remove_unreferenced_fragment_data(const std::filesystem::path& dir, const SyncerState& s) {
+  std::set<std::string> keep;
+  for (std::uint32_t p = 0; p < s.fragments.size(); ++p)
+    keep.insert(fragment_data_name(p, s.fragments[p].version).filename().string());
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "fragments", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file(ec) || keep.count(name) || name.size() < 5 || name.substr(name.size() - 4) != ".bin" ||
+        name[0] != 'f')
+      continue;
+    if (std::filesystem::remove(e.path(), ec)) ++n;
+  }
+  return n;
 }
 
 }  // namespace yeto::sync

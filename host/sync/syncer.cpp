@@ -7,15 +7,20 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <array>
 #include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <map>
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -60,19 +65,39 @@ constexpr std::size_t kLearnerBuffer = 1 << 16;
 // File descriptors kept free for the syncer's own files (checkpoint and marker temporaries,
 // directory syncs, the tape's rotation, the log) whatever the peers do.
 constexpr long kOwnFdReserve = 12;
+// Bulk frames of one connection opened at once on the frame workers.
+constexpr std::size_t kBulkInFlight = 2;
 
 // A frame waiting in a connection's send queue: ready bytes (the handshake, refusals), or a
 // plaintext the writer seals when the frame reaches the front of the queue. The writer is the
 // only one to seal on a connection, so the nonces follow the send order whichever thread seals.
+// A plaintext made on first use by whichever thread seals it first (a full fragment: encoding a
+// large fragment is kept off the I/O thread), shared by every connection it goes to.
+struct LazyPayload {
+  std::size_t size = 0;  // the payload's size, known before it is made
+  std::function<std::string()> make;
+  std::once_flag once;
+  std::string value;
+  const std::string& get() {
+    std::call_once(once, [this] {
+      value = make();
+      make = nullptr;
+    });
+    return value;
+  }
+};
+
 struct Outgoing {
   std::string frame;
   MsgType type = MsgType::error;
   std::shared_ptr<const std::string> plain;  // set: still to be sealed
+  std::shared_ptr<LazyPayload> lazy;         // set: still to be made and sealed
 };
 
 struct Conn {
   explicit Conn(tcp::socket s, std::uint64_t run_id, std::uint64_t serial)
-      : sock(std::move(s)), wake(sock.get_executor()), dec(run_id, kControlCap), serial(serial) {
+      : sock(std::move(s)), wake(sock.get_executor()), bulk_wake(sock.get_executor()), dec(run_id, kControlCap),
+        serial(serial) {
     wake.expires_at(asio::steady_timer::time_point::max());
     boost::system::error_code ec;
     auto ep = sock.remote_endpoint(ec);
@@ -81,6 +106,7 @@ struct Conn {
   }
   tcp::socket sock;
   asio::steady_timer wake;
+  asio::steady_timer bulk_wake;  // a bulk frame of this connection was handled
   FrameDecoder dec;
   std::uint64_t serial;  // accept order: the oldest stranger is dropped first
   std::string address;
@@ -94,6 +120,15 @@ struct Conn {
   // gets the full fragment.
   std::vector<std::uint64_t> sent;
   std::deque<Outgoing> outq;
+  // Bulk frames of this connection being opened on the frame workers, and the frames read behind
+  // them that must wait until they are handled (anything but a push or a heartbeat, with its
+  // receive sequence number): a push of a small fragment is handled while the learner's large
+  // push before it is still being opened.
+  std::size_t bulk_pending = 0;
+  std::deque<std::tuple<MsgType, std::string, std::uint64_t>> held;
+  // Per fragment, the receive sequence number of the newest push handled: an older push that
+  // finishes opening later is superseded, as a second push replaces the first in a round.
+  std::vector<std::uint64_t> push_seq;
   bool closed = false;
   // Refused with an `error` frame: nothing more is read, and the writer closes the connection
   // once the frame is out (closing at once would drop it unsent).
@@ -224,6 +259,14 @@ struct Syncer::Impl {
   // bulk frame is being opened reads nothing else meanwhile, so its next frames (a small
   // fragment's push) must not queue behind a long merge on `pool`.
   asio::thread_pool frames{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
+  // The checkpoint off the I/O thread (checkpoint_every = 1): fragments' data files, one thread
+  // per core so a small fragment's file is not written behind a large one's; and the manifest,
+  // one write at a time.
+  asio::thread_pool ckpt_writers{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
+  asio::thread_pool ckpt_manifest{1};
+  // Per fragment, the version and data-file CRC the last durable manifest names.
+  std::vector<std::uint64_t> durable_version;
+  std::vector<std::uint32_t> durable_crc;
 
   std::filesystem::path ckpt_path() const { return o.state_dir / "checkpoint.bin"; }
 
@@ -238,7 +281,7 @@ struct Syncer::Impl {
     run_id = run_id_from_name(o.run_name);
     std::filesystem::create_directories(o.state_dir);
     lock_state_dir();  // before the tape, the checkpoint or the port file is touched
-    if (const std::size_t n = remove_stale_temporaries(o.state_dir))
+    if (const std::size_t n = remove_stale_temporaries(o.state_dir, 1))
       spdlog::info("syncer: removed {} temporary file(s) left by an interrupted write in {}", n, o.state_dir.string());
     tape = std::make_unique<Tape>(o.state_dir / "tape.jsonl");
     if (tape->opened().repaired) tape->write("tape_repair", -1, -1, {}, {{"note", "a torn last record was cut"}});
@@ -249,6 +292,8 @@ struct Syncer::Impl {
   ~Impl() {
     frames.join();
     pool.join();
+    ckpt_writers.join();
+    ckpt_manifest.join();
     if (lock_fd >= 0) ::close(lock_fd);
   }
 
@@ -314,6 +359,15 @@ struct Syncer::Impl {
       }
     }
     rounds.assign(st.fragments.size(), Round{});
+    durable_crc = checkpoint_data_crcs(ckpt_path());
+    if (durable_crc.size() == st.fragments.size()) {
+      durable_version = versions;
+    } else {
+      durable_crc.clear();  // an older format: every fragment's data file is written now
+      checkpoint();
+    }
+    if (const std::size_t n = remove_unreferenced_fragment_data(o.state_dir, st))
+      spdlog::info("syncer: removed {} fragment data file(s) no checkpoint names (an interrupted checkpoint)", n);
     tape->write("restart", -1, -1, live_ids(),
                 {{"versions", versions}, {"outer_steps", st.outer_steps}, {"samples", st.samples_merged},
                  {"finished", st.finished}});
@@ -339,14 +393,14 @@ struct Syncer::Impl {
 
   void send_raw(const ConnPtr& c, std::string frame) {
     if (c->closed) return;
-    c->outq.push_back(Outgoing{std::move(frame), MsgType::error, nullptr});
+    c->outq.push_back(Outgoing{std::move(frame), MsgType::error, nullptr, nullptr});
     c->wake.cancel();
   }
   // Queued as plaintext and sealed by the connection's writer (a bulk frame on the worker pool):
   // one plaintext shared by every connection it goes to.
   void send(const ConnPtr& c, MsgType t, std::shared_ptr<const std::string> payload) {
     if (c->closed || !c->session) return;
-    c->outq.push_back(Outgoing{{}, t, std::move(payload)});
+    c->outq.push_back(Outgoing{{}, t, std::move(payload), nullptr});
     c->wake.cancel();
   }
   void send(const ConnPtr& c, MsgType t, std::string payload) {
@@ -365,6 +419,7 @@ struct Syncer::Impl {
     c->sock.shutdown(tcp::socket::shutdown_both, ec);
     c->sock.close(ec);
     c->wake.cancel();
+    c->bulk_wake.cancel();
   }
   // A refused message or peer: logged and taped, never touching merge state. Strangers are
   // logged one by one only up to the interval's burst; the rest are counted by kind of reason
@@ -487,21 +542,26 @@ struct Syncer::Impl {
   }
 
   // The public state of fragment p: what every learner holds at its version.
-  const std::vector<float>& public_state(std::uint32_t p) const {
-    const auto& f = st.fragments[p];
-    return f.pub.size() == f.params.size() ? f.pub : f.params;
-  }
-  std::string fragment_payload(std::uint32_t p) const {
-    return FragmentMsg{p, st.fragments[p].version, public_state(p)}.encode();
+  const std::vector<float>& public_state(std::uint32_t p) const { return st.fragments[p].public_values(); }
+  // Fragment p's full public state as a payload made when its first frame is sealed: on the
+  // frame workers for a bulk fragment, so a catch-up of a large fragment is never encoded on the
+  // I/O thread. It holds the version's buffer, which later merges do not change.
+  std::shared_ptr<LazyPayload> fragment_payload(std::uint32_t p) const {
+    const FragmentState& f = st.fragments[p];
+    auto lazy = std::make_shared<LazyPayload>();
+    lazy->size = 4 + 8 + 8 + f.params->size() * sizeof(float);
+    lazy->make = [p, v = f.version, values = f.pub ? f.pub : f.params] { return FragmentMsg::encode(p, v, *values); };
+    return lazy;
   }
   void note_sent(const ConnPtr& c, std::uint32_t p) {
     if (c->sent.size() < st.fragments.size()) c->sent.resize(st.fragments.size(), kNotSent);
     c->sent[p] = st.fragments[p].version;
   }
   // The full public state of fragment p (catch-up, a refused push, the f32 downlink).
-  void send_fragment(const ConnPtr& c, std::uint32_t p, std::shared_ptr<const std::string> payload = nullptr) {
+  void send_fragment(const ConnPtr& c, std::uint32_t p, std::shared_ptr<LazyPayload> payload = nullptr) {
     if (c->closed || !c->session) return;
-    send(c, MsgType::fragment, payload ? std::move(payload) : std::make_shared<const std::string>(fragment_payload(p)));
+    c->outq.push_back(Outgoing{{}, MsgType::fragment, nullptr, payload ? std::move(payload) : fragment_payload(p)});
+    c->wake.cancel();
     note_sent(c, p);
   }
   // A push refused as too stale or ahead of the syncer: the learner needs the current version,
@@ -519,7 +579,7 @@ struct Syncer::Impl {
     return p < c->sent.size() && c->sent[p] + 1 == st.fragments[p].version;
   }
   void broadcast_fragment(std::uint32_t p, std::shared_ptr<const std::string> update = nullptr) {
-    std::shared_ptr<const std::string> full;
+    std::shared_ptr<LazyPayload> full;
     for (const auto& c : conns) {
       if (!c->session || c->closed) continue;
       if (update && holds_base(c, p)) {
@@ -527,7 +587,7 @@ struct Syncer::Impl {
         note_sent(c, p);
         continue;
       }
-      if (!full) full = std::make_shared<const std::string>(fragment_payload(p));
+      if (!full) full = fragment_payload(p);
       send_fragment(c, p, full);
     }
   }
@@ -563,17 +623,20 @@ struct Syncer::Impl {
   awaitable<void> writer(ConnPtr c) {
     while (!c->closed) {
       while (!c->outq.empty() && !c->closed) {
-        if (c->outq.front().plain) {
+        if (c->outq.front().plain || c->outq.front().lazy) {
           // Sealed here, in send order, so the nonce sequence is the order on the wire; a bulk
-          // frame is sealed on the worker pool while the I/O thread serves everyone else.
+          // frame is made and sealed on the frame workers while the I/O thread serves everyone else.
           const auto plain = std::move(c->outq.front().plain);
+          const auto lazy = std::move(c->outq.front().lazy);
           const MsgType t = c->outq.front().type;
           std::string frame;
-          if (plain->size() >= o.offload_bytes) {
-            auto seal = [c, plain, t, rid = run_id] { return c->session->seal(t, rid, *plain); };
+          if ((plain ? plain->size() : lazy->size) >= o.offload_bytes) {
+            auto seal = [c, plain, lazy, t, rid = run_id] {
+              return c->session->seal(t, rid, plain ? *plain : lazy->get());
+            };
             frame = co_await offload(std::move(seal));
           } else
-            frame = c->session->seal(t, run_id, *plain);
+            frame = c->session->seal(t, run_id, plain ? *plain : lazy->get());
           c->outq.front().frame = std::move(frame);
           if (c->closed) break;
         }
@@ -617,6 +680,7 @@ struct Syncer::Impl {
     // A stranger gets a small read buffer (its frames are capped at kControlCap anyway); an
     // authenticated learner a large one.
     std::vector<char> buf(kStrangerBuffer);
+    bool errored = false;
     try {
       for (;;) {
         if (c->session && buf.size() < kLearnerBuffer) {
@@ -636,8 +700,36 @@ struct Syncer::Impl {
         while (!c->closed && !c->refusing) {
           auto f = c->dec.next();
           if (!f) break;
-          if (c->session && f->payload.size() >= o.offload_bytes) co_await handle_bulk(c, std::make_shared<Frame>(std::move(*f)));
-          else handle(c, *f);
+          if (!c->session) {
+            handle_stranger(c, *f);
+            continue;
+          }
+          const std::uint64_t seq = c->session->reserve_recv();
+          if (f->payload.size() >= o.offload_bytes) {
+            // At most kBulkInFlight frames of a connection are opened at once (memory).
+            while (c->bulk_pending >= kBulkInFlight && !c->closed) {
+              boost::system::error_code wait_ec;
+              c->bulk_wake.expires_at(asio::steady_timer::time_point::max());
+              co_await c->bulk_wake.async_wait(asio::redirect_error(use_awaitable, wait_ec));
+            }
+            if (c->closed) break;
+            ++c->bulk_pending;
+            asio::co_spawn(io, handle_bulk(c, std::make_shared<Frame>(std::move(*f)), seq), asio::detached);
+            continue;
+          }
+          const MsgType type = f->type;
+          const std::string payload = c->session->open_at(std::move(*f), seq);
+          if (c->bulk_pending > 0 || !c->held.empty()) {
+            if (c->held.empty() && (type == MsgType::push || type == MsgType::heartbeat)) {
+              touch(c->learner_id);
+              if (type == MsgType::push) on_push(c, Push::decode(payload), payload.size(), nullptr, seq);
+              else Heartbeat::decode(payload);
+            } else {
+              c->held.emplace_back(type, payload, seq);
+            }
+            continue;
+          }
+          dispatch(c, type, payload, seq);
         }
         if (c->closed || c->refusing) break;
       }
@@ -645,10 +737,20 @@ struct Syncer::Impl {
       // fatal() has stopped the syncer; nothing more is written.
     } catch (const ProtocolError& e) {
       reject(c, std::string("protocol: ") + e.what());
+      errored = true;
     } catch (const WireError& e) {
       reject(c, std::string("malformed message: ") + e.what());
+      errored = true;
     } catch (const std::exception& e) {
       reject(c, std::string("error: ") + e.what());
+      errored = true;
+    }
+    // What the learner sent before it closed is handled before the connection goes: its bulk
+    // frames still being opened, and the frames held behind them.
+    while (!errored && c->bulk_pending > 0 && !c->closed && !done && !failed) {
+      boost::system::error_code ec;
+      c->bulk_wake.expires_at(asio::steady_timer::time_point::max());
+      co_await c->bulk_wake.async_wait(asio::redirect_error(use_awaitable, ec));
     }
     if (!c->refusing) close(c);  // a refused peer is closed by its writer once the refusal is out
     conns.erase(c);
@@ -765,27 +867,29 @@ struct Syncer::Impl {
 
   // ---------------------------------------------------------------- messages
 
-  void handle(const ConnPtr& c, Frame& f) {
-    if (!c->session) {
-      if (f.type != MsgType::hello) {
-        reject(c, std::string("unauthenticated peer sent ") + msg_name(f.type));
-        close(c);
-        return;
-      }
-      return on_hello(c, f);
+  // A frame of a peer that has not authenticated: only a hello is accepted. (An authenticated
+  // learner's frames are opened and handled in serve() and handle_bulk().)
+  void handle_stranger(const ConnPtr& c, Frame& f) {
+    if (f.type != MsgType::hello) {
+      reject(c, std::string("unauthenticated peer sent ") + msg_name(f.type));
+      close(c);
+      return;
     }
-    const std::string payload = c->session->open(std::move(f));  // decrypted in place (takes f.payload)
-    dispatch(c, f.type, payload);
+    on_hello(c, f);
   }
 
-  // A bulk frame of an authenticated learner: opened (and a push's delta decoded and checked) on
-  // the worker pool, then handled on the I/O thread like any other. This connection reads no
-  // further frame meanwhile, so its frames are still handled in order; the others go on.
-  awaitable<void> handle_bulk(ConnPtr c, std::shared_ptr<Frame> f) {
+  // A bulk frame of an authenticated learner (receive sequence number `seq`, reserved when it
+  // was read): opened (and a push's delta decoded and checked) on the frame workers, then handled
+  // on the I/O thread. The connection goes on reading meanwhile: pushes and heartbeats read behind
+  // it are handled at once (a small fragment's round does not wait for the opening of a large
+  // fragment's push), every other frame waits until the bulk frames before it are handled, so a
+  // learner's `done` or `leave` still comes after its pushes. A frame that does not open (forged,
+  // replayed, reordered) drops the connection as before.
+  awaitable<void> handle_bulk(ConnPtr c, std::shared_ptr<Frame> f, std::uint64_t seq) {
     const MsgType type = f->type;
-    auto open = [c, type, f] {
+    auto open = [c, type, f, seq] {
       Opened o;
-      o.payload = c->session->open(std::move(*f));
+      o.payload = c->session->open_at(std::move(*f), seq);
       o.size = o.payload.size();
       if (type == MsgType::push) {
         o.push = prepare_push(o.payload);
@@ -793,21 +897,42 @@ struct Syncer::Impl {
       }
       return o;
     };
-    Opened opened = co_await offload(std::move(open));
-    if (c->closed || done || failed) co_return;
-    if (opened.push) {
-      touch(c->learner_id);
-      on_push(c, opened.push->msg, opened.size, &opened.push->delta);
-      co_return;
+    try {
+      Opened opened = co_await offload(std::move(open));
+      --c->bulk_pending;
+      c->bulk_wake.cancel();
+      if (c->closed || done || failed) co_return;
+      if (opened.push) {
+        touch(c->learner_id);
+        on_push(c, opened.push->msg, opened.size, &opened.push->delta, seq);
+      } else {
+        dispatch(c, type, opened.payload, seq);
+      }
+      // The frames held behind the bulk frames, in order, once none is left before them.
+      while (c->bulk_pending == 0 && !c->held.empty() && !c->closed && !done && !failed) {
+        auto [t, payload, s] = std::move(c->held.front());
+        c->held.pop_front();
+        dispatch(c, t, payload, s);
+      }
+    } catch (const PersistFailure&) {
+      // fatal() has stopped the syncer; nothing more is written.
+    } catch (const ProtocolError& e) {
+      reject(c, std::string("protocol: ") + e.what());
+      close(c);
+    } catch (const WireError& e) {
+      reject(c, std::string("malformed message: ") + e.what());
+      close(c);
+    } catch (const std::exception& e) {
+      reject(c, std::string("error: ") + e.what());
+      close(c);
     }
-    dispatch(c, type, opened.payload);
   }
 
-  void dispatch(const ConnPtr& c, MsgType type, const std::string& payload) {
+  void dispatch(const ConnPtr& c, MsgType type, const std::string& payload, std::uint64_t seq) {
     touch(c->learner_id);
     switch (type) {
       case MsgType::init: return on_init(c, Init::decode(payload));
-      case MsgType::push: return on_push(c, Push::decode(payload), payload.size());
+      case MsgType::push: return on_push(c, Push::decode(payload), payload.size(), nullptr, seq);
       case MsgType::heartbeat: Heartbeat::decode(payload); return;
       case MsgType::leave: return on_leave(c);
       case MsgType::done: return on_done(c, Heartbeat::decode(payload));
@@ -859,6 +984,8 @@ struct Syncer::Impl {
     // Authenticated: only now does the peer touch any state.
     c->session.emplace(session_key(key, c->server_nonce, h.client_nonce), 'S', 'L');
     c->dec.set_max_frame(o.max_frame);
+    // A bulk frame's CRC is checked where it is opened, on the frame workers (handle_bulk).
+    c->dec.defer_crc_from(o.offload_bytes);
     for (const auto& other : conns)
       if (other != c && other->learner_id == h.learner_id && other->session) {
         taped("superseded", -1, -1, {h.learner_id}, {{"peer", other->peer}});
@@ -916,14 +1043,14 @@ struct Syncer::Impl {
     }
     for (std::uint32_t p = 0; p < st.layout.fragments.size(); ++p) {
       FragmentState f;
-      f.params = pack_fragment(st.layout, p, tensors);
-      f.momentum.assign(f.params.size(), 0.0f);
+      f.params = make_floats(pack_fragment(st.layout, p, tensors));
+      f.momentum = make_floats(std::vector<float>(f.params->size(), 0.0f));
       f.pub = f.params;
       st.fragments.push_back(std::move(f));
     }
     st.initialised = true;
     rounds.assign(st.fragments.size(), Round{});
-    persist("writing the checkpoint", [&] { save_checkpoint(ckpt_path(), st); });
+    checkpoint();
     taped("init", -1, 0, {c->learner_id},
                 {{"tensors", st.layout.tensors.size()}, {"fragments", st.fragments.size()},
                  {"numel", st.layout.total_numel()}, {"pattern", pattern_name(st.layout.pattern)},
@@ -937,7 +1064,7 @@ struct Syncer::Impl {
   }
 
   // `checked`: the delta already decoded and checked (a bulk push opened on the worker pool).
-  void on_push(const ConnPtr& c, const Push& m, std::size_t bytes, CheckedDelta* checked = nullptr) {
+  void on_push(const ConnPtr& c, const Push& m, std::size_t bytes, CheckedDelta* checked, std::uint64_t seq) {
     const std::string& id = c->learner_id;
     if (!st.initialised) {
       reject(c, "push before the run state exists");
@@ -949,10 +1076,18 @@ struct Syncer::Impl {
       reject(c, "push for fragment " + std::to_string(p) + " which does not exist");
       return ack(c, p, PushStatus::invalid);
     }
+    if (c->push_seq.size() < st.fragments.size()) c->push_seq.resize(st.fragments.size(), 0);
+    if (seq < c->push_seq[p]) {
+      // Opened after a newer push of the same fragment from this connection was handled: it is
+      // superseded, as a second push into an open round replaces the first.
+      spdlog::debug("syncer: {}'s push of fragment {} superseded by a newer one", id, p);
+      return ack(c, p, PushStatus::duplicate);
+    }
+    c->push_seq[p] = seq;
     auto& frag = st.fragments[p];
-    if (m.numel != frag.params.size()) {
+    if (m.numel != frag.params->size()) {
       reject(c, "wrong shape: push has " + std::to_string(m.numel) + " values, fragment " + std::to_string(p) +
-                    " has " + std::to_string(frag.params.size()), p);
+                    " has " + std::to_string(frag.params->size()), p);
       return ack(c, p, PushStatus::invalid);
     }
     if (m.samples == 0) {
@@ -1156,13 +1291,14 @@ struct Syncer::Impl {
     if (now - r.first >= o.timeouts.round_deadline_s) return merge(p, "deadline", q, grace, now);
   }
 
-  // A merge runs in three steps. merge() (I/O thread) takes the round; compute (the worker
-  // pool for a fragment of offload_bytes or more, else inline) corrects, averages and applies
-  // the outer step into new buffers and encodes the update while the I/O thread goes on
-  // serving the current version (catch-ups, resends, checkpoints only read θ, m and P, and
-  // nothing writes them while the fragment's merge is in flight); finish_merge (I/O thread)
-  // swaps the result in, then checkpoint, tape record and broadcast as before. One merge per
-  // fragment is in flight at a time; other fragments' rounds merge meanwhile.
+  // A merge runs in steps. merge() (I/O thread) takes the round; compute (the worker pool for
+  // a fragment of offload_bytes or more, else inline) corrects, averages and applies the outer
+  // step into new buffers and encodes the update while the I/O thread goes on serving the
+  // current version (the buffers are shared and never written); land() (I/O thread) has the
+  // new version's data file written on the checkpoint writers; once it is durable the next
+  // manifest names it (pump_manifest, on the manifest writer), and once that is durable the
+  // merge is applied to the state, taped and broadcast (publish). Until then the fragment's
+  // merge is in flight: one per fragment at a time, other fragments' rounds merge meanwhile.
   struct MergeJob {
     std::uint32_t p = 0;
     std::string reason;
@@ -1176,7 +1312,12 @@ struct Syncer::Impl {
     std::size_t active = 0;     // active learners (live, not done) when the merge was decided
     bool every_active = false;  // every one of them is in the merge
     // results
+    Floats base_params, base_momentum, base_pub;  // the fragment's state the merge starts from
     std::vector<float> params, momentum, pub;
+    Floats new_params, new_momentum, new_pub;  // the same, shared, once the merge landed
+    std::set<std::string> missing;             // active learners the merge went ahead without
+    std::uint32_t data_crc = 0;                // of the fragment's data file at the new version
+    json record;                               // the merge record on the tape
     HelocoStats hs;
     double update_norm = 0;
     Published published;
@@ -1215,6 +1356,9 @@ struct Syncer::Impl {
     job->round_last = r.last;
     FragmentState& f = st.fragments[p];
     job->version = f.version;
+    job->base_params = f.params;
+    job->base_momentum = f.momentum;
+    job->base_pub = f.pub ? f.pub : f.params;
     for (const auto& q : r.pushes) {
       job->samples.push_back(q.samples);
       job->staleness.push_back(f.version - q.base_version);
@@ -1233,26 +1377,28 @@ struct Syncer::Impl {
     std::uint64_t total = 0;
     for (auto s : job->samples) total += s;
     samples_in_flight += total;
-    if (f.params.size() * sizeof(float) < o.offload_bytes) {
+    if (f.params->size() * sizeof(float) < o.offload_bytes) {
       compute_merge(*job);
-      return finish_merge(job);
+      return land(job);
     }
     job->offloaded = true;
     asio::post(pool, [this, job] {
       compute_merge(*job);
+      job->base_params.reset();
+      job->base_momentum.reset();
+      job->base_pub.reset();
       asio::post(io, [this, job] { finish_merge_async(job); });
     });
   }
 
-  // The merge math on the job's own buffers; reads the fragment's θ, m and P (which nothing
-  // writes while the merge is in flight). Any thread.
+  // The merge math on the job's own buffers, from the fragment's θ, m and P it started from
+  // (shared, never written). Any thread.
   void compute_merge(MergeJob& j) const {
     const auto t0 = steady_now();
     try {
-      const FragmentState& f = st.fragments[j.p];
       for (std::size_t i = 0; i < j.pushes.size(); ++i) {
         if (!o.heloco || j.staleness[i] == 0) continue;
-        const auto one = heloco_correct(j.pushes[i].delta, f.momentum, o.heloco_params);
+        const auto one = heloco_correct(j.pushes[i].delta, *j.base_momentum, o.heloco_params);
         j.hs.kept += one.kept;
         j.hs.shrunk += one.shrunk;
         j.hs.reoriented += one.reoriented;
@@ -1263,56 +1409,57 @@ struct Syncer::Impl {
       const auto merged = rda_merge(ds, j.weights);
       j.update_norm = l2_norm(merged);
       j.pushes.clear();  // the deltas are no longer needed
-      j.params = f.params;
-      j.momentum = f.momentum;
+      j.params = *j.base_params;
+      j.momentum = *j.base_momentum;
       outer_step(j.params, j.momentum, merged, o.outer_lr, o.outer_momentum);
       // The new public state: P + the decoded q4 update of θ − P (the residual stays in θ − P and
       // goes out with the next update), or θ itself with the f32 downlink.
       if (o.downlink == Downlink::q4) {
-        j.pub = f.pub.size() == f.params.size() ? f.pub : f.params;
+        j.pub = *j.base_pub;
         j.published = publish_update(j.p, j.version, j.version + 1, j.params, j.pub, o.quant_block);
         if (j.published.update) {
           j.public_crc = j.published.update->crc;
           j.update = std::make_shared<const std::string>(j.published.update->encode());
           j.published.update.reset();
         }
-      } else {
-        j.pub = j.params;  // P = θ
-      }
+      }  // f32: P = θ (land() shares the buffer)
     } catch (...) {
       j.error = std::current_exception();
     }
     j.compute_s = steady_now() - t0;
   }
 
-  // A merge computed on the worker pool lands on the I/O thread: it is applied unless the
-  // syncer stopped meanwhile, then rounds that filled up meanwhile, the learners-done cut and a
-  // final cut that waited for it go ahead.
+  // A merge computed on the worker pool lands on the I/O thread: it goes on (land) unless the
+  // syncer stopped meanwhile.
   void finish_merge_async(const std::shared_ptr<MergeJob>& job) {
     if (done || failed) return;
     try {
-      finish_merge(job);
-      const double now = steady_now();
-      if (!finishing && deferred_final && merges_in_flight == 0) {
-        const std::string reason = *deferred_final;
-        deferred_final.reset();
-        begin_final(reason);
-      }
-      for (std::uint32_t q = 0; q < rounds.size(); ++q) try_close(q, now);
-      check_all_done(now);
+      land(job);
     } catch (const PersistFailure&) {
       // fatal() has stopped the syncer; nothing more is written.
     }
   }
 
-  void finish_merge(const std::shared_ptr<MergeJob>& job) {
+  // After a merge became visible (or could not start one): rounds that filled up meanwhile, the
+  // learners-done cut and a final cut that waited for the merges in flight go ahead.
+  void after_merges_landed() {
+    const double now = steady_now();
+    if (!finishing && deferred_final && merges_in_flight == 0) {
+      const std::string reason = *deferred_final;
+      deferred_final.reset();
+      begin_final(reason);
+    }
+    for (std::uint32_t q = 0; q < rounds.size(); ++q) try_close(q, now);
+    check_all_done(now);
+  }
+
+  // A computed merge on the I/O thread. With checkpoint_every = 1 (the default) its fragment's
+  // data file is written on the checkpoint writers and the merge waits, still in flight, until
+  // a manifest naming it is durable (pump_manifest); the I/O thread goes on meanwhile. With a
+  // larger checkpoint_every (or everything kept on the I/O thread) it becomes visible at once,
+  // after the due checkpoint is written here.
+  void land(const std::shared_ptr<MergeJob>& job) {
     MergeJob& j = *job;
-    const std::uint32_t p = j.p;
-    merging[p] = 0;
-    --merges_in_flight;
-    std::uint64_t total = 0;
-    for (auto s : j.samples) total += s;
-    samples_in_flight -= total;
     if (j.error) {
       std::string why = "unknown error";
       try {
@@ -1321,18 +1468,191 @@ struct Syncer::Impl {
         why = e.what();
       } catch (...) {
       }
-      spdlog::critical("syncer: the merge of fragment {} failed: {}; stopping with exit code 1", p, why);
+      spdlog::critical("syncer: the merge of fragment {} failed: {}; stopping with exit code 1", j.p, why);
       failed = true;
       shutdown(static_cast<int>(ExitCode::failure));
       throw PersistFailure(why);
     }
-    const double now = steady_now();
-    FragmentState& f = st.fragments[p];
-    f.params = std::move(j.params);
-    f.momentum = std::move(j.momentum);
-    f.pub = std::move(j.pub);
-    ++f.version;
-    ++st.outer_steps;
+    j.new_params = make_floats(std::move(j.params));
+    j.new_momentum = make_floats(std::move(j.momentum));
+    j.new_pub = o.downlink == Downlink::q4 ? make_floats(std::move(j.pub)) : j.new_params;
+    for (const auto& id : active_ids())
+      if (std::find(j.who.begin(), j.who.end(), id) == j.who.end()) j.missing.insert(id);
+    if (async_checkpoints()) {
+      FragmentState next;
+      next.version = j.version + 1;
+      next.params = j.new_params;
+      next.momentum = j.new_momentum;
+      next.pub = j.new_pub;
+      asio::post(ckpt_writers, [this, job, next = std::move(next), dir = o.state_dir] {
+        std::uint32_t crc = 0;
+        std::exception_ptr error;
+        try {
+          crc = save_fragment_data(dir, job->p, next);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        asio::post(io, [this, job, crc, error] { data_written(job, crc, error); });
+      });
+      return;
+    }
+    retire_buffers(st.fragments[j.p]);
+    apply_merge(st, j, /*record=*/true);
+    if (++merges_since_ckpt >= o.checkpoint_every) checkpoint();
+    publish(j);
+    if (j.offloaded) after_merges_landed();
+  }
+
+  // Every merge's checkpoint off the I/O thread: with checkpoint_every = 1, unless everything is
+  // kept on the I/O thread (offload_bytes = SIZE_MAX, the design before the pools).
+  bool async_checkpoints() const { return o.checkpoint_every == 1 && o.offload_bytes != SIZE_MAX; }
+
+  // A fragment's buffers about to be replaced by a merge's are released on a checkpoint writer:
+  // unmapping a large fragment's 3 × 4 bytes a value took tens of milliseconds on the I/O thread.
+  // Moves them out of f, which apply_merge fills again at once.
+  void retire_buffers(FragmentState& f) {
+    if (!f.params || f.params->size() * sizeof(float) < o.offload_bytes) return;
+    std::array<Floats, 3> old{std::move(f.params), std::move(f.momentum), std::move(f.pub)};
+    asio::post(ckpt_writers, [old = std::move(old)]() mutable {
+      for (auto& b : old) b.reset();
+    });
+  }
+
+  // A merge's data file is durable (or failed: retried once here after the strangers are shed).
+  void data_written(const std::shared_ptr<MergeJob>& job, std::uint32_t crc, std::exception_ptr error) {
+    if (done || failed) return;
+    try {
+      if (error) {
+        const FragmentState next{job->version + 1, job->new_params, job->new_pub, job->new_momentum, -1, {}};
+        retry_write("writing the checkpoint", error, [&] { crc = save_fragment_data(o.state_dir, job->p, next); });
+      }
+      job->data_crc = crc;
+      ready.push_back(job);
+      pump_manifest();
+    } catch (const PersistFailure&) {
+    }
+  }
+
+  // A durable write that failed on another thread: retried once on the I/O thread after every
+  // unauthenticated connection is closed, as persist() does; a second failure is fatal.
+  template <class F>
+  void retry_write(const char* what, std::exception_ptr error, F&& write) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      spdlog::warn("syncer: {} failed ({}); retrying once after closing {} unauthenticated connection(s)", what,
+                   e.what(), shed_strangers());
+    } catch (...) {
+    }
+    try {
+      write();
+    } catch (const std::exception& e) {
+      fatal(std::string(what) + ": " + e.what());
+    }
+  }
+
+  // The merges whose data files are durable, in the order they became so: the next manifest
+  // names them (one manifest write at a time, each naming everything the previous one did, so a
+  // fragment never goes back), then they become visible in that order.
+  std::vector<std::shared_ptr<MergeJob>> ready;
+  struct ManifestWrite {
+    std::vector<std::shared_ptr<MergeJob>> batch;
+    std::vector<std::uint32_t> crcs;
+    std::vector<std::filesystem::path> superseded;  // data files no manifest names any more
+    std::promise<std::exception_ptr> result;
+    std::shared_future<std::exception_ptr> written;
+    SyncerState snap;
+    bool completed = false;
+  };
+  std::shared_ptr<ManifestWrite> manifest_in_flight;
+
+  void pump_manifest() {
+    if (manifest_in_flight || ready.empty() || done || failed) return;
+    auto w = std::make_shared<ManifestWrite>();
+    w->batch = std::move(ready);
+    ready.clear();
+    w->snap = st;  // shares the fragments' buffers
+    w->crcs = durable_crc;
+    for (const auto& job : w->batch) {
+      apply_merge(w->snap, *job, /*record=*/true);
+      w->crcs[job->p] = job->data_crc;
+      w->superseded.push_back(o.state_dir / fragment_data_name(job->p, job->version));
+    }
+    w->snap.wall_seconds = st.wall_seconds + (steady_now() - started);
+    w->written = w->result.get_future().share();
+    manifest_in_flight = w;
+    asio::post(ckpt_manifest, [this, w, path = ckpt_path()] {
+      std::exception_ptr error;
+      try {
+        atomic_write(path, encode_manifest(w->snap, w->crcs));
+        std::error_code ec;
+        for (const auto& f : w->superseded) std::filesystem::remove(f, ec);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      w->result.set_value(error);
+      asio::post(io, [this, w] {
+        if (done || failed) return;
+        try {
+          manifest_written(w);
+          after_merges_landed();
+        } catch (const PersistFailure&) {
+        }
+      });
+    });
+  }
+
+  // The manifest of a batch is durable: its merges become visible (tape record, broadcast). Also
+  // called by checkpoint(), which waits for the write first; runs once per batch.
+  void manifest_written(const std::shared_ptr<ManifestWrite>& w) {
+    if (w->completed) return;
+    w->completed = true;
+    if (manifest_in_flight == w) manifest_in_flight.reset();
+    if (const std::exception_ptr error = w->written.get())
+      retry_write("writing the checkpoint", error, [&] { atomic_write(ckpt_path(), encode_manifest(w->snap, w->crcs)); });
+    durable_crc = w->crcs;
+    for (const auto& job : w->batch) {
+      retire_buffers(st.fragments[job->p]);
+      apply_merge(st, *job, /*record=*/false);
+      durable_version[job->p] = job->version + 1;
+    }
+    merges_since_ckpt = 0;
+    if (o.tape_max_bytes > 0 && tape->bytes() > o.tape_max_bytes) rotate_tape();
+    for (const auto& job : w->batch) publish(*job);
+    pump_manifest();
+  }
+
+  // The merge into state s (the syncer's, or a manifest's copy): the new buffers and version,
+  // the counters and the registry; with `record`, the merge record is made from s and kept in
+  // the job and in the fragment (the checkpoint holds each fragment's last merge record).
+  void apply_merge(SyncerState& s, MergeJob& j, bool record) {
+    const std::uint32_t p = j.p;
+    FragmentState& f = s.fragments[p];
+    f.params = j.new_params;
+    f.momentum = j.new_momentum;
+    f.pub = j.new_pub;
+    f.version = j.version + 1;
+    ++s.outer_steps;
+    std::uint64_t total = 0;
+    for (auto x : j.samples) total += x;
+    for (std::size_t i = 0; i < j.who.size(); ++i) {
+      auto& reg = s.registry[j.who[i]];
+      if (reg.id.empty()) reg.id = j.who[i];
+      ++reg.merged;
+      reg.samples += j.samples[i];
+    }
+    s.samples_merged += total;
+    // The arrival spread of the round feeds the adaptive grace window only when every active
+    // learner is in it: a round that went ahead without some knows only a lower bound, and
+    // counting it (or the straggler's lone round that follows) as the spread would shrink the
+    // window until no merge waits for anyone. The stragglers' lateness is measured when their
+    // pushes arrive (note_straggler).
+    const double spread = j.round_last - j.round_first;
+    if (j.missing.empty()) observe_spread(f, spread);
+    if (!record) {
+      f.last_merge_event = j.record.dump();
+      return;
+    }
     json downlink = {{"encoding", downlink_name(o.downlink)}};
     if (o.downlink == Downlink::q4) {
       downlink["update_max"] = j.published.update_max;
@@ -1340,26 +1660,9 @@ struct Syncer::Impl {
       if (j.update) downlink["public_crc"] = j.public_crc;
       else downlink["encoding"] = "f32";  // θ − P not finite: P = θ, sent in full
     }
-    for (std::size_t i = 0; i < j.who.size(); ++i) {
-      auto& reg = st.registry[j.who[i]];
-      ++reg.merged;
-      reg.samples += j.samples[i];
-    }
-    st.samples_merged += total;
-    // The arrival spread of the round feeds the adaptive grace window only when every active
-    // learner is in it: a round that went ahead without some knows only a lower bound, and
-    // counting it (or the straggler's lone round that follows) as the spread would shrink the
-    // window until no merge waits for anyone. The stragglers' lateness is measured when their
-    // pushes arrive (note_straggler).
-    const double spread = j.round_last - j.round_first;
-    std::set<std::string> missing;
-    for (const auto& id : active_ids())
-      if (std::find(j.who.begin(), j.who.end(), id) == j.who.end()) missing.insert(id);
-    if (missing.empty()) observe_spread(f, spread);
-    if (stragglers.size() < st.fragments.size()) stragglers.resize(st.fragments.size());
-    stragglers[p] = Stragglers{std::move(missing), j.round_first};
+    const double now = steady_now();
     json rec = {{"event", "merge"}, {"time", unix_now()}, {"fragment", p}, {"version", f.version},
-                {"learners", j.who}, {"outer_step", st.outer_steps}, {"weights", j.weights},
+                {"learners", j.who}, {"outer_step", s.outer_steps}, {"weights", j.weights},
                 {"staleness", j.staleness}, {"samples", j.samples}, {"reason", j.reason}, {"quorum", j.quorum},
                 {"live", live_ids().size()}, {"active", j.active}, {"every_active", j.every_active},
                 {"grace_s", j.grace}, {"spread_s", spread},
@@ -1367,28 +1670,66 @@ struct Syncer::Impl {
                 {"update_norm", j.update_norm},
                 {"heloco", {{"kept", j.hs.kept}, {"shrunk", j.hs.shrunk}, {"reoriented", j.hs.reoriented}}}};
     // What each connected learner is sent (bytes on the wire, frame included): the update, or the
-    // full fragment to a learner that does not hold the update's base.
+    // full fragment to a learner that does not hold the update's base (connections as the
+    // record is made).
     if (j.update) downlink["update_bytes"] = j.update->size() + kHeaderBytes + kSealBytes;
-    downlink["fragment_bytes"] = public_state(p).size() * 4 + 20 + kHeaderBytes + kSealBytes;
+    downlink["fragment_bytes"] = f.params->size() * 4 + 20 + kHeaderBytes + kSealBytes;
     std::uint64_t to_update = 0, to_full = 0;
     for (const auto& c : conns)
-      if (c->session && !c->closed) ++(j.update && holds_base(c, p) ? to_update : to_full);
+      if (c->session && !c->closed)
+        ++(j.update && p < c->sent.size() && c->sent[p] == j.version ? to_update : to_full);
     downlink["updates_sent"] = to_update;
     downlink["fragments_sent"] = to_full;
     rec["downlink"] = downlink;
-    f.last_merge_event = rec.dump();
-    // Durable before visible: the checkpoint (when due, with θ and P) is written before the tape
-    // record and before any learner sees the new version.
-    if (++merges_since_ckpt >= o.checkpoint_every) checkpoint();
-    taped_raw(rec);
+    j.record = std::move(rec);
+    f.last_merge_event = j.record.dump();
+  }
+
+  // A merge applied to st becomes visible: no longer in flight, its tape record, the broadcast.
+  void publish(MergeJob& j) {
+    const std::uint32_t p = j.p;
+    merging[p] = 0;
+    --merges_in_flight;
+    std::uint64_t total = 0;
+    for (auto x : j.samples) total += x;
+    samples_in_flight -= total;
+    if (stragglers.size() < st.fragments.size()) stragglers.resize(st.fragments.size());
+    stragglers[p] = Stragglers{std::move(j.missing), j.round_first};
+    // Durable before visible: the checkpoint naming this version (with θ and P) was written
+    // before the tape record and before any learner sees the new version. The record's time and
+    // round latency are those of this moment (the checkpoint's copy has those of its making).
+    j.record["time"] = unix_now();
+    j.record["round_latency_s"] = steady_now() - j.round_first;
+    taped_raw(j.record);
     broadcast_fragment(p, j.update);
     check_budget();
   }
 
+  // Every fragment's data file that the last manifest does not name at its version, then the
+  // manifest, on the I/O thread (the initial state, a due checkpoint with checkpoint_every > 1,
+  // the final cut, a stop). A manifest write in flight is waited for and its merges made
+  // visible first, so this one names them too and no older manifest lands after it.
   void checkpoint() {
+    while (const auto w = manifest_in_flight) {
+      w->written.wait();
+      manifest_written(w);
+    }
     st.wall_seconds += steady_now() - started;
     started = steady_now();
-    persist("writing the checkpoint", [&] { save_checkpoint(ckpt_path(), st); });
+    persist("writing the checkpoint", [&] {
+      durable_crc.resize(st.fragments.size(), 0);
+      if (durable_version.size() != st.fragments.size()) durable_version.assign(st.fragments.size(), kNotSent);
+      std::vector<std::filesystem::path> superseded;
+      for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
+        if (durable_version[p] == st.fragments[p].version) continue;
+        durable_crc[p] = save_fragment_data(o.state_dir, p, st.fragments[p]);
+        if (durable_version[p] != kNotSent) superseded.push_back(o.state_dir / fragment_data_name(p, durable_version[p]));
+        durable_version[p] = st.fragments[p].version;
+      }
+      atomic_write(ckpt_path(), encode_manifest(st, durable_crc));
+      std::error_code ec;
+      for (const auto& f : superseded) std::filesystem::remove(f, ec);
+    });
     merges_since_ckpt = 0;
     if (o.tape_max_bytes > 0 && tape->bytes() > o.tape_max_bytes) rotate_tape();
   }
@@ -1441,7 +1782,7 @@ struct Syncer::Impl {
     final_cut = FinalCut{};
     for (const auto& f : st.fragments) {
       final_cut.versions.push_back(f.version);
-      final_cut.fragments.push_back(f.params);
+      final_cut.fragments.push_back(*f.params);
     }
     final_cut.digest = state_digest(final_cut.versions, final_cut.fragments);
     write_final_tensors();
@@ -1463,7 +1804,7 @@ struct Syncer::Impl {
     std::vector<std::span<float>> spans;
     for (const auto& s : st.layout.tensors) t.emplace_back(s.numel);
     for (auto& v : t) spans.emplace_back(v);
-    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) apply_fragment(st.layout, p, st.fragments[p].params, spans);
+    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) apply_fragment(st.layout, p, *st.fragments[p].params, spans);
     persist("writing final_cut.bin", [&] {
       AtomicFile out(o.state_dir / "final_cut.bin");
       for (const auto& v : t) out.write(v.data(), v.size() * 4);

@@ -147,8 +147,8 @@ void write_syncer_checkpoint(const fs::path& file, FluxTransformer2DModel& m, st
   for (std::uint32_t p = 0; p < fragments; ++p) {
     yeto::sync::FragmentState f;
     f.version = 3;
-    f.params = yeto::sync::pack_fragment(s.layout, p, spans);
-    f.momentum.assign(f.params.size(), 0.0f);
+    f.params = yeto::sync::make_floats(yeto::sync::pack_fragment(s.layout, p, spans));
+    f.momentum = yeto::sync::make_floats(std::vector<float>(f.params->size(), 0.0f));
     s.fragments.push_back(std::move(f));
   }
   s.outer_steps = 3 * fragments;

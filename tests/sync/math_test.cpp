@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <span>
 #include <string>
 
+#include <unistd.h>
+
+#include "core/atomic_file.hpp"
 #include "core/crc32c.hpp"
 #include "core/error.hpp"
 #include "sync/layout.hpp"
@@ -18,6 +22,7 @@
 #include "sync/state.hpp"
 
 namespace ys = yeto::sync;
+namespace fs = std::filesystem;
 
 namespace {
 std::vector<std::span<const float>> spans(const std::vector<std::vector<float>>& v) {
@@ -529,63 +534,159 @@ TEST(SyncLayout, StaggeredSchedule) {
 // ---------------------------------------------------------------- checkpoint
 
 
-TEST(SyncCheckpoint, RoundTripIsExactAndCorruptionIsRefused) {
+namespace {
+ys::SyncerState two_fragment_state() {
   ys::SyncerState s;
   s.initialised = true;
   s.layout = ys::build_layout({{"a", 3}, {"b", 2}}, 2, ys::FragmentPattern::strided);
   s.fragments.resize(2);
-  s.fragments[0] = {5, {0.1f, -2.5f, 3e-8f}, {0.125f, -2.5f, 0}, {1, 2, 3}, 0.25, R"({"event":"merge"})"};
-  s.fragments[1] = {7, {4, 5}, {4.5f, 5}, {-1, -2}, -1, ""};
+  s.fragments[0] = {5, ys::make_floats({0.1f, -2.5f, 3e-8f}), ys::make_floats({0.125f, -2.5f, 0}),
+                    ys::make_floats({1, 2, 3}), 0.25, R"({"event":"merge"})"};
+  s.fragments[1] = {7, ys::make_floats({4, 5}), ys::make_floats({4.5f, 5}), ys::make_floats({-1, -2}), -1, ""};
   s.outer_steps = 12;
   s.samples_merged = 960;
   s.wall_seconds = 3.5;
   s.registry["x"] = {"x", true, 4, 3, 24, 2, 0};
-  const std::string bytes = ys::encode_checkpoint(s);
-  const auto r = ys::decode_checkpoint(bytes, "test");
+  return s;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("yeto-sync-ckpt-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void flip_byte(const fs::path& file, std::size_t at) {
+  std::string bytes = yeto::read_file(file);
+  bytes[at] ^= 0x20;
+  yeto::atomic_write(file, bytes);
+}
+
+// The checkpoint as formats 1 and 2 wrote it (every fragment's values inline; format 1 without
+// the public state), for the reading of old state directories.
+std::string inline_checkpoint(const ys::SyncerState& s, std::uint32_t format) {
+  std::string b;
+  auto put = [&](const void* p, std::size_t n) { b.append(static_cast<const char*>(p), n); };
+  auto u8 = [&](std::uint8_t v) { put(&v, 1); };
+  auto u32 = [&](std::uint32_t v) { put(&v, 4); };
+  auto u64 = [&](std::uint64_t v) { put(&v, 8); };
+  auto str = [&](const std::string& v) {
+    u32(static_cast<std::uint32_t>(v.size()));
+    b += v;
+  };
+  auto floats = [&](const std::vector<float>& v) { put(v.data(), v.size() * 4); };
+  u32(0x504B4359);
+  u32(format);
+  u8(1);
+  u8(s.finished ? 1 : 0);
+  u64(s.outer_steps);
+  u64(s.samples_merged);
+  put(&s.wall_seconds, 8);
+  u8(s.layout.pattern == ys::FragmentPattern::binpack ? 0 : 1);
+  u32(static_cast<std::uint32_t>(s.layout.fragments.size()));
+  u32(static_cast<std::uint32_t>(s.layout.tensors.size()));
+  for (const auto& t : s.layout.tensors) {
+    str(t.name);
+    u64(t.numel);
+  }
+  u64(s.layout.fingerprint());
+  for (const auto& f : s.fragments) {
+    u64(f.version);
+    u64(f.params->size());
+    floats(*f.params);
+    floats(*f.momentum);
+    if (format >= 2) floats(f.public_values());
+    put(&f.spread_ema, 8);
+    str(f.last_merge_event);
+  }
+  str("[]");
+  u32(yeto::crc32c(b));
+  return b;
+}
+}  // namespace
+
+// Format 3: a manifest and one data file per fragment version. Exact round trip; a damaged
+// manifest or data file, a missing data file and a data file of another version are refused
+// with the file named; data files no manifest names are removed.
+TEST(SyncCheckpoint, RoundTripIsExactAndCorruptionIsRefused) {
+  const fs::path dir = fresh_dir("roundtrip");
+  const fs::path path = dir / "checkpoint.bin";
+  const ys::SyncerState s = two_fragment_state();
+  ys::save_checkpoint(path, s);
+  EXPECT_TRUE(fs::exists(dir / ys::fragment_data_name(0, 5)));
+  EXPECT_TRUE(fs::exists(dir / ys::fragment_data_name(1, 7)));
+  EXPECT_EQ(ys::checkpoint_data_crcs(path).size(), 2u);
+  const auto r = ys::load_checkpoint(path);
   ASSERT_TRUE(r.initialised);
   EXPECT_EQ(r.layout.fingerprint(), s.layout.fingerprint());
-  EXPECT_EQ(r.fragments[0].params, s.fragments[0].params);
-  EXPECT_EQ(r.fragments[0].momentum, s.fragments[0].momentum);
-  EXPECT_EQ(r.fragments[0].pub, s.fragments[0].pub);
-  EXPECT_EQ(r.fragments[1].pub, s.fragments[1].pub);
+  EXPECT_EQ(*r.fragments[0].params, *s.fragments[0].params);
+  EXPECT_EQ(*r.fragments[0].momentum, *s.fragments[0].momentum);
+  EXPECT_EQ(*r.fragments[0].pub, *s.fragments[0].pub);
+  EXPECT_EQ(*r.fragments[1].pub, *s.fragments[1].pub);
   EXPECT_EQ(r.fragments[1].version, 7u);
   EXPECT_EQ(r.fragments[0].last_merge_event, s.fragments[0].last_merge_event);
   EXPECT_EQ(r.outer_steps, 12u);
   EXPECT_EQ(r.registry.at("x").merged, 3u);
   EXPECT_DOUBLE_EQ(r.wall_seconds, 3.5);
+  // The manifest alone is small: the values are in the data files.
+  EXPECT_LT(fs::file_size(path), 400u);
+
+  const std::string bytes = yeto::read_file(path);
   for (std::size_t i : {0ul, 9ul, bytes.size() / 2, bytes.size() - 1}) {
     std::string bad = bytes;
     bad[i] ^= 0x20;
-    EXPECT_THROW(ys::decode_checkpoint(bad, "test"), yeto::Error) << i;
+    EXPECT_THROW(ys::decode_checkpoint(bad, "test", dir), yeto::Error) << i;
   }
-  EXPECT_THROW(ys::decode_checkpoint(bytes.substr(0, bytes.size() - 5), "test"), yeto::Error);
+  EXPECT_THROW(ys::decode_checkpoint(bytes.substr(0, bytes.size() - 5), "test", dir), yeto::Error);
+  EXPECT_THROW(ys::decode_checkpoint(bytes, "test"), yeto::Error);  // format 3 needs its directory
+
+  // A data file of a later version (an interrupted checkpoint) is not named: removed.
+  ys::SyncerState later = s;
+  later.fragments[1].version = 8;
+  later.fragments[1].params = ys::make_floats({6, 7});
+  ys::save_fragment_data(dir, 1, later.fragments[1]);
+  EXPECT_EQ(ys::remove_unreferenced_fragment_data(dir, s), 1u);
+  EXPECT_FALSE(fs::exists(dir / ys::fragment_data_name(1, 8)));
+  EXPECT_EQ(*ys::load_checkpoint(path).fragments[1].params, *s.fragments[1].params);
+
+  flip_byte(dir / ys::fragment_data_name(1, 7), 40);
+  try {
+    ys::load_checkpoint(path);
+    ADD_FAILURE() << "a damaged data file was read";
+  } catch (const yeto::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f1-v7.bin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  fs::remove(dir / ys::fragment_data_name(1, 7));
+  try {
+    ys::load_checkpoint(path);
+    ADD_FAILURE() << "a missing data file was not noticed";
+  } catch (const yeto::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
 }
 
-// A checkpoint of format 1 (before the public state was stored) is still read: its learners
-// held the exact parameters, so the public state is the parameters.
-TEST(SyncCheckpoint, FormatOneReadsThePublicStateAsTheParameters) {
-  ys::SyncerState s;
-  s.initialised = true;
-  s.layout = ys::build_layout({{"a", 3}}, 1, ys::FragmentPattern::binpack);
-  s.fragments = {{4, {1.5f, 2.5f, 3.5f}, {-7.25f, -8.25f, -9.25f}, {0, 0, 0}, -1, ""}};
-  std::string bytes = ys::encode_checkpoint(s);
-  const std::string pub(reinterpret_cast<const char*>(s.fragments[0].pub.data()), 12);
-  const std::size_t at = bytes.find(pub);
-  ASSERT_NE(at, std::string::npos);
-  bytes.erase(at, pub.size());
-  const std::uint32_t one = 1;
-  std::memcpy(bytes.data() + 4, &one, 4);
-  const std::uint32_t crc = yeto::crc32c(std::string_view(bytes).substr(0, bytes.size() - 4));
-  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
-  const auto r = ys::decode_checkpoint(bytes, "format-1");
-  EXPECT_EQ(r.fragments[0].params, s.fragments[0].params);
-  EXPECT_EQ(r.fragments[0].pub, s.fragments[0].params);
-  EXPECT_EQ(r.fragments[0].version, 4u);
-  const std::uint32_t nine = 9;
-  std::memcpy(bytes.data() + 4, &nine, 4);
-  const std::uint32_t crc9 = yeto::crc32c(std::string_view(bytes).substr(0, bytes.size() - 4));
-  std::memcpy(bytes.data() + bytes.size() - 4, &crc9, 4);
-  EXPECT_THROW(ys::decode_checkpoint(bytes, "format-9"), yeto::Error);
+// Checkpoints of formats 1 and 2 (values inline) are still read; format 1 (before the public
+// state was stored) reads the public state as the parameters.
+TEST(SyncCheckpoint, FormatsOneAndTwoAreRead) {
+  const ys::SyncerState s = two_fragment_state();
+  const auto two = ys::decode_checkpoint(inline_checkpoint(s, 2), "format-2");
+  EXPECT_EQ(*two.fragments[0].params, *s.fragments[0].params);
+  EXPECT_EQ(*two.fragments[0].pub, *s.fragments[0].pub);
+  EXPECT_EQ(*two.fragments[1].momentum, *s.fragments[1].momentum);
+  EXPECT_EQ(two.fragments[1].version, 7u);
+  const auto one = ys::decode_checkpoint(inline_checkpoint(s, 1), "format-1");
+  EXPECT_EQ(*one.fragments[0].params, *s.fragments[0].params);
+  EXPECT_EQ(*one.fragments[0].pub, *s.fragments[0].params);
+  EXPECT_EQ(one.fragments[0].version, 5u);
+  std::string nine = inline_checkpoint(s, 2);
+  const std::uint32_t v9 = 9;
+  std::memcpy(nine.data() + 4, &v9, 4);
+  const std::uint32_t crc9 = yeto::crc32c(std::string_view(nine).substr(0, nine.size() - 4));
+  std::memcpy(nine.data() + nine.size() - 4, &crc9, 4);
+  EXPECT_THROW(ys::decode_checkpoint(nine, "format-9"), yeto::Error);
 }
 
 // ---------------------------------------------------------------- compressed downlink

@@ -31,6 +31,7 @@
 #include "support/temp_dir.hpp"
 #include "sync/layout.hpp"
 #include "sync/protocol.hpp"
+#include "sync/state.hpp"
 #include "sync/tape.hpp"
 
 extern char** environ;
@@ -139,8 +140,11 @@ TEST(SyncMultiProcess, KilledLearnerQuorumAdaptsAndRejoinCatchesUp) {
   expect_downlink(run, {"isle-a", "isle-b", "isle-c.second"}, "q4");
 }
 
-// (c): SIGKILL the syncer: it restarts from its checkpoint on the same port, learners
-// reconnect, and the tape's merge versions stay continuous (nothing lost, nothing twice).
+// (c): SIGKILL the syncer (twice): it restarts from its checkpoint on the same port, learners
+// reconnect, and the tape's merge versions stay continuous (nothing lost, nothing twice). Each
+// merge's checkpoint is written off the I/O thread (a data file, then the manifest naming it),
+// so a kill can land between the two: the restarted syncer removes the data file no manifest
+// names, and at the end the state directory holds exactly the data files its checkpoint names.
 void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extra_sets) {
   RunDir run;
   run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=40", "sync.checkpoint_every=1"};
@@ -149,21 +153,25 @@ void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extr
   ASSERT_NE(run.port, 0) << run.logs();
   const std::uint16_t port = run.port;
   auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2);
-  ASSERT_TRUE(run.wait_tape([](const auto& t) {
-    return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 10;
-  }, 15)) << run.logs();
-  syncer->kill9();
-  const std::size_t before = run.merges();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  syncer = run.start_syncer(port);
-  ASSERT_EQ(run.port, port) << run.logs();
+  std::size_t before = 0;
+  for (const std::size_t at : {10u, 20u}) {
+    ASSERT_TRUE(run.wait_tape([at](const auto& t) {
+      return static_cast<std::size_t>(
+                 std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; })) >= at;
+    }, 15)) << run.logs();
+    syncer->kill9();
+    before = run.merges();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    syncer = run.start_syncer(port);
+    ASSERT_EQ(run.port, port) << run.logs();
+  }
   EXPECT_EQ(syncer->wait(30), 0) << run.logs();
   EXPECT_EQ(a->wait(10), 0) << run.logs();
   EXPECT_EQ(b->wait(10), 0) << run.logs();
   const auto tape = run.tape();
   std::map<std::int64_t, std::uint64_t> last;
   EXPECT_EQ(expect_continuous(tape, &last), 40u);
-  EXPECT_GE(before, 10u);
+  EXPECT_GE(before, 20u);
   bool restart = false, reconnected = false;
   for (const auto& r : tape) {
     if (r["event"] == "restart") restart = true;
@@ -178,6 +186,16 @@ void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extr
   // The restarted syncer sent full fragments on reconnection and updates after that; no learner
   // applied an update on a state it did not hold, nor a version twice.
   expect_downlink(run, {"isle-a", "isle-b"}, "q4");
+  // The checkpoint names the final versions and their data files are the only ones left.
+  const auto st = ys::load_checkpoint(run.state / "checkpoint.bin");
+  ASSERT_EQ(st.fragments.size(), 2u);
+  std::set<std::string> named, present;
+  for (std::uint32_t p = 0; p < 2; ++p) {
+    EXPECT_EQ(st.fragments[p].version, last[p]);
+    named.insert(ys::fragment_data_name(p, st.fragments[p].version).filename().string());
+  }
+  for (const auto& e : fs::directory_iterator(run.state / "fragments")) present.insert(e.path().filename().string());
+  EXPECT_EQ(present, named);
 }
 
 TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) { killed_syncer_restarts_from_checkpoint({}); }
@@ -708,6 +726,74 @@ TEST(SyncMultiProcess, ARawLearnerAppliesEveryUpdateOnItsBaseAndGetsNoResendWhen
   EXPECT_EQ(syncer->wait(30), 0) << run.logs();
   EXPECT_EQ(a->wait(10), 0) << run.logs();
   EXPECT_EQ(expect_continuous(run.tape()), 120u);
+  expect_bit_identical_to_final_cut(run, {"isle-a"});
+}
+
+// A connection's bulk frame is opened on a frame worker while the syncer goes on reading: a push
+// of a small fragment that a learner wrote right behind its push of a large one (here one write
+// holds both: an f32 push of fragment 0 over sync.offload_kb, then a q4 push of fragment 1 under
+// it) is handled, and taped, before the large one, so a small fragment's round never waits for a
+// large push's decryption and decoding. Handled in wire order, fragment 0 would come first.
+TEST(SyncMultiProcess, ASmallPushIsHandledWhileTheLargePushBeforeItIsOpened) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=1", "sync.budget_outer_steps=30", "sync.offload_kb=1"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto a = run.start_learner("isle-a", 1);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 2;
+  }, 15)) << run.logs();
+  const std::uint64_t run_id = ys::run_id_from_name("yeto");
+  const ys::Key key = ys::run_key_from_secret(kSecret);
+  const int fd = dial(run.port);
+  ASSERT_GE(fd, 0);
+  ys::FrameDecoder d(run_id, 1 << 20);
+  const auto ch = read_frame(fd, d);
+  ASSERT_TRUE(ch);
+  const auto server = ys::Challenge::decode(ch->payload).server_nonce;
+  const auto layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
+                                       ys::FragmentPattern::binpack);
+  ys::Hello h;
+  h.learner_id = "raw";
+  h.client_nonce = ys::random_nonce();
+  h.layout_fp = layout.fingerprint();
+  send_all(fd, h.seal(key, run_id, server));
+  const auto w = read_frame(fd, d);
+  ASSERT_TRUE(w && w->type == ys::MsgType::welcome);
+  ys::Session s(ys::session_key(key, server, h.client_nonce), 'L', 'S');
+  std::map<std::uint32_t, std::uint64_t> version;
+  while (version.size() < 2) {
+    auto f = read_frame(fd, d);
+    ASSERT_TRUE(f) << run.logs();
+    const ys::MsgType type = f->type;
+    const std::string payload = s.open(std::move(*f));
+    if (type == ys::MsgType::fragment) {
+      const auto fm = ys::FragmentMsg::decode(payload);
+      version[fm.fragment] = fm.version;
+    }
+  }
+  ASSERT_EQ(layout.fragments[0].numel, 350u);
+  const std::string large = s.seal(ys::MsgType::push, run_id,
+                                   ys::Push::from_delta_f32(0, version[0], 8, 10, std::vector<float>(350, 0.0f)).encode());
+  const std::string small = s.seal(ys::MsgType::push, run_id,
+                                   ys::Push::from_delta_q4(1, version[1], 8, 10, std::vector<float>(300, 0.0f), 64).encode());
+  ASSERT_GE(large.size(), 1024u + ys::kHeaderBytes);
+  ASSERT_LT(small.size(), 1024u);
+  send_all(fd, large + small);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) {
+    return std::count_if(t.begin(), t.end(), [](const json& r) {
+             return r["event"] == "push" && r["learners"][0] == "raw";
+           }) >= 2;
+  }, 15)) << run.logs();
+  std::vector<std::int64_t> order;
+  for (const auto& r : run.tape())
+    if (r["event"] == "push" && r["learners"][0] == "raw") order.push_back(r["fragment"].get<std::int64_t>());
+  EXPECT_EQ(order, (std::vector<std::int64_t>{1, 0}));
+  send_all(fd, s.seal(ys::MsgType::leave, run_id, ""));
+  ::close(fd);
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(expect_continuous(run.tape()), 30u);
   expect_bit_identical_to_final_cut(run, {"isle-a"});
 }
 

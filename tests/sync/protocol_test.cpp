@@ -150,6 +150,48 @@ TEST(SyncSeal, RoundTripHidesThePayloadAndCountsTheTagInTheLength) {
   EXPECT_EQ(syncer.open(one_frame(leave)), "");
 }
 
+// A decoder with defer_crc_from hands a bulk frame over with its CRC unchecked (the syncer checks
+// it on a frame worker, not on its I/O thread); smaller frames are checked at once, and opening
+// the frame checks the pending CRC before anything else, so a damaged frame is refused either way.
+TEST(SyncFrame, DeferredChecksumIsCheckedWhenTheFrameIsOpened) {
+  const auto sk = ys::session_key(kKey, ys::random_nonce(), ys::random_nonce());
+  ys::Session learner(sk, 'L', 'S');
+  const std::string payload = ys::FragmentMsg{0, 1, std::vector<float>(1000, 0.5f)}.encode();
+  const std::string good = learner.seal(ys::MsgType::fragment, kRun, payload);
+  std::string bad = good;
+  bad[ys::kHeaderBytes + 100] ^= 1;  // the CRC no longer matches
+  const std::string small = learner.seal(ys::MsgType::heartbeat, kRun, ys::Heartbeat{1, 2}.encode());
+  std::string bad_small = small;
+  bad_small[ys::kHeaderBytes + 1] ^= 1;
+  auto decoded = [](const std::string& bytes) {
+    ys::FrameDecoder d(kRun, kCap);
+    d.defer_crc_from(1024);
+    d.feed(bytes.data(), bytes.size());
+    return d.next();
+  };
+  auto f = decoded(bad);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_TRUE(f->crc_pending);
+  ys::Frame copy = *f;
+  EXPECT_THROW(ys::check_frame_crc(copy), ys::ProtocolError);
+  try {
+    ys::Session rx(sk, 'S', 'L');
+    rx.open(std::move(*f));
+    ADD_FAILURE() << "a frame with a wrong CRC was opened";
+  } catch (const ys::ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  auto g = decoded(good);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_TRUE(g->crc_pending);
+  ys::Session rx(sk, 'S', 'L');
+  EXPECT_EQ(rx.open(std::move(*g)), payload);
+  auto h = decoded(small);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_FALSE(h->crc_pending);  // under the threshold: checked on decoding
+  EXPECT_THROW(decoded(bad_small), ys::ProtocolError);
+}
+
 TEST(SyncSeal, TamperedCiphertextTagOrHeaderIsRefused) {
   const auto sk = ys::session_key(kKey, ys::random_nonce(), ys::random_nonce());
   ys::Session learner(sk, 'L', 'S');

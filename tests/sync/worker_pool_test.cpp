@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -27,12 +28,13 @@ struct Outcome {
   std::vector<std::vector<float>> learner_tensors;  // per learner, every tensor concatenated
   std::string final_cut;                            // final_cut.bin
   json final_marker;
+  std::vector<std::vector<json>> events;  // per learner, the client's progress events
 };
 
 // Two learners, tensors "large" (fragment 0) and "small" (fragment 1), `steps` inner steps of
-// 2 ms each, H = 2; the run ends when both are done (or at budget_outer_steps).
+// 2 ms each, H inner steps; the run ends when both are done (or at budget_outer_steps).
 Outcome run(const fs::path& dir, std::uint64_t large, std::size_t offload_bytes, int steps,
-            std::uint64_t budget_outer_steps = 0) {
+            std::uint64_t budget_outer_steps = 0, std::uint32_t H = 2) {
   const std::string secret = "worker-pool-secret-0123456789";
   ys::SyncerOptions so;
   so.state_dir = dir / "state";
@@ -68,8 +70,9 @@ Outcome run(const fs::path& dir, std::uint64_t large, std::size_t offload_bytes,
       o.port = port;
       o.run_secret = secret;
       o.learner_id = "learner-" + std::to_string(l);
-      o.inner_steps = 2;
+      o.inner_steps = H;
       o.timeouts = so.timeouts;
+      o.events = dir / (o.learner_id + ".jsonl");
       std::vector<std::vector<float>> t;
       for (const auto& s : specs) t.emplace_back(s.numel, 0.5f);
       std::vector<std::span<float>> ms(t.begin(), t.end());
@@ -99,6 +102,11 @@ Outcome run(const fs::path& dir, std::uint64_t large, std::size_t offload_bytes,
   out.tape = ys::read_tape_history(so.state_dir / "tape.jsonl");
   out.final_cut = yeto::test::read_text(so.state_dir / "final_cut.bin");
   out.final_marker = json::parse(yeto::test::read_text(so.state_dir / "final.json"));
+  for (int l = 0; l < 2; ++l) {
+    out.events.emplace_back();
+    std::ifstream in(dir / ("learner-" + std::to_string(l) + ".jsonl"));
+    for (std::string line; std::getline(in, line);) out.events.back().push_back(json::parse(line));
+  }
   return out;
 }
 
@@ -180,5 +188,25 @@ TEST(SyncWorkerPool, TheBudgetIsMetExactlyWithMergesInFlight) {
   }
   EXPECT_TRUE(cut);
   EXPECT_EQ(merges, 15u);
+  expect_bit_identical(o);
+}
+
+// With H = 1 both fragments are due at every step: a learner hands both pushes to its
+// communication thread at once, which sends the smallest first, so the small fragment's push is
+// never queued behind the large one's encoding and transfer (the syncer reads a connection's
+// frames in order). Sent lowest fragment index first, the large fragment (0) would lead.
+TEST(SyncWorkerPool, ALearnerSendsTheSmallFragmentsPushBeforeTheLargeOnes) {
+  yeto::test::TempDir dir;
+  const Outcome o = run(dir.path(), 500'000, 1u << 20, 12, 0, 1);
+  for (std::size_t l = 0; l < o.events.size(); ++l) {
+    std::vector<std::int64_t> order;
+    for (const auto& e : o.events[l])
+      if (e.value("event", "") == "push") order.push_back(e["fragment"].get<std::int64_t>());
+    ASSERT_GE(order.size(), 4u) << "learner " << l;
+    EXPECT_EQ(order.front(), 1) << "learner " << l << ": its first push is the small fragment's";
+    for (std::size_t i = 1; i < order.size(); ++i)
+      EXPECT_FALSE(order[i] == 0 && order[i - 1] == 0)
+          << "learner " << l << ": two large pushes in a row at " << i << " (the small one was due too)";
+  }
   expect_bit_identical(o);
 }
