@@ -16,8 +16,9 @@
 // clipping and AdamW (optimizer). bf16/fp32 is the step-time ratio.
 //
 //   step_bench --family flux|sd35|pixart|ltx|wan [--configs tiny,mid,wide] [--precisions fp32,bf16]
-//              [--iters N] [--threads T] [--profile] [--plugins DIR] [--work DIR]
-//   --profile also prints the step's top ATen operators by self time.
+//              [--iters N] [--threads T] [--profile] [--gemms] [--plugins DIR] [--work DIR]
+//   --profile also prints the step's top ATen operators by self time, --gemms the step's GEMMs
+//   grouped by operand shapes.
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <unistd.h>
@@ -176,6 +177,24 @@ double replay_seconds(const std::vector<Gemm>& gemms, int reps) {
   return best;
 }
 
+// The GEMMs grouped by operator, operand shapes and dtype, largest total first.
+void print_gemms(const std::vector<Gemm>& gemms, const std::string& what) {
+  std::map<std::string, std::pair<int, double>> by_shape;
+  for (const auto& g : gemms) {
+    std::ostringstream key;
+    key << g.op << " " << c10::IntArrayRef(g.a) << (g.a_t ? "T" : "") << " x " << c10::IntArrayRef(g.b)
+        << (g.b_t ? "T" : "") << " " << c10::toString(g.dtype);
+    auto& e = by_shape[key.str()];
+    e.first += 1;
+    e.second += g.flops();
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [key, e] : by_shape) rows.emplace_back(e.second, key + " x" + std::to_string(e.first));
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("  gemms %s: %zu calls, %zu shapes\n", what.c_str(), gemms.size(), rows.size());
+  for (const auto& [flops, row] : rows) std::printf("    %9.4f GFLOP  %s\n", flops / 1e9, row.c_str());
+}
+
 // ---- self-time profile ----------------------------------------------------------------------
 
 struct Frame {
@@ -236,6 +255,7 @@ struct Options {
   fs::path plugins, work;
   int iters = 5, threads = 2;
   bool profile = false;
+  bool gemms = false;  // print the step's GEMMs by shape
   std::string targets = R"(["to_q", "to_k", "to_v", "to_out.0"])";
 };
 
@@ -359,6 +379,7 @@ Result run(const Options& o, const fs::path& repo, const Setup& s, const std::st
   }
   for (const auto& g : gemms) r.gemm_flops += g.flops();
   r.roofline = replay_seconds(gemms, std::max(2, o.iters));
+  if (o.gemms) print_gemms(gemms, o.family + " " + s.name + " " + precision);
   if (o.profile) {
     std::vector<std::pair<double, std::string>> top;
     double all = 0;
@@ -386,7 +407,7 @@ std::vector<std::string> split(const std::string& list) {
 int usage() {
   std::fprintf(stderr,
                "usage: step_bench --family flux|sd35|pixart|ltx|wan [--configs tiny,mid,wide] "
-               "[--precisions fp32,bf16] [--iters N] [--threads T] [--profile] [--plugins DIR] [--work DIR]\n");
+               "[--precisions fp32,bf16] [--iters N] [--threads T] [--profile] [--gemms] [--plugins DIR] [--work DIR]\n");
   return 2;
 }
 
@@ -401,6 +422,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
     if (a == "--profile") o.profile = true;
+    else if (a == "--gemms") o.gemms = true;
     else if (a == "--family" && has_value) o.family = argv[++i];
     else if (a == "--iters" && has_value) o.iters = std::atoi(argv[++i]);
     else if (a == "--threads" && has_value) o.threads = std::atoi(argv[++i]);

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "models/config_json.hpp"
+#include "yeto/nn/norms.hpp"
 
 namespace yeto::models {
 
@@ -40,8 +41,8 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(std::int64_t in, std::int64_t out, std::int
 }
 
 at::Tensor ResnetBlock2DImpl::forward(const at::Tensor& x) {
-  auto h = conv1(nn::apply_activation(act, norm1(x)));
-  h = conv2(nn::apply_activation(act, norm2(h)));
+  auto h = conv1(nn::apply_activation(act, nn::group_norm(norm1, x)));
+  h = conv2(nn::apply_activation(act, nn::group_norm(norm2, h)));
   const auto skip = conv_shortcut ? conv_shortcut(x) : x;
   return skip + h;
 }
@@ -142,7 +143,7 @@ at::Tensor EncoderImpl::forward(const at::Tensor& x) {
   auto h = conv_in(x);
   for (const auto& b : *down_blocks) h = b->as<ResnetStackImpl>()->forward(h);
   h = mid_block(h);
-  return conv_out(nn::apply_activation(act, conv_norm_out(h)));
+  return conv_out(nn::apply_activation(act, nn::group_norm(conv_norm_out, h)));
 }
 
 DecoderImpl::DecoderImpl(const CoderOptions& o) : act(o.act) {
@@ -171,7 +172,7 @@ at::Tensor DecoderImpl::forward(const at::Tensor& z) {
   // upcast VAE).
   h = h.to(conv_out->weight.scalar_type());
   for (const auto& b : *up_blocks) h = b->as<ResnetStackImpl>()->forward(h);
-  return conv_out(nn::apply_activation(act, conv_norm_out(h)));
+  return conv_out(nn::apply_activation(act, nn::group_norm(conv_norm_out, h)));
 }
 
 // ---- config ------------------------------------------------------------------------------------

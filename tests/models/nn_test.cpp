@@ -694,3 +694,26 @@ TEST(Fp8, TwentyLoraStepsTrackTheBf16Run) {
   for (std::size_t i = 0; i < bf16.size(); ++i)
     EXPECT_NEAR(fp8[i], bf16[i], 0.05f * bf16[i]) << "step " << i;
 }
+
+// nn::group_norm: float32 bit for bit as at::group_norm; a bf16 input, contiguous or
+// channels-last (LibTorch 1.13's bf16 CPU kernel accumulates a channels-last input's group
+// statistics in bf16), within bf16 rounding of the float32 result on the same values.
+TEST(Norms, GroupNormRunsReducedPrecisionInFloat32OnTheCpu) {
+  auto gen = yeto::compat::make_cpu_generator(11);
+  const auto offsets = at::randn({1, 128, 1, 1}, gen) * 0.3;
+  const auto x = at::randn({2, 128, 32, 32}, gen) * 0.7 + offsets;
+  const auto w = at::randn({128}, gen) * 0.1 + 1, b = at::randn({128}, gen) * 0.1;
+  EXPECT_TRUE(yeto::nn::group_norm(x, 32, w, b, 1e-6).equal(at::group_norm(x, 32, w, b, 1e-6)));
+  const auto xb = x.to(at::kBFloat16);
+  const auto ref = at::group_norm(xb.to(at::kFloat), 32, w, b, 1e-6);
+  for (const auto format : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast}) {
+    const auto in = xb.contiguous(format);
+    const auto y = yeto::nn::group_norm(in, 32, w.to(at::kBFloat16), b.to(at::kBFloat16), 1e-6);
+    EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+    const double rel = ((y.to(at::kFloat) - ref).norm() / ref.norm()).item<double>();
+    EXPECT_LT(rel, 0.006) << (format == at::MemoryFormat::ChannelsLast ? "channels-last" : "contiguous");
+  }
+  // Through a module: its parameters and options.
+  torch::nn::GroupNorm m(torch::nn::GroupNormOptions(32, 128).eps(1e-6));
+  EXPECT_TRUE(yeto::nn::group_norm(m, x).equal(m(x)));
+}

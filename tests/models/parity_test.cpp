@@ -131,6 +131,38 @@ TEST(AutoencoderKL, SamplingUsesTheSeededStream) {
   EXPECT_TRUE(at::allclose(vae->unscale_latents(z), a, 1e-5, 1e-6));
 }
 
+// A bf16 VAE (model.precision = bf16 converts every component) encodes close to its float32
+// self. Its mid block's attention hands back a channels-last tensor, whose GroupNorms LibTorch
+// 1.13's bf16 CPU kernel computed 8-12 % off: this layout (the SD3.5 `mid` preset's VAE at
+// 256 px, batch 2: with batch 1 the kernel stayed close) encoded 16 % off float32 and moved
+// SD3.5 mid's bf16 first-step loss 4 %; nn::group_norm runs the norms in float32 (2.4 %, the
+// rounding of 20 bf16 convolutions).
+TEST(AutoencoderKL, Bf16EncodeTracksFloat32) {
+  const auto cfg = AutoencoderKLConfig::from_json(
+      {{"block_out_channels", {32, 64, 128, 128}},
+       {"down_block_types", {"DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D"}},
+       {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"}},
+       {"norm_num_groups", 32},
+       {"layers_per_block", 2},
+       {"latent_channels", 16},
+       {"sample_size", 256},
+       {"use_quant_conv", false},
+       {"use_post_quant_conv", false}});
+  at::manual_seed(0);
+  AutoencoderKL f32(cfg);
+  at::manual_seed(0);
+  AutoencoderKL b16(cfg);
+  b16->to(at::kBFloat16);
+  at::NoGradGuard no_grad;
+  const auto x = at::rand({2, 3, 256, 256}, yeto::compat::make_cpu_generator(3)) * 2 - 1;
+  const auto ref = f32->encode(x).mean;
+  const auto got = b16->encode(x.to(at::kBFloat16)).mean.to(at::kFloat);
+  const double rel = ((got - ref).norm() / ref.norm()).item<double>();
+  EXPECT_LT(rel, 0.05) << "bf16 latents " << rel << " relative to float32";
+  // The spread too, not only the direction: the channels-last kernel inflated it by 12 %.
+  EXPECT_NEAR(got.std().item<double>() / ref.std().item<double>(), 1.0, 0.02);
+}
+
 TEST(AutoencoderKL, TiledEncodeDecode) {
   auto c = load_case("vae-kl-16ch");
   auto vae = make_vae(c);

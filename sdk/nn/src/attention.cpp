@@ -99,7 +99,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x_in, const at::Tensor& cont
   }
   const auto residual = x;
   if (group_norm) {
-    x = group_norm(x.transpose(1, 2)).transpose(1, 2);
+    x = nn::group_norm(group_norm, x.transpose(1, 2)).transpose(1, 2);
   }
   const auto& kv_src = context.defined() ? context : x;
   auto q = qk_normed(norm_q, split_heads(to_q(x), opt_.heads));

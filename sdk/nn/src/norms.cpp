@@ -106,6 +106,21 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return bias.defined() ? y + bias : y;
 }
 
+at::Tensor group_norm(const at::Tensor& x, std::int64_t groups, const at::Tensor& weight, const at::Tensor& bias,
+                      double eps) {
+  if (reduced_on_cpu(x)) {
+    const auto w = weight.defined() ? weight.to(at::kFloat) : weight;
+    const auto b = bias.defined() ? bias.to(at::kFloat) : bias;
+    return at::group_norm(x.to(at::kFloat), groups, w, b, eps).to(x.scalar_type());
+  }
+  return at::group_norm(x, groups, weight, bias, eps);
+}
+
+at::Tensor group_norm(const torch::nn::GroupNorm& norm, const at::Tensor& x) {
+  const auto& o = norm->options;
+  return group_norm(x, o.num_groups(), norm->weight, norm->bias, o.eps());
+}
+
 LayerNormImpl::LayerNormImpl(std::int64_t dim_, double eps_, bool elementwise_affine, bool with_bias)
     : dim(dim_), eps(eps_) {
   if (elementwise_affine) {

@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
 #include "yeto/nn/linear.hpp"
@@ -23,6 +24,18 @@ namespace yeto::nn {
 // x * rsqrt(mean(x^2) + eps) computed in float32, then multiplied by `weight` (when defined)
 // in the weight's dtype as Diffusers' RMSNorm does; returned in x's dtype without a weight.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// at::group_norm, with a bf16 / half input on the CPU computed in float32 and rounded once at
+// the end (the float32 math the reduced-precision kernels are meant to do). LibTorch 1.13's
+// reduced-precision CPU kernel for a channels-last input (what a spatial attention's
+// transpose + reshape hands back) accumulates the group statistics in the input's precision:
+// a VAE mid block's norms came out 8-12 % off float32 on bf16, against under 0.5 % for the same
+// values contiguous. Other devices and float32 keep the native kernel.
+at::Tensor group_norm(const at::Tensor& x, std::int64_t groups, const at::Tensor& weight, const at::Tensor& bias,
+                      double eps);
+// The same through a torch::nn::GroupNorm module's parameters and options (its state-dict names
+// stay the module's).
+at::Tensor group_norm(const torch::nn::GroupNorm& norm, const at::Tensor& x);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
