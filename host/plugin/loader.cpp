@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
+#include "io/aliases.hpp"
 #include "core/strings.hpp"
 #include "core/version.hpp"
 
@@ -347,6 +348,11 @@ Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const
   };
   const std::string& id = cfg.get_string("model.id");
   if (!id.empty() && pick([&](const sign::Manifest& m) { return has(m.aliases, id); }, "alias '" + id + "'")) return s;
+  // The hub id of a built-in alias is served by the plugin that declares the alias.
+  for (const auto& a : io::model_aliases())
+    if (!id.empty() && a.hub_id == id &&
+        pick([&](const sign::Manifest& m) { return has(m.aliases, a.alias); }, "hub id '" + id + "' (alias '" + a.alias + "')"))
+      return s;
   if (model_index && model_index->is_object() && model_index->contains("_class_name") &&
       (*model_index)["_class_name"].is_string()) {
     const std::string cls = (*model_index)["_class_name"].get<std::string>();
