@@ -348,17 +348,18 @@ Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const
   };
   const std::string& id = cfg.get_string("model.id");
   if (!id.empty() && pick([&](const sign::Manifest& m) { return has(m.aliases, id); }, "alias '" + id + "'")) return s;
-  // The hub id of a built-in alias is served by the plugin that declares the alias.
-  for (const auto& a : io::model_aliases())
-    if (!id.empty() && a.hub_id == id &&
-        pick([&](const sign::Manifest& m) { return has(m.aliases, a.alias); }, "hub id '" + id + "' (alias '" + a.alias + "')"))
-      return s;
   if (model_index && model_index->is_object() && model_index->contains("_class_name") &&
       (*model_index)["_class_name"].is_string()) {
     const std::string cls = (*model_index)["_class_name"].get<std::string>();
     if (pick([&](const sign::Manifest& m) { return has(m.pipelines, cls); }, cls + " (model_index.json _class_name)"))
       return s;
   }
+  // A repository whose model_index.json names no served pipeline, or that has none (a release
+  // layout), given by the hub id of a built-in alias: the plugin declaring the alias serves it.
+  for (const auto& a : io::model_aliases())
+    if (!id.empty() && a.hub_id == id &&
+        pick([&](const sign::Manifest& m) { return has(m.aliases, a.alias); }, "hub id '" + id + "' (alias '" + a.alias + "')"))
+      return s;
   if (!chooser.passed_over.empty())
     s.hint = "plugin " + join_list(chooser.passed_over) +
              " declares this model, but only a plugin signed by this build's own key is chosen without being named; "
