@@ -6,7 +6,8 @@
 namespace yeto::io {
 
 const std::vector<ModelAlias>& model_aliases() {
-  // Hub ids are the Diffusers-format repositories of each model.
+  // Hub ids are the Diffusers-format repositories of each model, or a layout the family's plugin
+  // plans itself (Hunyuan3D-2.1).
   static const std::vector<ModelAlias> table = {
       {"flux-dev", "black-forest-labs/FLUX.1-dev", "flux", "FLUX.1 [dev], guidance-distilled 12B flow transformer"},
       {"flux-schnell", "black-forest-labs/FLUX.1-schnell", "flux", "FLUX.1 [schnell], few-step 12B flow transformer"},
@@ -21,6 +22,11 @@ const std::vector<ModelAlias>& model_aliases() {
       {"wan22-ti2v-5b", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "wan", "Wan 2.2 text/image-to-video, 5B with the high-compression VAE"},
       {"pixart-alpha", "PixArt-alpha/PixArt-XL-2-1024-MS", "pixart", "PixArt-alpha XL-2 1024px"},
       {"pixart-sigma", "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS", "pixart", "PixArt-Sigma XL-2 1024px"},
+      // Not a Diffusers repository: Tencent's release layout (hunyuan3d-dit-v2-1/config.yaml and
+      // its single-file checkpoint), which the hunyuan3d plugin plans itself; its licence must be
+      // acknowledged (plugins.accept_licenses) before the plugin is opened.
+      {"hunyuan3d-21", "tencent/Hunyuan3D-2.1", "hunyuan3d",
+       "Hunyuan3D-2.1 image-to-shape DiT (release layout: hunyuan3d-dit-v2-1/; licence must be acknowledged)"},
   };
   return table;
 }

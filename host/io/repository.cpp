@@ -120,6 +120,22 @@ DiffusersRepo DiffusersRepo::open(const fs::path& dir, const std::string& varian
   return r;
 }
 
+DiffusersRepo DiffusersRepo::open_unindexed(const fs::path& dir, const std::string& variant) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error("model directory '" + dir.string() + "' does not exist", ExitCode::not_found);
+  DiffusersRepo r;
+  r.dir_ = dir;
+  r.variant_ = variant;
+  return r;
+}
+
+bool DiffusersRepo::is_indexed(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "model_index.json", ec) || fs::is_regular_file(dir / "config.json", ec) ||
+         fs::is_regular_file(dir / "scheduler_config.json", ec);
+}
+
 std::string DiffusersRepo::pipeline_class() const {
   if (single_) return components_.front().class_name;
   return index_.contains("_class_name") && index_["_class_name"].is_string() ? index_["_class_name"].get<std::string>()

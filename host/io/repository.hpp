@@ -35,6 +35,12 @@ class DiffusersRepo {
   // malformed model_index.json / config, or a component folder model_index.json names that
   // is missing.
   static DiffusersRepo open(const std::filesystem::path& dir, const std::string& variant = "");
+  // A directory the serving plugin's load_pipeline plan describes entirely (a release layout
+  // with no model_index.json, such as a single-file checkpoint next to its own config): no
+  // components, model_index() {}. Throws yeto::Error (not_found) when `dir` does not exist.
+  static DiffusersRepo open_unindexed(const std::filesystem::path& dir, const std::string& variant = "");
+  // Whether `dir` has a model_index.json, or a config.json / scheduler_config.json (one model).
+  static bool is_indexed(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const { return dir_; }
   const std::string& variant() const { return variant_; }

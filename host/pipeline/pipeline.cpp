@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -16,6 +18,7 @@
 #include "io/hub.hpp"
 #include "io/provenance.hpp"
 #include "io/repository.hpp"
+#include "io/tensor_files.hpp"
 #include "io/tensors.hpp"
 #include "io/weight_source.hpp"
 #include "io/weights.hpp"
@@ -94,43 +97,112 @@ std::string first_names(const std::vector<std::string>& v, std::size_t n = 6) {
   return s;
 }
 
-// Streams a component folder's weights into a C component, one tensor at a time (cast to
-// the run's dtype and device), handing them over in batches of at most kBatchBytes.
+// One checkpoint tensor a component receives: its name in the component, its shape, how to read
+// it (cast to the run's dtype and device) and, for a tensor viewing a safetensors mapping, the
+// entry whose pages can be given back once the component has its own copy.
+struct WeightItem {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::function<at::Tensor(bool* mapped)> read;
+  const io::WeightSource::Located* located = nullptr;
+};
+
+// Where a component's weights come from: its folder (every tensor), or a plan's single file
+// ("weights") whose tensors under "weights_prefix" are the component's (the prefix dropped),
+// less the names under any "ignore_weights" prefix. A .safetensors file is mapped; a torch.save
+// archive (.ckpt, .pt, .pth, .bin) is read weights-only once per pipeline and shared.
+struct WeightPlan {
+  fs::path file;  // empty: the component folder
+  std::string prefix;
+  std::vector<std::string> ignore;
+};
+
+using PtCache = std::map<fs::path, std::shared_ptr<const std::vector<std::pair<std::string, at::Tensor>>>>;
+
+bool has_prefix(const std::string& n, const std::string& p) { return n.compare(0, p.size(), p) == 0; }
+
+// Streams a component's weights into a C component, one tensor at a time (cast to the run's
+// dtype and device), handing them over in batches of at most kBatchBytes.
 void stream_weights(const Built& b, const yeto_component_v1& c, const std::string& variant, at::ScalarType dtype,
-                    const at::Device& device, const std::vector<std::string>& optional_missing) {
+                    const at::Device& device, const std::vector<std::string>& optional_missing, const WeightPlan& wp,
+                    PtCache& pt_cache) {
   const std::string where = "component '" + b.name + "' (" + b.class_name + ", " + b.origin + ")";
-  const io::WeightSource ws = io::WeightSource::open(b.dir, variant);
+  std::string from;
+  std::optional<io::WeightSource> ws;
+  std::vector<io::WeightSource::Located> located;  // stable: items point into it
+  std::shared_ptr<const std::vector<std::pair<std::string, at::Tensor>>> pt;
+  std::vector<WeightItem> items;
+  const auto selected = [&](const std::string& n) -> std::optional<std::string> {
+    if (!has_prefix(n, wp.prefix)) return std::nullopt;
+    std::string local = n.substr(wp.prefix.size());
+    for (const auto& i : wp.ignore)
+      if (has_prefix(local, i)) return std::nullopt;
+    return local;
+  };
+  const std::string ext = wp.file.extension().string();
+  if (!wp.file.empty() && ext != ".safetensors") {
+    from = wp.file.string() + (wp.prefix.empty() ? std::string() : " (keys under '" + wp.prefix + "')");
+    auto& cached = pt_cache[wp.file];
+    if (!cached) {
+      spdlog::info("pipeline: reading {} (a torch.save archive, weights only)", wp.file.string());
+      cached = std::make_shared<const std::vector<std::pair<std::string, at::Tensor>>>(io::load_tensor_file(wp.file));
+    }
+    pt = cached;
+    for (const auto& [n, t] : *pt)
+      if (auto local = selected(n))
+        items.push_back({*local, t.sizes().vec(), [t = t, dtype, device](bool* mapped) {
+                           *mapped = false;
+                           return t.to(device, t.is_floating_point() ? dtype : t.scalar_type());
+                         }});
+  } else {
+    ws = io::WeightSource::open(wp.file.empty() ? b.dir : wp.file, variant);
+    from = (wp.file.empty() ? ws->root() : wp.file).string() +
+           (wp.prefix.empty() ? std::string() : " (keys under '" + wp.prefix + "')");
+    std::vector<std::pair<std::string, std::string>> names;  // local, stored
+    for (const auto& n : ws->names())
+      if (auto local = selected(n)) names.emplace_back(*local, n);
+    located.reserve(names.size());
+    for (const auto& [local, n] : names) located.push_back(ws->locate(n));
+    // In file order (shard by shard, by offset), so the mapping is read front to back.
+    std::vector<std::size_t> order(names.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+      if (located[x].file.path() != located[y].file.path()) return located[x].file.path() < located[y].file.path();
+      return located[x].info->offset < located[y].info->offset;
+    });
+    for (const std::size_t i : order) {
+      const auto* loc = &located[i];
+      items.push_back({names[i].first, loc->info->shape,
+                       [loc, dtype, device](bool* mapped) { return io::tensor_as(loc->file, *loc->info, dtype, device, mapped); },
+                       loc});
+    }
+  }
   std::map<std::string, at::Tensor> params;
   for (auto& [n, t] : plugin::component_parameters(c)) params.emplace(n, t);
+  std::set<std::string> have;
   std::vector<std::string> unexpected, missing, mismatched;
-  for (const auto& n : ws.names()) {
-    const auto it = params.find(n);
+  for (const auto& item : items) {
+    have.insert(item.name);
+    const auto it = params.find(item.name);
     if (it == params.end()) {
-      unexpected.push_back(n);
+      unexpected.push_back(wp.prefix + item.name);
       continue;
     }
-    const auto loc = ws.locate(n);
-    if (loc.info->shape != it->second.sizes().vec())
-      mismatched.push_back(n + " (checkpoint " + io::shape_str(loc.info->shape) + ", component " +
+    if (item.shape != it->second.sizes().vec())
+      mismatched.push_back(wp.prefix + item.name + " (checkpoint " + io::shape_str(item.shape) + ", component " +
                            io::shape_str(it->second.sizes().vec()) + ")");
   }
   for (const auto& [n, t] : params)
-    if (!ws.has(n) && !nn::name_matches(n, optional_missing)) missing.push_back(n);
+    if (!have.count(n) && !nn::name_matches(n, optional_missing)) missing.push_back(wp.prefix + n);
   if (!unexpected.empty() || !missing.empty() || !mismatched.empty()) {
-    std::string msg = where + ": the weights in " + ws.root().string() + " do not match the component:";
+    std::string msg = where + ": the weights in " + from + " do not match the component:";
     if (!mismatched.empty()) msg += " shape mismatch for " + first_names(mismatched) + ";";
     if (!missing.empty()) msg += " missing " + first_names(missing) + ";";
     if (!unexpected.empty()) msg += " unexpected " + first_names(unexpected) + ";";
-    msg += " check that model_index.json / the plan names the right class and config for this folder";
+    msg += wp.file.empty() ? " check that model_index.json / the plan names the right class and config for this folder"
+                           : " check that the checkpoint and its config belong together";
     throw Error(msg, ExitCode::bad_input);
   }
-  // In file order (shard by shard, by offset), so the mapping is read front to back.
-  std::vector<std::pair<io::WeightSource::Located, std::string>> order;
-  for (const auto& n : ws.names()) order.emplace_back(ws.locate(n), n);
-  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
-    if (x.first.file.path() != y.first.file.path()) return x.first.file.path() < y.first.file.path();
-    return x.first.info->offset < y.first.info->offset;
-  });
   plugin::NamedTensors batch;
   std::vector<const io::WeightSource::Located*> mapped;  // batch tensors that view a mapping
   std::uint64_t bytes = 0;
@@ -139,7 +211,7 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
     try {
       plugin::component_load_weights(c, batch, R"({"strict": true})");
     } catch (const Error& e) {
-      throw Error(where + ": loading weights from " + ws.root().string() + " failed: " + e.what(), ExitCode::bad_input);
+      throw Error(where + ": loading weights from " + from + " failed: " + e.what(), ExitCode::bad_input);
     }
     // A mapped tensor the component kept is its weight now (file-backed); the pages of one it
     // only read (converted, quantised) are given back.
@@ -157,12 +229,12 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
     mapped.clear();
     bytes = 0;
   };
-  for (const auto& [loc, n] : order) {
+  for (const auto& item : items) {
     bool is_mapped = false;
-    at::Tensor t = io::tensor_as(loc.file, *loc.info, dtype, device, &is_mapped);
+    at::Tensor t = item.read(&is_mapped);
     bytes += static_cast<std::uint64_t>(t.numel()) * t.element_size();
-    batch.emplace_back(n, std::move(t));
-    mapped.push_back(is_mapped ? &loc : nullptr);
+    batch.emplace_back(item.name, std::move(t));
+    mapped.push_back(is_mapped ? item.located : nullptr);
     if (bytes >= kBatchBytes) flush();
   }
   flush();
@@ -254,7 +326,10 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   s.model_dir = s.resolved.repo.path;
   s.model_id = s.resolved.repo.local ? s.spec : s.resolved.repo.id;
   s.model_commit = s.resolved.repo.commit;
-  s.repo = io::DiffusersRepo::open(s.model_dir);
+  // A directory without model_index.json (or one model's config) is a layout only its plugin
+  // knows (a release's single-file checkpoint): it opens empty and the plan describes it.
+  const bool indexed = io::DiffusersRepo::is_indexed(s.model_dir);
+  s.repo = indexed ? io::DiffusersRepo::open(s.model_dir) : io::DiffusersRepo::open_unindexed(s.model_dir);
   s.device = run_device(cfg);
   s.dtype = run_dtype(cfg, s.device);
   if (cfg.get_string("model.storage") == "fp8" && cfg.get_string("tuning.mode") == "full")
@@ -265,6 +340,8 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   const plugin::LoaderOptions lo = plugin::LoaderOptions::from_config(cfg);
   const plugin::Selection selection =
       plugin::select_plugin(cfg, plugin::Catalog::scan(lo.dirs), lo, &s.repo->model_index());
+  if (selection.name.empty() && !indexed)
+    io::DiffusersRepo::open(s.model_dir);  // throws: not a Diffusers model (no model_index.json, no config.json)
   if (selection.name.empty()) {
     const auto& index = s.repo->model_index();
     const std::string cls = index.contains("_class_name") && index["_class_name"].is_string()
@@ -346,6 +423,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   s.plan["components"] = comps;
 
   // 5. Build every planned component.
+  PtCache pt_cache;  // torch.save archives the plan names, read once
   for (const auto& [name, e] : comps.items()) {
     const std::string where = "model " + s.model_dir.string() + ", component '" + name + "'";
     if (!e.contains("class") || !e["class"].is_string() || e["class"].get<std::string>().empty())
@@ -354,6 +432,20 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
     b.name = name;
     b.class_name = e["class"].get<std::string>();
     b.kind = e.contains("kind") && e["kind"].is_string() ? e["kind"].get<std::string>() : kind_for_component_name(name);
+    WeightPlan wp;
+    if (e.contains("weights")) {
+      if (!e["weights"].is_string() || e["weights"].get<std::string>().empty())
+        throw Error(where + ": the plan's \"weights\" must name a file", ExitCode::plugin_manifest);
+      wp.file = e["weights"].get<std::string>();
+      if (wp.file.is_relative()) wp.file = s.model_dir / wp.file;
+      std::error_code ec;
+      if (!fs::is_regular_file(wp.file, ec))
+        throw Error(where + ": weights file " + wp.file.string() + " does not exist", ExitCode::not_found);
+      if (e.contains("weights_prefix") && e["weights_prefix"].is_string()) wp.prefix = e["weights_prefix"];
+      if (e.contains("ignore_weights") && e["ignore_weights"].is_array())
+        for (const auto& x : e["ignore_weights"])
+          if (x.is_string()) wp.ignore.push_back(x.get<std::string>());
+    }
     if (e.contains("dir") && e["dir"].is_string() && !e["dir"].get<std::string>().empty()) {
       b.dir = e["dir"].get<std::string>();
       if (b.dir.is_relative()) b.dir = s.model_dir / b.dir;
@@ -386,7 +478,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
       creg.set_kind(b.class_name, b.kind);
       // With weights to load, built without initialising them (DeferredInit): the checkpoint's
       // tensors replace the placeholders. Without (init-model), seeded random weights.
-      const bool load = options.load_weights && !b.dir.empty();
+      const bool load = options.load_weights && (!b.dir.empty() || !wp.file.empty());
       std::optional<io::DeferredInit> deferred;
       if (load) deferred.emplace();
       b.table.reset(creg.create(b.class_name, b.config.dump(), ""));
@@ -396,13 +488,17 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
         // anything else without weights is an error WeightSource reports.
         const io::ComponentInfo* info = s.repo->component(name);
         const bool known = info && info->dir == b.dir;
-        if (!known || info->has_weights || !plugin::component_parameters(*b.table).empty())
-          stream_weights(b, *b.table, s.repo->variant(), s.dtype, s.device, optional_missing);
+        if (!wp.file.empty() || !known || info->has_weights || !plugin::component_parameters(*b.table).empty())
+          stream_weights(b, *b.table, s.repo->variant(), s.dtype, s.device, optional_missing, wp, pt_cache);
         io::DeferredInit::check_initialized(plugin::component_parameters(*b.table),
                                             where + " (" + b.class_name + ")");
       }
     } else {
       b.origin = "host";
+      if (!wp.file.empty())
+        throw Error(where + ": the plan names a weights file for " + b.class_name +
+                        ", a host class; single-file weights load into the plugin's own classes only",
+                    ExitCode::plugin_manifest);
       const auto model_classes = models::model_component_classes();
       if (std::find(model_classes.begin(), model_classes.end(), b.class_name) != model_classes.end()) {
         const std::string cfg_where = (b.config_file.empty() ? b.dir / "config.json" : b.config_file).string();

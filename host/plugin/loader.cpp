@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
+#include "io/aliases.hpp"
 #include "core/strings.hpp"
 #include "core/version.hpp"
 
@@ -353,6 +354,12 @@ Selection select_plugin(const config::Config& cfg, const Catalog& catalog, const
     if (pick([&](const sign::Manifest& m) { return has(m.pipelines, cls); }, cls + " (model_index.json _class_name)"))
       return s;
   }
+  // A repository whose model_index.json names no served pipeline, or that has none (a release
+  // layout), given by the hub id of a built-in alias: the plugin declaring the alias serves it.
+  for (const auto& a : io::model_aliases())
+    if (!id.empty() && a.hub_id == id &&
+        pick([&](const sign::Manifest& m) { return has(m.aliases, a.alias); }, "hub id '" + id + "' (alias '" + a.alias + "')"))
+      return s;
   if (!chooser.passed_over.empty())
     s.hint = "plugin " + join_list(chooser.passed_over) +
              " declares this model, but only a plugin signed by this build's own key is chosen without being named; "

@@ -32,6 +32,7 @@
 #include "hunyuan3d_dinov2.hpp"
 #include "hunyuan3d_dit.hpp"
 #include "hunyuan3d_family.hpp"
+#include "hunyuan3d_release.hpp"
 #include "hunyuan3d_sampler.hpp"
 #include "hunyuan3d_shapevae.hpp"
 #include "yeto/family/family.hpp"
@@ -455,9 +456,13 @@ class Hunyuan3DPlugin : public sdk::Plugin {
   }
 
   // The plan of the family file's layout (model, vae, conditioner, scheduler); the scheduler's
-  // config (num_train_timesteps, shift) is read here for generate.
+  // config (num_train_timesteps, shift) is read here for generate. A directory without
+  // model_index.json in the release layout (config.yaml and model.fp16.safetensors / .ckpt,
+  // itself or its hunyuan3d-dit-v2-1/ folder) is planned from config.yaml, every component's
+  // tensors read from the one checkpoint under its prefix.
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const auto index = family::parse_json(model_index_json, model_dir + "/model_index.json");
+    if (index.is_object() && index.empty()) return release_pipeline(model_dir);
     json plan;
     try {
       plan = description().plan(model_dir, index);
@@ -637,6 +642,37 @@ class Hunyuan3DPlugin : public sdk::Plugin {
   static HunYuanDiTPlain& denoiser() { return plugin_component_of<DiTComponent>("model", kDiT, kDiTModule).model(); }
   static ShapeVAEDecoder& shape_vae() {
     return plugin_component_of<ShapeVAEComponent>("vae", kShapeVAE, kShapeVAEModule).model();
+  }
+
+  // The release layout's plan; each config is checked here so that an error names config.yaml
+  // and the section.
+  std::string release_pipeline(const std::string& model_dir) {
+    const auto folder = release_folder(model_dir);
+    if (folder.empty())
+      sdk::fail(YETO_ERR_NOT_FOUND,
+                "'" + model_dir + "' is neither a repository in the family file's layout (no model_index.json) nor "
+                "Hunyuan3D-2.1's release layout (no config.yaml in it or in its hunyuan3d-dit-v2-1/ folder)");
+    const auto file = (folder / "config.yaml").string();
+    try {
+      const auto configs = release_configs(read_release_yaml(family::read_text_file(file), file), file);
+      const auto check = [&](const char* section, const auto& parse) {
+        try {
+          parse();
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(file + ": section '" + section + "': " + e.what());
+        }
+      };
+      check("model.params", [&] { DiTConfig::from_json(configs.model); });
+      check("vae.params", [&] { ShapeVAEConfig::from_json(configs.vae); });
+      check("conditioner.params.main_image_encoder.kwargs", [&] { DinoImageEncoderConfig::from_json(configs.conditioner); });
+      check("scheduler.params", [&] { scheduler_ = SchedulerConfig::from_json(configs.scheduler); });
+      const auto checkpoint = release_checkpoint(folder);
+      sdk::Host::log(YETO_LOG_INFO, "hunyuan3d: release layout " + folder.string() + " (config.yaml, " +
+                                        checkpoint.filename().string() + ")");
+      return release_plan(configs, checkpoint).dump();
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
   }
 
   std::string tuning_ = "lora";
