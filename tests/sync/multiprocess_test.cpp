@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -650,6 +651,34 @@ TEST(SyncMultiProcess, ReplayedAndReorderedSealedFramesAreRefused) {
   expect_bit_identical_to_final_cut(run, {id});
 }
 
+// A learner at the protocol level: a raw socket to the syncer, past the challenge, `hello` (as
+// learner "raw", with the layout the test learners train) and `welcome`, with its session.
+struct RawLearner {
+  const std::uint64_t run_id = ys::run_id_from_name("yeto");
+  const ys::Layout layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
+                                             ys::FragmentPattern::binpack);
+  int fd = -1;
+  ys::FrameDecoder decoder{run_id, 1 << 20};
+  std::optional<ys::Session> session;
+
+  void connect(int port) {
+    const ys::Key key = ys::run_key_from_secret(kSecret);
+    fd = dial(port);
+    ASSERT_GE(fd, 0);
+    const auto ch = read_frame(fd, decoder);
+    ASSERT_TRUE(ch);
+    const auto server = ys::Challenge::decode(ch->payload).server_nonce;
+    ys::Hello h;
+    h.learner_id = "raw";
+    h.client_nonce = ys::random_nonce();
+    h.layout_fp = layout.fingerprint();
+    send_all(fd, h.seal(key, run_id, server));
+    const auto w = read_frame(fd, decoder);
+    ASSERT_TRUE(w && w->type == ys::MsgType::welcome);
+    session.emplace(ys::session_key(key, server, h.client_nonce), 'L', 'S');
+  }
+};
+
 // A learner at the protocol level (a raw socket): after `welcome` it gets every fragment in full,
 // then q4 updates, each on top of exactly the version it holds and reproducing the syncer's CRC.
 // A push refused as too stale is answered with the ack alone: the current version is already on
@@ -663,24 +692,12 @@ TEST(SyncMultiProcess, ARawLearnerAppliesEveryUpdateOnItsBaseAndGetsNoResendWhen
   ASSERT_TRUE(run.wait_tape([](const auto& t) {
     return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 2;
   }, 15)) << run.logs();
-  const std::uint64_t run_id = ys::run_id_from_name("yeto");
-  const ys::Key key = ys::run_key_from_secret(kSecret);
-  const int fd = dial(run.port);
-  ASSERT_GE(fd, 0);
-  ys::FrameDecoder d(run_id, 1 << 20);
-  const auto ch = read_frame(fd, d);
-  ASSERT_TRUE(ch);
-  const auto server = ys::Challenge::decode(ch->payload).server_nonce;
-  const auto layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
-                                       ys::FragmentPattern::binpack);
-  ys::Hello h;
-  h.learner_id = "raw";
-  h.client_nonce = ys::random_nonce();
-  h.layout_fp = layout.fingerprint();
-  send_all(fd, h.seal(key, run_id, server));
-  const auto w = read_frame(fd, d);
-  ASSERT_TRUE(w && w->type == ys::MsgType::welcome);
-  ys::Session s(ys::session_key(key, server, h.client_nonce), 'L', 'S');
+  RawLearner raw;
+  ASSERT_NO_FATAL_FAILURE(raw.connect(run.port));
+  const std::uint64_t run_id = raw.run_id;
+  const int fd = raw.fd;
+  ys::FrameDecoder& d = raw.decoder;
+  ys::Session& s = *raw.session;
   std::map<std::uint32_t, ys::FragmentMsg> held;
   int fragments = 0, updates = 0, fragments_after_stale = 0;
   bool stale_sent = false;
@@ -743,24 +760,13 @@ TEST(SyncMultiProcess, ASmallPushIsHandledWhileTheLargePushBeforeItIsOpened) {
   ASSERT_TRUE(run.wait_tape([](const auto& t) {
     return std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; }) >= 2;
   }, 15)) << run.logs();
-  const std::uint64_t run_id = ys::run_id_from_name("yeto");
-  const ys::Key key = ys::run_key_from_secret(kSecret);
-  const int fd = dial(run.port);
-  ASSERT_GE(fd, 0);
-  ys::FrameDecoder d(run_id, 1 << 20);
-  const auto ch = read_frame(fd, d);
-  ASSERT_TRUE(ch);
-  const auto server = ys::Challenge::decode(ch->payload).server_nonce;
-  const auto layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
-                                       ys::FragmentPattern::binpack);
-  ys::Hello h;
-  h.learner_id = "raw";
-  h.client_nonce = ys::random_nonce();
-  h.layout_fp = layout.fingerprint();
-  send_all(fd, h.seal(key, run_id, server));
-  const auto w = read_frame(fd, d);
-  ASSERT_TRUE(w && w->type == ys::MsgType::welcome);
-  ys::Session s(ys::session_key(key, server, h.client_nonce), 'L', 'S');
+  RawLearner raw;
+  ASSERT_NO_FATAL_FAILURE(raw.connect(run.port));
+  const std::uint64_t run_id = raw.run_id;
+  const int fd = raw.fd;
+  ys::FrameDecoder& d = raw.decoder;
+  const ys::Layout& layout = raw.layout;
+  ys::Session& s = *raw.session;
   std::map<std::uint32_t, std::uint64_t> version;
   while (version.size() < 2) {
     auto f = read_frame(fd, d);
