@@ -19,6 +19,16 @@ std::string shell_line(const std::vector<Word>& words) {
 
 std::string island_role(std::size_t i) { return "island-" + std::to_string(i); }
 
+std::vector<Manifest> render_each(const Fleet& f, const std::string& engine, const std::string& ext, SyncerText syncer,
+                                  IslandText island) {
+  std::vector<Manifest> out;
+  const auto dir = f.run_dir / "launch" / engine;
+  out.push_back({"syncer", dir / ("syncer" + ext), syncer(f)});
+  for (std::size_t i = 0; i < f.islands.size(); ++i)
+    out.push_back({island_role(i), dir / (island_role(i) + ext), island(f, i)});
+  return out;
+}
+
 namespace {
 void add_common(std::vector<Word>& w, const Fleet& f, const JobPaths& p) {
   if (!p.config.empty()) w.insert(w.end(), {{"--config"}, {p.config}});

@@ -2,6 +2,7 @@
 // the command lines every engine's jobs run. Internal to host/fleet. Torch-free.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ std::vector<Word> learner_words(const Fleet& f, const JobPaths& p, std::size_t i
 std::vector<std::string> mounted_sets(const Fleet& f);
 
 std::string island_role(std::size_t i);
+
+// The syncer's manifest, then one per island: RUN_DIR/launch/<engine>/<role><ext>, each text
+// from the engine's renderer.
+using SyncerText = std::string (*)(const Fleet&);
+using IslandText = std::string (*)(const Fleet&, std::size_t);
+std::vector<Manifest> render_each(const Fleet& f, const std::string& engine, const std::string& ext, SyncerText syncer,
+                                  IslandText island);
 
 std::vector<Manifest> render_slurm(const Fleet& f);
 std::vector<Manifest> render_skypilot(const Fleet& f);

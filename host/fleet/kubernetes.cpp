@@ -140,12 +140,7 @@ std::string island_yaml(const Fleet& f, std::size_t i) {
 std::vector<Manifest> render_kubernetes(const Fleet& f) {
   if (f.s.image.empty())
     throw UsageError("launch --engine kubernetes needs a container image holding yeto-host: set launch.image");
-  std::vector<Manifest> out;
-  const auto dir = f.run_dir / "launch" / "kubernetes";
-  out.push_back({"syncer", dir / "syncer.yaml", syncer_yaml(f)});
-  for (std::size_t i = 0; i < f.islands.size(); ++i)
-    out.push_back({island_role(i), dir / (island_role(i) + ".yaml"), island_yaml(f, i)});
-  return out;
+  return render_each(f, "kubernetes", ".yaml", syncer_yaml, island_yaml);
 }
 
 std::vector<ClientCommand> submit_kubernetes(const Fleet& f, const std::vector<Manifest>& ms) {

@@ -108,12 +108,7 @@ std::string island_yaml(const Fleet& f, std::size_t i) {
 }  // namespace
 
 std::vector<Manifest> render_skypilot(const Fleet& f) {
-  std::vector<Manifest> out;
-  const auto dir = f.run_dir / "launch" / "skypilot";
-  out.push_back({"syncer", dir / "syncer.yaml", syncer_yaml(f)});
-  for (std::size_t i = 0; i < f.islands.size(); ++i)
-    out.push_back({island_role(i), dir / (island_role(i) + ".yaml"), island_yaml(f, i)});
-  return out;
+  return render_each(f, "skypilot", ".yaml", syncer_yaml, island_yaml);
 }
 
 std::vector<ClientCommand> submit_skypilot(const Fleet& f, const std::vector<Manifest>& ms) {

@@ -130,12 +130,7 @@ std::string island_script(const Fleet& f, std::size_t i) {
 }  // namespace
 
 std::vector<Manifest> render_slurm(const Fleet& f) {
-  std::vector<Manifest> out;
-  const auto dir = f.run_dir / "launch" / "slurm";
-  out.push_back({"syncer", dir / "syncer.sbatch", syncer_script(f)});
-  for (std::size_t i = 0; i < f.islands.size(); ++i)
-    out.push_back({island_role(i), dir / (island_role(i) + ".sbatch"), island_script(f, i)});
-  return out;
+  return render_each(f, "slurm", ".sbatch", syncer_script, island_script);
 }
 
 std::vector<ClientCommand> submit_slurm(const Fleet& /*f*/, const std::vector<Manifest>& ms) {
