@@ -19,6 +19,7 @@
 #include "io/tensors.hpp"
 #include "mesh/mesh.hpp"
 #include "support/family_host.hpp"
+#include "support/glb_check.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 #include "sync/tape.hpp"
@@ -156,28 +157,7 @@ TEST(Hunyuan3DTrain, TinyPresetTrainsOnGeneratedRowsExportsAndSamplesMeshes) {
   // the same sample has the same mesh.
   const auto mesh = yeto::mesh::read_glb(tmp / "adapted.glb");
   ASSERT_FALSE(mesh.faces.empty());
-  const char* script =
-      "import json, struct, sys\n"
-      "b = open(sys.argv[1], 'rb').read()\n"
-      "magic, version, length = struct.unpack_from('<III', b, 0)\n"
-      "assert magic == 0x46546C67 and version == 2 and length == len(b), (magic, version, length)\n"
-      "jlen, jtype = struct.unpack_from('<II', b, 12)\n"
-      "assert jtype == 0x4E4F534A and jlen % 4 == 0\n"
-      "doc = json.loads(b[20:20 + jlen])\n"
-      "blen, btype = struct.unpack_from('<II', b, 20 + jlen)\n"
-      "assert btype == 0x004E4942 and blen == doc['buffers'][0]['byteLength']\n"
-      "binary = b[28 + jlen:28 + jlen + blen]\n"
-      "prim = doc['meshes'][0]['primitives'][0]\n"
-      "pos = doc['accessors'][prim['attributes']['POSITION']]\n"
-      "idx = doc['accessors'][prim['indices']]\n"
-      "view = doc['bufferViews'][idx['bufferView']]\n"
-      "faces = struct.unpack_from('<%dI' % idx['count'], binary, view['byteOffset'])\n"
-      "assert max(faces) < pos['count']\n"
-      "pview = doc['bufferViews'][pos['bufferView']]\n"
-      "xyz = struct.unpack_from('<%df' % (3 * pos['count']), binary, pview['byteOffset'])\n"
-      "assert all(abs(v) <= 1.01 + 1e-6 for v in xyz)\n"
-      "print(pos['count'], idx['count'] // 3)\n";
-  const auto py = yeto::test::run_process({"python3", "-c", script, (tmp / "adapted.glb").string()});
+  const auto py = yeto::test::python_glb_counts((tmp / "adapted.glb").string(), 1.01 + 1e-6);
   ASSERT_EQ(py.exit_code, 0) << py.all();
   EXPECT_EQ(py.out, std::to_string(mesh.vertices.size()) + " " + std::to_string(mesh.faces.size()) + "\n");
   // An image prompt: decoded by the host, encoded by the repository's DINOv2 conditioner.

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "mesh/mesh.hpp"
+#include "support/glb_check.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -120,25 +121,7 @@ TEST(MeshFiles, GlbRoundTripsThroughOurReaderAndPythonsStruct) {
   EXPECT_TRUE(yeto::mesh::watertight(back));
 
   // An independent reader: Python's struct and json modules walk the GLB layout and count.
-  const char* script =
-      "import json, struct, sys\n"
-      "b = open(sys.argv[1], 'rb').read()\n"
-      "magic, version, length = struct.unpack_from('<III', b, 0)\n"
-      "assert magic == 0x46546C67 and version == 2 and length == len(b), (magic, version, length)\n"
-      "jlen, jtype = struct.unpack_from('<II', b, 12)\n"
-      "assert jtype == 0x4E4F534A and jlen % 4 == 0\n"
-      "doc = json.loads(b[20:20 + jlen])\n"
-      "blen, btype = struct.unpack_from('<II', b, 20 + jlen)\n"
-      "assert btype == 0x004E4942 and blen == doc['buffers'][0]['byteLength']\n"
-      "binary = b[28 + jlen:28 + jlen + blen]\n"
-      "prim = doc['meshes'][0]['primitives'][0]\n"
-      "pos = doc['accessors'][prim['attributes']['POSITION']]\n"
-      "idx = doc['accessors'][prim['indices']]\n"
-      "view = doc['bufferViews'][idx['bufferView']]\n"
-      "faces = struct.unpack_from('<%dI' % idx['count'], binary, view['byteOffset'])\n"
-      "assert max(faces) < pos['count']\n"
-      "print(pos['count'], idx['count'] // 3)\n";
-  const auto r = yeto::test::run_process({"python3", "-c", script, (tmp / "sphere.glb").string()});
+  const auto r = yeto::test::python_glb_counts((tmp / "sphere.glb").string());
   ASSERT_EQ(r.exit_code, 0) << r.all();
   std::ostringstream want;
   want << m.vertices.size() << ' ' << m.faces.size() << '\n';
