@@ -108,6 +108,11 @@ struct SyncClient::Impl {
   // The public state of every fragment as this connection has delivered it (full fragments,
   // then q4 updates on top of exactly their base version); reset with every connection.
   std::vector<std::optional<FragmentMsg>> held;
+  // What this connection's `holds` claimed per fragment (taken as held[p] once the syncer's
+  // `holding` accepts it), and whether any connection has delivered fragment p yet (until then
+  // the learner claims its own initial values as version 0).
+  std::vector<std::optional<FragmentMsg>> claimed;
+  std::vector<bool> delivered;
   asio::io_context io{1};
   std::shared_ptr<Link> link;
   std::thread thread;
@@ -119,6 +124,8 @@ struct SyncClient::Impl {
     const std::size_t f = layout.fragments.size();
     latest.resize(f);
     held.resize(f);
+    claimed.resize(f);
+    delivered.assign(f, false);
     base.resize(f);
     base_version.assign(f, 0);
     have_base.assign(f, false);
@@ -294,9 +301,34 @@ struct SyncClient::Impl {
       }
       if (final_ack_queued && !final_ack_sent && final_cut) control.emplace_back(MsgType::final_ack, FinalAck{final_cut->digest}.encode());
     }
-    // A new connection starts from the full fragments it sends; nothing of an earlier one (or of
-    // a syncer that restarted behind it) is a base for its updates.
-    for (auto& slot : held) slot.reset();
+    // A new connection starts from what the syncer sends or accepts: nothing of an earlier one
+    // (or of a syncer that restarted behind it) is a base for its updates unless the syncer
+    // matches the claim against its own public state. The claim: what the last connection
+    // delivered, else (nothing delivered yet) the initial values as version 0.
+    for (std::size_t p = 0; p < held.size(); ++p) {
+      claimed[p] = std::move(held[p]);
+      held[p].reset();
+      if (!claimed[p] && !delivered[p]) {
+        std::vector<std::span<const float>> spans;
+        std::size_t at = 0;
+        for (const auto& t : layout.tensors) {
+          spans.emplace_back(initial.data() + at, t.numel);
+          at += t.numel;
+        }
+        claimed[p] = FragmentMsg{static_cast<std::uint32_t>(p), 0, pack_fragment(layout, static_cast<std::uint32_t>(p), spans)};
+      }
+    }
+    if (!w.needs_init) {
+      Holds claims;
+      for (const auto& c : claimed) {
+        FragmentClaim fc;
+        fc.version = c ? c->version : kNoClaim;
+        if (c) fc.digest = fragment_digest(c->version, c->data);
+        claims.claims.push_back(fc);
+      }
+      std::lock_guard lk(mu);
+      control.emplace_front(MsgType::holds, claims.encode());
+    }
     event("connected", {{"needs_init", w.needs_init}, {"versions", w.versions}});
     asio::co_spawn(io, writer(l), asio::detached);
     asio::co_spawn(io, heartbeat(l), asio::detached);
@@ -315,6 +347,7 @@ struct SyncClient::Impl {
             if (fm.fragment >= layout.fragments.size() || fm.data.size() != layout.fragments[fm.fragment].numel)
               throw ClientError("syncer sent a fragment of the wrong shape");
             held[fm.fragment] = fm;
+            delivered[fm.fragment] = true;
             std::lock_guard lk(mu);
             ++st.fragments_received;
             latest[fm.fragment] = std::move(fm);
@@ -367,13 +400,45 @@ struct SyncClient::Impl {
             event("push_ack", ev);
             break;
           }
+          case MsgType::holding: {
+            const Holding accepted = Holding::decode(p);
+            std::vector<std::uint32_t> took;
+            for (const auto q : accepted.fragments) {
+              if (q >= layout.fragments.size() || !claimed[q])
+                throw ClientError("syncer accepted a claim of fragment " + std::to_string(q) + " this learner did not make");
+              held[q] = std::move(claimed[q]);
+              claimed[q].reset();
+              delivered[q] = true;
+              took.push_back(q);
+            }
+            {
+              std::lock_guard lk(mu);
+              st.fragments_held += took.size();
+              // Installed like a received fragment (a no-op where the learner already has that base).
+              for (const auto q : took) latest[q] = *held[q];
+              cv.notify_all();
+            }
+            event("holding", {{"fragments", took}});
+            break;
+          }
           case MsgType::final_cut: {
             FinalCut fc = FinalCut::decode(p);
             if (fc.fragments.size() != layout.fragments.size()) throw ClientError("final cut has the wrong shape");
-            for (std::size_t i = 0; i < fc.fragments.size(); ++i)
+            std::size_t omitted = 0;
+            for (std::size_t i = 0; i < fc.fragments.size(); ++i) {
+              if (fc.fragments[i].empty() && layout.fragments[i].numel > 0) {
+                ++omitted;
+                // Omitted: this connection delivered exactly that version.
+                if (!held[i] || held[i]->version != fc.versions[i])
+                  throw ClientError("final cut omits fragment " + std::to_string(i) + " at version " +
+                                    std::to_string(fc.versions[i]) +
+                                    ", which this connection does not hold: reconnecting for the full cut");
+                fc.fragments[i] = held[i]->data;
+              }
               if (fc.fragments[i].size() != layout.fragments[i].numel) throw ClientError("final cut has the wrong shape");
+            }
             if (state_digest(fc.versions, fc.fragments) != fc.digest) throw ClientError("final cut digest mismatch");
-            event("final_cut", {{"digest", hex(fc.digest.data(), 32)}, {"versions", fc.versions}});
+            event("final_cut", {{"digest", hex(fc.digest.data(), 32)}, {"versions", fc.versions}, {"omitted", omitted}});
             std::lock_guard lk(mu);
             final_cut = std::move(fc);
             cv.notify_all();
@@ -630,7 +695,7 @@ void SyncClient::close(double timeout_s) {
   impl_->event("closed", {{"steps", impl_->step_no}, {"connects", s.connects}, {"bytes_sent", s.bytes_sent},
                           {"bytes_received", s.bytes_received}, {"pushes_sent", s.pushes_sent},
                           {"pushes_accepted", s.pushes_accepted}, {"fragments_received", s.fragments_received},
-                          {"updates_received", s.updates_received},
+                          {"updates_received", s.updates_received}, {"fragments_held", s.fragments_held},
                           {"numel", impl_->layout.total_numel()}});
 }
 

@@ -47,6 +47,7 @@ struct ClientStats {
   std::uint64_t pushes_refused = 0;
   std::uint64_t fragments_received = 0;  // full fragments (catch-up, the f32 downlink)
   std::uint64_t updates_received = 0;    // q4 updates applied to the public state
+  std::uint64_t fragments_held = 0;      // catch-ups not needed: the syncer accepted the claim (holds)
   std::uint64_t steps = 0;
 };
 

@@ -29,12 +29,14 @@ const char* msg_name(MsgType t) {
     case MsgType::error: return "error";
     case MsgType::done: return "done";
     case MsgType::update: return "update";
+    case MsgType::holds: return "holds";
+    case MsgType::holding: return "holding";
   }
   return "unknown";
 }
 
 namespace {
-bool known_type(std::uint16_t t) { return t >= 1 && t <= 14; }
+bool known_type(std::uint16_t t) { return t >= 1 && t <= 16; }
 }  // namespace
 
 std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {
@@ -49,7 +51,7 @@ void check_frame_crc(Frame& f) {
 
 bool is_bulk(MsgType t) {
   return t == MsgType::init || t == MsgType::fragment || t == MsgType::push || t == MsgType::final_cut ||
-         t == MsgType::update;
+         t == MsgType::update || t == MsgType::holds || t == MsgType::holding;
 }
 
 std::string encode_frame(MsgType type, std::uint64_t run_id, std::string_view payload) {
@@ -685,16 +687,27 @@ std::string hex(const unsigned char* p, std::size_t n) {
   return s;
 }
 
-std::string FinalCut::encode() const {
+std::string FinalCut::encode() const { return encode({}); }
+std::string FinalCut::encode(const std::vector<bool>& omit) const {
   ByteWriter w;
   w.u32(static_cast<std::uint32_t>(fragments.size()));
   for (std::size_t i = 0; i < fragments.size(); ++i) {
     w.u64(versions[i]);
+    if (i < omit.size() && omit[i]) {
+      w.u64(0);
+      continue;
+    }
     w.u64(fragments[i].size());
     w.floats(fragments[i]);
   }
   put_arr(w, digest);
   return w.take();
+}
+std::size_t FinalCut::encoded_size(const std::vector<bool>& omit) const {
+  std::size_t n = 4 + 32;
+  for (std::size_t i = 0; i < fragments.size(); ++i)
+    n += 16 + ((i < omit.size() && omit[i]) ? 0 : fragments[i].size() * 4);
+  return n;
 }
 FinalCut FinalCut::decode(std::string_view p) {
   ByteReader r(p);
@@ -706,6 +719,63 @@ FinalCut FinalCut::decode(std::string_view p) {
     m.fragments.push_back(r.floats(r.u64()));
   }
   get_arr(r, m.digest);
+  r.expect_end();
+  return m;
+}
+
+std::array<unsigned char, 32> fragment_digest(std::uint64_t version, std::span<const float> values) {
+  // The bytes state_digest hashes for a single fragment, without copying the values.
+  sodium_ready();
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, nullptr, 0, 32);
+  const std::uint64_t n = values.size();
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&version), 8);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&n), 8);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(values.data()), n * 4);
+  std::array<unsigned char, 32> d;
+  crypto_generichash_final(&st, d.data(), d.size());
+  return d;
+}
+
+std::string Holds::encode() const {
+  ByteWriter w;
+  w.u32(static_cast<std::uint32_t>(claims.size()));
+  for (const auto& c : claims) {
+    w.u64(c.version);
+    put_arr(w, c.digest);
+  }
+  return w.take();
+}
+Holds Holds::decode(std::string_view p) {
+  ByteReader r(p);
+  Holds m;
+  const std::uint32_t n = r.u32();
+  if (n > r.remaining() / 40) throw WireError("holds: claim list is truncated");
+  m.claims.resize(n);
+  for (auto& c : m.claims) {
+    c.version = r.u64();
+    get_arr(r, c.digest);
+  }
+  r.expect_end();
+  return m;
+}
+
+std::string Holding::encode() const {
+  ByteWriter w;
+  w.u32(static_cast<std::uint32_t>(fragments.size()));
+  for (const auto f : fragments) w.u32(f);
+  return w.take();
+}
+Holding Holding::decode(std::string_view p) {
+  ByteReader r(p);
+  Holding m;
+  const std::uint32_t n = r.u32();
+  if (n > r.remaining() / 4) throw WireError("holding: fragment list is truncated");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t f = r.u32();
+    if (!m.fragments.empty() && f <= m.fragments.back()) throw WireError("holding: fragments are not ascending");
+    m.fragments.push_back(f);
+  }
   r.expect_end();
   return m;
 }

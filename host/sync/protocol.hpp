@@ -26,7 +26,7 @@
 namespace yeto::sync {
 
 inline constexpr std::uint32_t kMagic = 0x4E595359;  // "YSYN" as little-endian bytes
-inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint16_t kProtocolVersion = 4;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kTagBytes = 32;   // handshake MAC (welcome)
 inline constexpr std::size_t kSealBytes = 16;  // AEAD tag that ends every sealed payload
@@ -50,9 +50,11 @@ enum class MsgType : std::uint16_t {
   error = 12,
   done = 13,  // the learner reached its own step budget; payload as heartbeat
   update = 14,  // a q4 update of a fragment on top of the version the learner holds (compressed downlink)
+  holds = 15,    // the learner's claim of the public state it already holds, per fragment (after welcome)
+  holding = 16,  // the fragments whose claim the syncer accepted: no catch-up is sent for them
 };
 const char* msg_name(MsgType t);
-bool is_bulk(MsgType t);  // init, fragment, push, final_cut, update: capped by max_frame, not kControlCap
+bool is_bulk(MsgType t);  // init, fragment, push, final_cut, update, holds, holding: capped by max_frame, not kControlCap
 
 struct Frame {
   MsgType type{};
@@ -293,12 +295,45 @@ struct Heartbeat {
   static Heartbeat decode(std::string_view p);
 };
 
+// The final cut: every fragment's public state P at its final version, and their digest. A
+// fragment may be omitted (empty here, numel 0 on the wire) for a connection that was sent that
+// exact version already: the learner takes its own copy (the syncer never omits one it has not
+// sent on this connection; a learner that does not hold it reconnects for the full cut).
 struct FinalCut {
   std::vector<std::uint64_t> versions;
   std::vector<std::vector<float>> fragments;
   std::array<unsigned char, 32> digest{};
   std::string encode() const;
+  // With omit[p] set, fragment p is written as numel 0 (omit may be shorter: not omitted).
+  std::string encode(const std::vector<bool>& omit) const;
+  // The size of encode(omit), without encoding.
+  std::size_t encoded_size(const std::vector<bool>& omit) const;
   static FinalCut decode(std::string_view p);
+};
+
+// The digest of one fragment's public state at a version (what `holds` claims):
+// state_digest({version}, {values}).
+std::array<unsigned char, 32> fragment_digest(std::uint64_t version, std::span<const float> values);
+
+// `holds`, the learner's first message after a welcome without needs_init: per fragment, the
+// version of the public state it already holds and that state's digest (kNoClaim: none). The
+// syncer sends no catch-up for a claim that matches its current version and public state
+// exactly (a learner that starts from the same initial state, or one that reconnects having
+// missed nothing), and answers with `holding`, the accepted fragments, before any fragment.
+struct FragmentClaim {
+  std::uint64_t version = 0;
+  std::array<unsigned char, 32> digest{};
+};
+inline constexpr std::uint64_t kNoClaim = ~std::uint64_t{0};
+struct Holds {
+  std::vector<FragmentClaim> claims;
+  std::string encode() const;
+  static Holds decode(std::string_view p);
+};
+struct Holding {
+  std::vector<std::uint32_t> fragments;  // ascending, each < the run's fragment count
+  std::string encode() const;
+  static Holding decode(std::string_view p);
 };
 
 // BLAKE2b-256 over every fragment's version and exact bytes in fragment order.

@@ -119,6 +119,12 @@ struct Conn {
   // an update goes only to a connection at exactly the update's base version, every other one
   // gets the full fragment.
   std::vector<std::uint64_t> sent;
+  // Welcomed into an initialised run: the catch-up (and, once finishing, the final cut) waits
+  // for the learner's `holds`, so nothing it already holds is sent again.
+  bool awaiting_holds = false;
+  // Welcomed before the run had state: its `init` is the run's state or, when another came
+  // first, its claim of version 0 (the catch-up waits for it).
+  bool awaiting_init = false;
   std::deque<Outgoing> outq;
   // Bulk frames of this connection being opened on the frame workers, and the frames read behind
   // them that must wait until they are handled (anything but a push or a heartbeat, with its
@@ -937,6 +943,7 @@ struct Syncer::Impl {
       case MsgType::leave: return on_leave(c);
       case MsgType::done: return on_done(c, Heartbeat::decode(payload));
       case MsgType::final_ack: return on_final_ack(c, FinalAck::decode(payload));
+      case MsgType::holds: return on_holds(c, Holds::decode(payload));
       default:
         reject(c, std::string("unexpected ") + msg_name(type) + " from a learner");
         close(c);
@@ -1006,11 +1013,72 @@ struct Syncer::Impl {
     r.last_seen = steady_now();
     taped(rejoin ? "rejoin" : "join", -1, -1, {h.learner_id},
                 {{"peer", c->peer}, {"live", live_ids().size()}, {"joins", r.joins}});
-    if (st.initialised) {
-      // Catch-up: the current global state right away, not at the next round boundary.
-      for (std::uint32_t p = 0; p < st.fragments.size(); ++p) send_fragment(c, p);
+    // Catch-up: the current global state right away, not at the next round boundary, less what
+    // the learner's `holds` (its next message) shows it holds already.
+    if (st.initialised) c->awaiting_holds = true;
+    else {
+      c->awaiting_init = true;
+      if (finishing) send_final_cut(c);  // a run that ended before it had any state
     }
-    if (finishing) send(c, MsgType::final_cut, final_cut.encode());
+  }
+
+  // The digest of fragment p's public state at its current version (computed once per version).
+  std::vector<std::pair<std::uint64_t, std::array<unsigned char, 32>>> pub_digests;
+  const std::array<unsigned char, 32>& public_digest(std::uint32_t p) {
+    if (pub_digests.size() < st.fragments.size()) pub_digests.resize(st.fragments.size(), {kNotSent, {}});
+    auto& d = pub_digests[p];
+    if (d.first != st.fragments[p].version)
+      d = {st.fragments[p].version, fragment_digest(st.fragments[p].version, public_state(p))};
+    return d.second;
+  }
+
+  void on_holds(const ConnPtr& c, const Holds& h) {
+    if (!c->awaiting_holds) {
+      reject(c, "unexpected holds: it answers a welcome into an initialised run, once");
+      close(c);
+      return;
+    }
+    c->awaiting_holds = false;
+    if (h.claims.size() != st.fragments.size()) {
+      reject(c, "holds names " + std::to_string(h.claims.size()) + " fragments, the run has " +
+                    std::to_string(st.fragments.size()));
+      close(c);
+      return;
+    }
+    Holding ok;
+    std::vector<std::uint32_t> full;
+    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
+      if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) continue;  // sent since the welcome
+      const FragmentClaim& cl = h.claims[p];
+      if (cl.version == st.fragments[p].version && cl.digest == public_digest(p)) {
+        ok.fragments.push_back(p);
+        note_sent(c, p);
+      } else {
+        full.push_back(p);
+      }
+    }
+    // `holding` first: the learner takes its own copies before any update on top of them.
+    send(c, MsgType::holding, std::make_shared<const std::string>(ok.encode()));
+    for (const auto p : full) send_fragment(c, p);
+    taped("catch_up", -1, -1, {c->learner_id}, {{"held", ok.fragments}, {"sent", full}});
+    if (finishing) send_final_cut(c);
+  }
+
+  // The final cut as connection c gets it: a fragment it was sent at the cut's version is
+  // omitted (the learner holds those exact bytes), every other one is in full.
+  // Made on the frame workers when large, like a catch-up fragment (the cut is never changed
+  // once taken; a shared copy keeps it alive for the payloads in flight).
+  std::shared_ptr<const FinalCut> shared_cut;
+  void send_final_cut(const ConnPtr& c) {
+    if (c->closed || !c->session) return;
+    if (!shared_cut) shared_cut = std::make_shared<const FinalCut>(final_cut);
+    std::vector<bool> omit(final_cut.fragments.size(), false);
+    for (std::uint32_t p = 0; p < omit.size(); ++p) omit[p] = p < c->sent.size() && c->sent[p] == final_cut.versions[p];
+    auto lazy = std::make_shared<LazyPayload>();
+    lazy->size = shared_cut->encoded_size(omit);
+    lazy->make = [cut = shared_cut, omit] { return cut->encode(omit); };
+    c->outq.push_back(Outgoing{{}, MsgType::final_cut, nullptr, std::move(lazy)});
+    c->wake.cancel();
   }
 
   void on_init(const ConnPtr& c, const Init& in) {
@@ -1018,6 +1086,39 @@ struct Syncer::Impl {
       // Several learners may have been told "needs init" before the first init arrived; the
       // layout was checked in the handshake, so this is a race, not an error.
       taped("init_ignored", -1, -1, {c->learner_id}, {{"note", "the run already has its state"}});
+      if (c->awaiting_init) {
+        // Its initial values are its claim of version 0: fragments still at version 0 and
+        // bit-identical to them are not sent back (islands started from the same seed).
+        c->awaiting_init = false;
+        Holding ok;
+        std::vector<std::uint32_t> full;
+        const bool same_size = in.params.size() == st.layout.total_numel();
+        std::vector<std::span<const float>> tensors;
+        std::size_t off = 0;
+        for (const auto& t : st.layout.tensors) {
+          if (same_size) tensors.emplace_back(in.params.data() + off, t.numel);
+          off += t.numel;
+        }
+        for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
+          if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) continue;
+          bool same = false;
+          if (same_size && st.fragments[p].version == 0) {
+            const std::vector<float> mine = pack_fragment(st.layout, p, tensors);
+            const auto& pub = public_state(p);
+            same = mine.size() == pub.size() && std::memcmp(mine.data(), pub.data(), pub.size() * sizeof(float)) == 0;
+          }
+          if (same) {
+            ok.fragments.push_back(p);
+            note_sent(c, p);
+          } else {
+            full.push_back(p);
+          }
+        }
+        send(c, MsgType::holding, ok.encode());
+        for (const auto p : full) send_fragment(c, p);
+        taped("catch_up", -1, -1, {c->learner_id}, {{"held", ok.fragments}, {"sent", full}});
+        if (finishing) send_final_cut(c);
+      }
       return;
     }
     Layout l;
@@ -1055,7 +1156,24 @@ struct Syncer::Impl {
                 {{"tensors", st.layout.tensors.size()}, {"fragments", st.fragments.size()},
                  {"numel", st.layout.total_numel()}, {"pattern", pattern_name(st.layout.pattern)},
                  {"fingerprint", std::to_string(st.layout.fingerprint())}});
-    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) broadcast_fragment(p);
+    // The initialiser holds version 0 exactly (it sent it): `holding` instead of its own values
+    // back. Learners that were welcomed before the state existed are answered when their own
+    // `init` arrives (above); any other connection gets the state in full.
+    c->awaiting_init = false;
+    Holding all;
+    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
+      all.fragments.push_back(p);
+      note_sent(c, p);
+    }
+    send(c, MsgType::holding, all.encode());
+    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
+      std::shared_ptr<LazyPayload> full;
+      for (const auto& other : conns) {
+        if (other == c || !other->session || other->closed || other->awaiting_init) continue;
+        if (!full) full = fragment_payload(p);
+        send_fragment(other, p, full);
+      }
+    }
   }
 
   void ack(const ConnPtr& c, std::uint32_t p, PushStatus s) {
@@ -1780,9 +1898,10 @@ struct Syncer::Impl {
     st.finished = true;
     checkpoint();
     final_cut = FinalCut{};
+    shared_cut.reset();
     for (const auto& f : st.fragments) {
       final_cut.versions.push_back(f.version);
-      final_cut.fragments.push_back(*f.params);
+      final_cut.fragments.push_back(f.public_values());
     }
     final_cut.digest = state_digest(final_cut.versions, final_cut.fragments);
     write_final_tensors();
@@ -1792,9 +1911,8 @@ struct Syncer::Impl {
                 {{"reason", reason}, {"digest", hex(final_cut.digest.data(), 32)}, {"versions", final_cut.versions},
                  {"outer_steps", st.outer_steps}, {"samples", st.samples_merged}});
     spdlog::info("syncer: final cut ({}) at outer step {}", reason, st.outer_steps);
-    const auto payload = std::make_shared<const std::string>(final_cut.encode());
     for (const auto& c : conns)
-      if (c->session) send(c, MsgType::final_cut, payload);
+      if (c->session && !c->awaiting_holds) send_final_cut(c);
   }
 
   // The final cut's tensors, in canonical order, as raw little-endian float32 (final_cut.bin).
@@ -1804,7 +1922,7 @@ struct Syncer::Impl {
     std::vector<std::span<float>> spans;
     for (const auto& s : st.layout.tensors) t.emplace_back(s.numel);
     for (auto& v : t) spans.emplace_back(v);
-    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) apply_fragment(st.layout, p, *st.fragments[p].params, spans);
+    for (std::uint32_t p = 0; p < st.fragments.size(); ++p) apply_fragment(st.layout, p, final_cut.fragments[p], spans);
     persist("writing final_cut.bin", [&] {
       AtomicFile out(o.state_dir / "final_cut.bin");
       for (const auto& v : t) out.write(v.data(), v.size() * 4);

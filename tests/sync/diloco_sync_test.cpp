@@ -153,8 +153,8 @@ struct IslandRun {
   std::atomic<bool> finished{false};
   std::atomic<std::int64_t> steps{0};
   std::int64_t max_steps;
-  IslandRun(double seed, ys::DilocoOptions o, std::int64_t max_steps_)
-      : island(seed), sync(std::move(o)), max_steps(max_steps_) {}
+  IslandRun(double seed, ys::DilocoOptions o, std::int64_t max_steps_, double init = 0.0)
+      : island(seed, init), sync(std::move(o)), max_steps(max_steps_) {}
   void start() {
     thread = std::thread([this] {
       sync.start(island.trainable);
@@ -220,6 +220,87 @@ TEST(DilocoSync, TwoIslandsMergeUntilTheBudgetAndEndBitIdenticalToTheFinalCut) {
   const auto st = a.sync.stats();
   EXPECT_GT(st.staged_steps, 0u);  // the non-contiguous tensor went through host buffers
   EXPECT_LT(st.staged_steps, st.steps);  // ... but only on the steps that needed it
+}
+
+// A learner that starts from the run's initial state (the same seed) is sent no catch-up: its
+// `holds` claim matches the syncer's version 0; one that starts elsewhere gets the full
+// fragments. The final cut omits what each connection holds, and everyone ends on it.
+TEST(DilocoSync, TheCatchUpAndTheFinalCutSendOnlyWhatALearnerDoesNotHold) {
+  yeto::test::TempDir dir;
+  SyncerThread syncer(dir / "state", 1, 6);
+  IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 100000);
+  a.start();
+  // island-0 sends the initial state; the others join once it exists.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end && count(syncer.tape(), "init") == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(count(syncer.tape(), "init"), 1u);
+  IslandRun b(2.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 100000);
+  IslandRun c(3.0, options("island-2", syncer.port(), dir / "c.events.jsonl"), 100000, 0.25);
+  b.start();
+  c.start();
+  a.join();
+  b.join();
+  c.join();
+  ASSERT_EQ(syncer.join(20), 0);
+  const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+  EXPECT_TRUE(a.island.bytes() == cut);
+  EXPECT_TRUE(b.island.bytes() == cut);
+  EXPECT_TRUE(c.island.bytes() == cut);
+  std::map<std::string, json> catch_up;
+  for (const auto& r : syncer.tape())
+    if (r["event"] == "catch_up") catch_up[r["learners"][0].get<std::string>()] = r;
+  ASSERT_TRUE(catch_up.count("island-1") && catch_up.count("island-2"));
+  // island-1 may join after a merge (then its claim of version 0 is stale and it gets that
+  // fragment in full); island-2's values differ from the initial state, so it never matches.
+  EXPECT_TRUE(catch_up["island-2"]["held"].empty()) << catch_up["island-2"].dump();
+  EXPECT_EQ(catch_up["island-2"]["held"].size() + catch_up["island-2"]["sent"].size(), 2u);
+  EXPECT_EQ(catch_up["island-1"]["held"].size() + catch_up["island-1"]["sent"].size(), 2u);
+  const auto sb = b.sync.stats().client, sc = c.sync.stats().client;
+  EXPECT_GE(sb.fragments_held + sb.fragments_received, 2u);
+  EXPECT_EQ(sc.fragments_held, 0u);
+  EXPECT_GE(sc.fragments_received, 2u);
+  // Every learner held the last update of both fragments when the cut came: nothing resent.
+  for (const char* f : {"a.events.jsonl", "b.events.jsonl", "c.events.jsonl"}) {
+    std::size_t cuts = 0;
+    for (const auto& e : events_of(dir / f))
+      if (e["event"] == "final_cut") {
+        ++cuts;
+        EXPECT_EQ(e["omitted"], 2) << f << ": " << e.dump();
+      }
+    EXPECT_EQ(cuts, 1u) << f;
+  }
+}
+
+// Started together from the same initial state before any merge: the joiner holds everything.
+TEST(DilocoSync, ASecondIslandFromTheSameSeedNeedsNoCatchUp) {
+  yeto::test::TempDir dir;
+  SyncerThread syncer(dir / "state", 2, 4, 2);  // two islands expected: no merge before both joined
+  IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 100000);
+  IslandRun b(2.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 100000);
+  a.start();
+  b.start();
+  a.join();
+  b.join();
+  ASSERT_EQ(syncer.join(20), 0);
+  const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+  EXPECT_TRUE(a.island.bytes() == cut);
+  EXPECT_TRUE(b.island.bytes() == cut);
+  // No merge before both joined, so whoever did not send the initial state holds
+  // version 0 of both fragments exactly and is sent none (whether it was welcomed before the
+  // state existed, its own init then being its claim, or after, with `holds`).
+  std::size_t joiners = 0;
+  for (const auto& r : syncer.tape())
+    if (r["event"] == "catch_up") {
+      ++joiners;
+      EXPECT_EQ(r["held"].size(), 2u) << r.dump();
+      EXPECT_TRUE(r["sent"].empty()) << r.dump();
+    }
+  EXPECT_EQ(joiners, 1u);
+  EXPECT_EQ(a.sync.stats().client.fragments_received + b.sync.stats().client.fragments_received, 0u);
+  // The initialiser is told it holds what it sent, the joiner that its claim matched.
+  EXPECT_EQ(a.sync.stats().client.fragments_held, 2u);
+  EXPECT_EQ(b.sync.stats().client.fragments_held, 2u);
 }
 
 TEST(DilocoSync, IslandsThatReachTheirStepBudgetEndTheRunTogether) {

@@ -47,6 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               }
               break;
             }
+            case ys::MsgType::holds: ys::Holds::decode(f->payload); break;
+            case ys::MsgType::holding: ys::Holding::decode(f->payload); break;
             case ys::MsgType::leave: break;
           }
         } catch (const ys::WireError&) {

@@ -133,7 +133,7 @@ TEST(SyncSeal, RoundTripHidesThePayloadAndCountsTheTagInTheLength) {
   EXPECT_EQ(len, payload.size() + ys::kSealBytes);
   std::uint16_t version;
   std::memcpy(&version, bytes.data() + 4, 2);
-  EXPECT_EQ(version, 3u);
+  EXPECT_EQ(version, 4u);
   // No 64-byte piece of the tensor's bytes is readable in the frame.
   for (std::size_t off = 0; off + 64 <= data.size() * 4; off += 64)
     ASSERT_FALSE(contains(bytes, reinterpret_cast<const char*>(data.data()) + off, 64)) << off;
@@ -273,7 +273,7 @@ TEST(SyncSeal, VersionOneFramesAreRefused) {
     d.next();
     FAIL() << "a version 1 frame was accepted";
   } catch (const ys::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 3)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 4)"), std::string::npos)
         << e.what();
   }
 }
@@ -365,6 +365,39 @@ TEST(SyncMessages, RoundTrips) {
   EXPECT_EQ(fc2.fragments, fc.fragments);
   EXPECT_EQ(fc2.digest, fc.digest);
   EXPECT_NE(ys::state_digest({4, 6}, fc.fragments), fc.digest);
+
+  // Omitted fragments travel as numel 0 and decode empty; the digest is the full cut's.
+  const std::string omitted = fc.encode({true, false});
+  EXPECT_EQ(omitted.size(), fc.encoded_size({true, false}));
+  EXPECT_EQ(fc.encode().size(), fc.encoded_size({}));
+  EXPECT_EQ(omitted.size() + 2 * 4, fc.encode().size());
+  const auto fc3 = ys::FinalCut::decode(omitted);
+  EXPECT_TRUE(fc3.fragments[0].empty());
+  EXPECT_EQ(fc3.fragments[1], fc.fragments[1]);
+  EXPECT_EQ(fc3.versions, fc.versions);
+  EXPECT_EQ(fc3.digest, fc.digest);
+
+  // A fragment's digest is the cut's digest of that fragment alone.
+  const std::vector<float> values = {0.5f, -1.0f, 3.0f};
+  EXPECT_EQ(ys::fragment_digest(7, values), ys::state_digest({7}, {values}));
+  EXPECT_NE(ys::fragment_digest(8, values), ys::fragment_digest(7, values));
+  ys::Holds h;
+  h.claims.push_back({7, ys::fragment_digest(7, values)});
+  h.claims.push_back({ys::kNoClaim, {}});
+  const auto h2 = ys::Holds::decode(h.encode());
+  ASSERT_EQ(h2.claims.size(), 2u);
+  EXPECT_EQ(h2.claims[0].version, 7u);
+  EXPECT_EQ(h2.claims[0].digest, h.claims[0].digest);
+  EXPECT_EQ(h2.claims[1].version, ys::kNoClaim);
+  const std::string hb = h.encode();
+  for (std::size_t n = 0; n < hb.size(); ++n) EXPECT_THROW(ys::Holds::decode(hb.substr(0, n)), ys::WireError) << n;
+  EXPECT_THROW(ys::Holds::decode(hb + "x"), ys::WireError);
+  EXPECT_EQ(ys::Holding::decode(ys::Holding{{0, 2, 5}}.encode()).fragments, (std::vector<std::uint32_t>{0, 2, 5}));
+  EXPECT_THROW(ys::Holding::decode(ys::Holding{{2, 2}}.encode()), ys::WireError);  // not ascending
+  EXPECT_THROW(ys::Holding::decode(ys::Holding{{3, 1}}.encode()), ys::WireError);
+  ys::ByteWriter lie;
+  lie.u32(1000000);  // a count far beyond the payload
+  EXPECT_THROW(ys::Holding::decode(lie.take()), ys::WireError);
 
   ys::PushAck a{3, ys::PushStatus::too_stale, 8};
   const auto a2 = ys::PushAck::decode(a.encode());
@@ -490,6 +523,8 @@ TEST(SyncFrame, MutatedFramesNeverCrash) {
       ys::encode_frame(ys::MsgType::push, kRun, ys::Push::from_delta_q4(0, 1, 2, 3, std::vector<float>(77, 0.5f), 16).encode()),
       ys::encode_frame(ys::MsgType::fragment, kRun, ys::FragmentMsg{0, 1, {1, 2, 3}}.encode()),
       ys::encode_frame(ys::MsgType::init, kRun, ys::Init{ys::FragmentPattern::binpack, 1, {{"w", 2}}, {1, 2}}.encode()),
+      ys::encode_frame(ys::MsgType::holds, kRun, ys::Holds{{{3, {}}, {ys::kNoClaim, {}}}}.encode()),
+      ys::encode_frame(ys::MsgType::holding, kRun, ys::Holding{{0, 1, 4}}.encode()),
   };
   {
     std::vector<float> theta(45, 0.25f), pub(45, 0.0f);
@@ -538,6 +573,8 @@ TEST(SyncFrame, MutatedFramesNeverCrash) {
               break;
             }
             case ys::MsgType::init: ys::Init::decode(f.payload); break;
+            case ys::MsgType::holds: ys::Holds::decode(f.payload); break;
+            case ys::MsgType::holding: ys::Holding::decode(f.payload); break;
             case ys::MsgType::heartbeat: ys::Heartbeat::decode(f.payload); break;
             case ys::MsgType::hello: ys::Hello::open(kKey, sn, f); break;
             default: break;
