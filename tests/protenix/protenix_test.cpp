@@ -1,0 +1,158 @@
+// Protenix's DiffusionModule, EDM schedule and diffusion loss in process against the four
+// protenix-* reference cases (every compare key within its case.json tolerance), the derived
+// features against the recorded ones, the checkpoint names, and bad inputs refused naming the tensor.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "io/tensors.hpp"
+#include "protenix_cases.hpp"
+#include "protenix_diffusion.hpp"
+#include "protenix_loss.hpp"
+#include "yeto/nn/state_dict.hpp"
+
+namespace fs = std::filesystem;
+namespace px = yeto::protenix;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kParity = fs::path(YETO_TEST_FIXTURES) / "parity";
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+px::DiffusionModule load_model(const fs::path& dir) {
+  auto model = px::DiffusionModule(px::DiffusionConfig::from_json(read_json(dir / "config.json")));
+  yeto::nn::LoadOptions strict;
+  yeto::nn::load_named_tensors(*model, yeto::io::load_safetensors(dir / "model.safetensors"), strict);
+  model->eval();
+  return model;
+}
+
+// Every compare key of the case within |a - e| <= atol + rtol |e|; returns the worst ratio of the
+// error to its bound (< 1 passes) and logs the max absolute error per group.
+void expect_case(const fs::path& dir, const px::TensorMap& got) {
+  const json c = read_json(dir / "case.json");
+  const auto expected = yeto::io::load_safetensors(dir / "expected.safetensors");
+  double worst_forward = 0, worst_grad = 0;
+  std::size_t n = 0;
+  for (const auto& [key, tol] : c.at("compare").items()) {
+    const auto it = got.find(key);
+    ASSERT_TRUE(it != got.end()) << dir.filename() << ": no output '" << key << "'";
+    const auto e = expected.at(key).to(at::kDouble);
+    const auto a = it->second.detach().to(at::kDouble);
+    ASSERT_EQ(a.sizes(), e.sizes()) << dir.filename() << ": " << key;
+    const double rtol = tol.at("rtol").get<double>(), atol = tol.at("atol").get<double>();
+    const auto err = (a - e).abs();
+    const bool ok = (err <= atol + rtol * e.abs()).all().item<bool>();
+    const double max_err = e.numel() ? err.max().item<double>() : 0.0;
+    EXPECT_TRUE(ok) << dir.filename() << ": " << key << " max abs error " << max_err << " (atol " << atol << ", rtol "
+                    << rtol << ")";
+    (key.rfind("grad.", 0) == 0 ? worst_grad : worst_forward) =
+        std::max(key.rfind("grad.", 0) == 0 ? worst_grad : worst_forward, max_err);
+    ++n;
+  }
+  std::cout << dir.filename().string() << ": " << n << " keys, max abs error " << worst_forward << " (outputs), "
+            << worst_grad << " (gradients)\n";
+}
+
+}  // namespace
+
+TEST(ProtenixDiffusionModule, NamesAreTheProtenixStateDict) {
+  const auto dir = kParity / "protenix-diffusion-module";
+  auto model = px::DiffusionModule(px::DiffusionConfig::from_json(read_json(dir / "config.json")));
+  std::set<std::string> ours, theirs;
+  for (const auto& p : model->named_parameters()) ours.insert(p.key());
+  for (const auto& [n, t] : yeto::io::load_safetensors(dir / "model.safetensors")) theirs.insert(n);
+  EXPECT_EQ(ours, theirs);
+  EXPECT_TRUE(ours.count("diffusion_transformer.blocks.1.attention_pair_bias.attention.linear_g.weight"));
+  EXPECT_TRUE(ours.count("atom_attention_encoder.small_mlp.5.weight"));
+  // The Fourier noise embedding is frozen, as in Protenix.
+  for (const auto& p : model->named_parameters())
+    EXPECT_EQ(p.value().requires_grad(), p.key().find("fourier_embedding") == std::string::npos) << p.key();
+}
+
+TEST(ProtenixDiffusionModule, MatchesTheOneTrunkCase) {
+  const auto dir = kParity / "protenix-diffusion-module";
+  auto model = load_model(dir);
+  expect_case(dir, px::run_module_case(*model, yeto::io::load_safetensors(dir / "inputs.safetensors")));
+}
+
+TEST(ProtenixDiffusionModule, MatchesTheTwoTrunkCase) {
+  const auto dir = kParity / "protenix-diffusion-module-multitrunk";
+  auto model = load_model(dir);
+  expect_case(dir, px::run_module_case(*model, yeto::io::load_safetensors(dir / "inputs.safetensors")));
+}
+
+TEST(ProtenixDiffusionModule, CheckpointedBlocksGiveTheSameGradients) {
+  const auto dir = kParity / "protenix-diffusion-module-multitrunk";
+  auto model = load_model(dir);
+  const auto inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto plain = px::run_module_case(*model, inputs);
+  model->activation_checkpointing.enabled = true;
+  const auto checkpointed = px::run_module_case(*model, inputs);
+  for (const auto& [k, v] : plain)
+    if (k.rfind("grad.", 0) == 0) {
+      // Recomputation sums the gradients of s and z in another order: equal to float32 rounding.
+      const double bound = 1e-5 * std::max(1.0, v.abs().max().item<double>());
+      EXPECT_LE((v - checkpointed.at(k)).abs().max().item<double>(), bound) << k;
+    }
+}
+
+TEST(ProtenixDiffusionModule, DerivedFeaturesMatchTheRecordedOnes) {
+  for (const char* name : {"protenix-diffusion-module", "protenix-diffusion-module-multitrunk", "protenix-diffusion-loss"}) {
+    const auto in = yeto::io::load_safetensors(kParity / name / "inputs.safetensors");
+    const auto relp = px::relative_position_features(in.at("asym_id"), in.at("residue_index"), in.at("entity_id"),
+                                                     in.at("token_index"), in.at("sym_id"));
+    EXPECT_TRUE(at::equal(relp, in.at("relp"))) << name;
+    const auto f = px::local_atom_features(in.at("ref_pos"), in.at("ref_space_uid"));
+    EXPECT_TRUE(at::equal(f.d_lm, in.at("d_lm"))) << name;
+    EXPECT_TRUE(at::equal(f.v_lm, in.at("v_lm"))) << name;
+    EXPECT_TRUE(at::equal(f.mask_trunked, in.at("pad_info.mask_trunked"))) << name;
+  }
+}
+
+TEST(ProtenixDiffusionLoss, MatchesTheLossCase) {
+  const auto dir = kParity / "protenix-diffusion-loss";
+  auto model = load_model(dir);
+  expect_case(dir, px::run_loss_case(*model, yeto::io::load_safetensors(dir / "inputs.safetensors"),
+                                     read_json(dir / "loss_config.json")));
+}
+
+TEST(ProtenixEdmSchedule, MatchesTheScheduleCase) {
+  const auto dir = kParity / "protenix-edm-schedule";
+  expect_case(dir, px::run_schedule_case(read_json(dir / "config.json"),
+                                         yeto::io::load_safetensors(dir / "inputs.safetensors")));
+}
+
+TEST(ProtenixDiffusionModule, RefusesBadInputsNamingTheTensor) {
+  const auto dir = kParity / "protenix-diffusion-module";
+  auto model = load_model(dir);
+  auto inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  auto in = px::diffusion_inputs(inputs);
+  in.z_trunk = in.z_trunk.narrow(0, 0, 3);
+  try {
+    model->forward(inputs.at("x_noisy"), inputs.at("t_hat_noise_level"), in);
+    FAIL() << "a wrong z_trunk was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'z_trunk' must be [4, 4, 16], got [3, 4, 16]"), std::string::npos) << e.what();
+  }
+  inputs.erase("ref_pos");
+  try {
+    px::diffusion_inputs(inputs);
+    FAIL() << "a batch without ref_pos was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'ref_pos'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(px::DiffusionConfig::from_json(json{{"c_token", -3}}), std::invalid_argument);
+  EXPECT_THROW(px::DiffusionConfig::from_json(json{{"transformer", {{"n_blocks", 2}, {"n_heads", 5}}}, {"c_token", 32}}),
+               std::invalid_argument);
+}
