@@ -92,21 +92,25 @@ at::Tensor sampler_update(const EdmConfig& c, const SamplerStep& s, double c_tau
   return s.x_noisy + c.step_scale_eta * dt.unsqueeze(-1).unsqueeze(-1) * delta;
 }
 
+std::pair<at::Tensor, at::Tensor> random_rigid(std::int64_t n, at::Generator& gen, const at::TensorOptions& options,
+                                               double s_trans) {
+  const auto q = at::normal(0.0, 1.0, {n, 4}, gen, options);
+  const auto u = q / q.norm(2, -1, true);
+  const auto w = u.select(-1, 0), a = u.select(-1, 1), b = u.select(-1, 2), c = u.select(-1, 3);
+  const auto rot = at::stack({1 - 2 * (b * b + c * c), 2 * (a * b - c * w), 2 * (a * c + b * w),
+                              2 * (a * b + c * w), 1 - 2 * (a * a + c * c), 2 * (b * c - a * w),
+                              2 * (a * c - b * w), 2 * (b * c + a * w), 1 - 2 * (a * a + b * b)},
+                             -1)
+                       .view({n, 3, 3});
+  return {rot, s_trans * at::normal(0.0, 1.0, {n, 1, 3}, gen, options)};
+}
+
 at::Tensor centre_random_augmentation(const at::Tensor& x, std::int64_t n_sample, const at::Tensor& mask,
                                       at::Generator& gen, double s_trans) {
   const auto m = mask.to(x.scalar_type());
   const auto centre = (x * m.unsqueeze(-1)).sum(-2) / (m.sum(-1) + 1e-12);
   const auto centred = (x - centre.unsqueeze(-2)).unsqueeze(0).expand({n_sample, x.size(0), 3});
-  // Uniform rotations from normalised Gaussian quaternions.
-  const auto q = at::normal(0.0, 1.0, {n_sample, 4}, gen, x.options());
-  const auto u = q / q.norm(2, -1, true);
-  const auto w = u.select(-1, 0), a = u.select(-1, 1), b = u.select(-1, 2), cq = u.select(-1, 3);
-  const auto rot = at::stack({1 - 2 * (b * b + cq * cq), 2 * (a * b - cq * w), 2 * (a * cq + b * w),
-                              2 * (a * b + cq * w), 1 - 2 * (a * a + cq * cq), 2 * (b * cq - a * w),
-                              2 * (a * cq - b * w), 2 * (b * cq + a * w), 1 - 2 * (a * a + b * b)},
-                             -1)
-                       .view({n_sample, 3, 3});
-  const auto t = s_trans * at::normal(0.0, 1.0, {n_sample, 1, 3}, gen, x.options());
+  const auto [rot, t] = random_rigid(n_sample, gen, x.options(), s_trans);
   return at::matmul(centred, rot.transpose(-1, -2)) + t;
 }
 

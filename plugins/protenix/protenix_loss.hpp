@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
@@ -52,6 +53,11 @@ SamplerStep sampler_noise(const EdmConfig& c, double c_tau_last, double c_tau, c
                           const at::Tensor& eps);
 // x_noisy + eta (c_tau - t_hat) (x_noisy - x_denoised) / t_hat.
 at::Tensor sampler_update(const EdmConfig& c, const SamplerStep& step, double c_tau, const at::Tensor& x_denoised);
+
+// Uniformly random rotations [n, 3, 3] (from normalised Gaussian quaternions) and N(0, s_trans^2)
+// translations [n, 1, 3].
+std::pair<at::Tensor, at::Tensor> random_rigid(std::int64_t n, at::Generator& gen, const at::TensorOptions& options,
+                                               double s_trans = 1.0);
 
 // Centres x [N_atom, 3] on the mean of the atoms with mask 1 and applies N_sample uniformly random
 // rotations and N(0, s_trans^2) translations (Protenix's centre_random_augmentation): [N_sample, N_atom, 3].
