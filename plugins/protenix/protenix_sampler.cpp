@@ -70,9 +70,9 @@ TensorMap structure_outputs(const TensorMap& f, const std::string& prefix, const
   auto names = at::where(hot.logical_and(code != 32), code, at::zeros_like(code)).contiguous();
   out["structure_atom_name"] = names;
 
-  // Elements: the ref_element one-hot's index is the atomic number (0: none).
+  // Elements: the ref_element one-hot's index is the atomic number - 1 (H at 0; no hot entry: 0).
   const auto elem = feature(f, prefix, "ref_element").to(at::kFloat).cpu().reshape({n_atom, 128});
-  out["structure_element"] = at::where(elem.sum(-1) > 0, elem.argmax(-1), at::zeros({n_atom}, at::kLong)).contiguous();
+  out["structure_element"] = at::where(elem.sum(-1) > 0, elem.argmax(-1) + 1, at::zeros({n_atom}, at::kLong)).contiguous();
 
   const auto per_atom = [&](const at::Tensor& token_values) { return token_values.to(at::kLong).cpu().index_select(0, tok); };
   const auto residue_index = per_atom(feature(f, prefix, "residue_index"));

@@ -23,7 +23,7 @@ at::Tensor sample_structure(DiffusionModuleImpl& model, const DiffusionInputs& i
 // The structure a generate call returns, for the host's mmCIF / PDB writer:
 //   structure_coordinates  float32 [S, N_atom, 3] (Angstrom)
 //   structure_atom_name    uint8 [N_atom, 4] (ASCII from ref_atom_name_chars, NUL-padded)
-//   structure_element      int64 [N_atom] (atomic number from the ref_element one-hot, 0 unknown)
+//   structure_element      int64 [N_atom] (atomic number: the ref_element one-hot's index + 1; 0 unknown)
 //   structure_residue_name uint8 [N_atom, 3] (from restype when the batch has it: the 20 amino
 //                          acids, A/G/C/U, DA/DG/DC/DT, UNK / N / DN; else "LIG" for ligand
 //                          atoms and "UNK")

@@ -8,12 +8,14 @@
 #include <set>
 
 #include <nlohmann/json.hpp>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
 #include "protenix_cases.hpp"
 #include "protenix_diffusion.hpp"
 #include "protenix_loss.hpp"
+#include "protenix_sampler.hpp"
 #include "yeto/nn/state_dict.hpp"
 
 namespace fs = std::filesystem;
@@ -155,4 +157,59 @@ TEST(ProtenixDiffusionModule, RefusesBadInputsNamingTheTensor) {
   EXPECT_THROW(px::DiffusionConfig::from_json(json{{"c_token", -3}}), std::invalid_argument);
   EXPECT_THROW(px::DiffusionConfig::from_json(json{{"transformer", {{"n_blocks", 2}, {"n_heads", 5}}}, {"c_token", 32}}),
                std::invalid_argument);
+}
+
+// The EDM sampler on the loss case's batch (8 tokens, 31 atoms: protein, RNA, ligand) to the
+// structure_* outputs: shapes and dtypes, the atom names and elements of the case's system, chains
+// and ligand flags, finite coordinates, and the same bytes from the same seed.
+TEST(ProtenixSampler, SamplesTheStructureOutputs) {
+  const auto dir = kParity / "protenix-diffusion-loss";
+  auto model = load_model(dir);
+  const auto inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto in = px::diffusion_inputs(inputs);
+  auto edm = px::EdmConfig::from_json(read_json(kParity / "protenix-edm-schedule" / "config.json"));
+  auto sample = [&](std::uint64_t seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    return px::sample_structure(*model, in, edm, 5, 2, gen);
+  };
+  const auto coords = sample(7);
+  ASSERT_EQ(coords.sizes(), (std::vector<std::int64_t>{2, 31, 3}));
+  EXPECT_TRUE(at::isfinite(coords).all().item<bool>());
+  EXPECT_TRUE(at::equal(coords, sample(7)));
+  EXPECT_FALSE(at::equal(coords, sample(8)));
+
+  const auto out = px::structure_outputs(inputs, "", coords);
+  EXPECT_EQ(out.at("structure_coordinates").scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(out.at("structure_coordinates"), coords));
+  EXPECT_EQ(out.at("structure_atom_name").scalar_type(), at::kByte);
+  EXPECT_EQ(out.at("structure_atom_name").sizes(), (std::vector<std::int64_t>{31, 4}));
+  EXPECT_EQ(out.at("structure_element").scalar_type(), at::kLong);
+  EXPECT_EQ(out.at("structure_residue_name").sizes(), (std::vector<std::int64_t>{31, 3}));
+  EXPECT_EQ(out.at("structure_is_hetero").scalar_type(), at::kByte);
+  const json system = read_json(dir / "case.json").at("system");
+  const auto names = out.at("structure_atom_name");
+  for (std::int64_t a = 0; a < 31; ++a) {
+    std::string name;
+    for (std::int64_t c = 0; c < 4; ++c)
+      if (const auto ch = names[a][c].item<std::uint8_t>()) name += static_cast<char>(ch);
+    EXPECT_EQ(name, system.at("atom_names")[static_cast<std::size_t>(a)].get<std::string>()) << a;
+    const auto kind = system.at("atom_kinds")[static_cast<std::size_t>(a)].get<std::string>();
+    EXPECT_EQ(out.at("structure_is_hetero")[a].item<std::uint8_t>(), kind == "lig" ? 1 : 0) << a;
+    std::string residue;
+    for (std::int64_t c = 0; c < 3; ++c)
+      if (const auto ch = out.at("structure_residue_name")[a][c].item<std::uint8_t>()) residue += static_cast<char>(ch);
+    EXPECT_EQ(residue, kind == "lig" ? "LIG" : "UNK") << a;  // the batch has no restype
+  }
+  // N, C, O of the first residue, P of the first nucleotide.
+  const auto element = out.at("structure_element");
+  EXPECT_EQ(element[0].item<std::int64_t>(), 7);
+  EXPECT_EQ(element[1].item<std::int64_t>(), 6);
+  EXPECT_EQ(element[3].item<std::int64_t>(), 8);
+  EXPECT_EQ(element[17].item<std::int64_t>(), 15);
+  // Chains by first appearance (asym_id 0, 1, 3 -> 0, 1, 2); residue indices as recorded (1-based).
+  EXPECT_EQ(out.at("structure_chain_index")[0].item<std::int64_t>(), 0);
+  EXPECT_EQ(out.at("structure_chain_index")[17].item<std::int64_t>(), 1);
+  EXPECT_EQ(out.at("structure_chain_index")[30].item<std::int64_t>(), 2);
+  EXPECT_EQ(out.at("structure_residue_index")[0].item<std::int64_t>(), 1);
+  EXPECT_EQ(out.at("structure_residue_index")[11].item<std::int64_t>(), 4);
 }

@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
@@ -54,7 +57,7 @@ std::map<std::string, torch::Tensor> make_batch(int k) {
   b[f + "ref_pos"] = coord - centre.index_select(0, tok) + 0.1 * torch::randn({N, 3});
   b[f + "ref_charge"] = torch::zeros({N});
   b[f + "ref_mask"] = torch::ones({N});
-  b[f + "ref_element"] = torch::one_hot(torch::full({N}, 6, torch::kLong), 128).to(torch::kFloat);
+  b[f + "ref_element"] = torch::one_hot(torch::full({N}, 5, torch::kLong), 128).to(torch::kFloat);  // carbon: Z - 1
   auto chars = torch::zeros({N, 4, 64});
   for (std::int64_t a = 0; a < N; ++a) {
     chars[a][0]['C' - 32] = 1;
@@ -87,9 +90,9 @@ std::map<std::string, torch::Tensor> make_batch(int k) {
 
 void write_file(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
-  std::FILE* f = std::fopen(p.c_str(), "w");
+  std::FILE* f = std::fopen(p.c_str(), "wb");
   ASSERT_TRUE(f) << p;
-  std::fputs(text.c_str(), f);
+  ASSERT_EQ(std::fwrite(text.data(), 1, text.size(), f), text.size()) << p;
   std::fclose(f);
 }
 
@@ -123,6 +126,34 @@ std::string train_toml(const fs::path& repo, int steps, const std::string& extra
   run.checkpoint_every = 1000;
   run.learning_rate = "0.05";
   return run.toml() + extra;
+}
+
+// A zip archive as Python's torch.save writes one, around the pickle program `pickle`.
+void write_archive(const fs::path& file, const std::vector<char>& pickle, const std::vector<at::Tensor>& tensors) {
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* p, std::size_t n) {
+    bytes.append(static_cast<const char*>(p), n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), tensors, writer);
+  writer.writeEndOfFile();
+  write_file(file, bytes);
+}
+
+// A released checkpoint's layout: torch.save({"model": {"module.diffusion_module.<name>": ...}}).
+void write_release_checkpoint(const fs::path& file, const std::map<std::string, torch::Tensor>& weights) {
+  c10::Dict<std::string, torch::Tensor> state;
+  for (const auto& [n, t] : weights) state.insert("module.diffusion_module." + n, t);
+  state.insert("module.pairformer_stack.blocks.0.weight", torch::zeros({2}));  // the trunk: not read
+  c10::Dict<std::string, c10::Dict<std::string, torch::Tensor>> root;
+  root.insert("model", state);
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* b, std::size_t n) { pickle.insert(pickle.end(), b, b + n); }, nullptr,
+                              nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(root));
+  pickler.stop();
+  write_archive(file, pickle, pickler.tensorData());
 }
 
 std::string logs_of(const yeto::test::ProcessResult& r, const fs::path& run) {
@@ -262,4 +293,64 @@ TEST(ProtenixTrain, TwoIslandsTrainTheTinyPreset) {
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(t, b.at(name))) << name;
   std::printf("  two protenix islands: %zu merges\n", merges);
+}
+
+// A directory holding a released checkpoint (no model_index.json): the diffusion module's tensors
+// are read weights-only under model.module.diffusion_module. (the trunk's are skipped), with the
+// directory's config.json over the family's default configuration; the run sees exactly the
+// weights of the repository they came from (the same first val_loss). A checkpoint whose pickle
+// calls a code object (builtins.exec) is refused before anything runs, naming the file.
+TEST(ProtenixTrain, ReleasedCheckpointIsReadWeightsOnly) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  // The family default's sampler settings, so that both runs draw the same training copies.
+  auto sched = json::parse(yeto::test::read_text(repo / "scheduler" / "scheduler_config.json"));
+  sched["N_sample"] = 5;
+  sched["N_step"] = 200;
+  write_file(repo / "scheduler" / "scheduler_config.json", sched.dump());
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", 1, 4));
+  const auto release = tmp / "release";
+  ASSERT_NO_FATAL_FAILURE(write_release_checkpoint(
+      release / "protenix_tiny_v1.pt",
+      yeto::io::load_safetensors(repo / "diffusion_module" / "diffusion_pytorch_model.safetensors")));
+  auto config = json::parse(yeto::test::read_text(repo / "diffusion_module" / "config.json"));
+  write_file(release / "config.json", config.dump());
+
+  auto run = [&](const fs::path& model, const std::string& name, const std::map<std::string, std::string>& env = {}) {
+    write_file(tmp / (name + ".toml"), train_toml(model, 1));
+    return yeto::test::run_host({"train", "--config", (tmp / (name + ".toml")).string(), "--output",
+                                 (tmp / name).string()},
+                                "", env);
+  };
+  auto r = run(repo, "from-repo");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  r = run(release, "from-release");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("protenix: released checkpoint"), std::string::npos) << r.all();
+  const auto a = yeto::test::metric_series(tmp / "from-repo", "val_loss", true);
+  const auto b = yeto::test::metric_series(tmp / "from-release", "val_loss", true);
+  ASSERT_TRUE(a.count(0) && b.count(0));
+  EXPECT_DOUBLE_EQ(a.at(0), b.at(0));
+
+  // The same checkpoint named by YETO_PROTENIX_CHECKPOINT from an otherwise empty directory.
+  fs::create_directories(tmp / "empty");
+  write_file(tmp / "empty" / "config.json", config.dump());
+  r = run(tmp / "empty", "from-env", {{"YETO_PROTENIX_CHECKPOINT", (release / "protenix_tiny_v1.pt").string()}});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_DOUBLE_EQ(yeto::test::metric_series(tmp / "from-env", "val_loss", true).at(0), a.at(0));
+
+  // builtins.exec("pass") as the whole archive's object: refused, and nothing ran.
+  const std::string program = std::string("\x80\x02" "cbuiltins\nexec\n" "X\x04\x00\x00\x00pass" "\x85" "R.", 29);
+  const auto evil = tmp / "evil";
+  write_archive(evil / "protenix_evil.pt", std::vector<char>(program.begin(), program.end()), {});
+  write_file(evil / "config.json", config.dump());
+  r = run(evil, "from-evil");
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("protenix_evil.pt"), std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("builtins"), std::string::npos) << r.all();
+  EXPECT_FALSE(fs::exists(tmp / "from-evil" / "lora.safetensors"));
+  const auto all = r.all();
+  const auto at = all.find("[error]");
+  if (at != std::string::npos) std::printf("  %s\n", all.substr(at, all.find('\n', at) - at).c_str());
 }
