@@ -321,12 +321,20 @@ class ProtenixPlugin : public sdk::Plugin {
     family::TuningSpec spec;
     spec.resolve_targets = [](const json& t) { return description().lora_targets(t); };
     spec.all_linear_excludes = {};
-    tuning_ = family::prepare_denoisers({&family::plugin_module("diffusion_module", "protenix")}, o, spec);
+    auto& module = family::plugin_module("diffusion_module", "protenix");
+    tuning_ = family::prepare_denoisers({&module}, o, spec);
+    // Full tuning trains every parameter but the Fourier noise embedding, which Protenix keeps frozen.
+    if (tuning_ == "full")
+      for (auto& p : module.named_parameters())
+        if (p.key().find("fourier_embedding.") != std::string::npos) p.value().set_requires_grad(false);
   }
 
   NamedTensors trainable_parameters() override {
-    return family::trainable_parameters({{"diffusion_module", &family::plugin_module("diffusion_module", "protenix")}},
-                                        tuning_);
+    NamedTensors out;
+    for (auto& [n, t] : family::trainable_parameters(
+             {{"diffusion_module", &family::plugin_module("diffusion_module", "protenix")}}, tuning_))
+      if (tuning_ != "full" || n.find(".fourier_embedding.") == std::string::npos) out.emplace_back(n, t);
+    return out;
   }
 
   at::Tensor loss_step(const std::string& rows_json, const NamedTensors& batch, std::string& metrics) override {

@@ -354,3 +354,30 @@ TEST(ProtenixTrain, ReleasedCheckpointIsReadWeightsOnly) {
   const auto at = all.find("[error]");
   if (at != std::string::npos) std::printf("  %s\n", all.substr(at, all.find('\n', at) - at).c_str());
 }
+
+// tuning.mode = "full" (the experiment): every DiffusionModule parameter trains except the frozen
+// Fourier noise embedding.
+TEST(ProtenixTrain, FullTuningTrainsTheDiffusionModule) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", 1, 4));
+  tmp.write("run.toml", train_toml(repo, 3, "[tuning]\nmode = \"full\"\n"));
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  // The run's trained tensors: the module's own parameters under their Protenix names, moved.
+  const auto trained = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
+  const auto base = yeto::io::load_safetensors(repo / "diffusion_module" / "diffusion_pytorch_model.safetensors");
+  EXPECT_EQ(trained.size(), base.size() - 2);
+  std::size_t moved = 0;
+  for (const auto& [name, t] : base) {
+    const auto it = trained.find("diffusion_module." + name);
+    if (name.find("fourier_embedding") != std::string::npos) {
+      EXPECT_TRUE(it == trained.end()) << name;
+      continue;
+    }
+    ASSERT_TRUE(it != trained.end()) << name;
+    moved += !torch::equal(it->second, t);
+  }
+  EXPECT_GT(moved, base.size() / 2);
+}
