@@ -400,7 +400,8 @@ class ProtenixPlugin : public sdk::Plugin {
   }
 
   // Request: {"seed", "steps" (the scheduler's N_step), "num_samples" (N_sample_generate, 1)}; the
-  // inputs are one batch's tensors (e.g. a .safetensors prompt) by the names of a training row.
+  // inputs are one batch's tensors (e.g. a .safetensors prompt) by the names of a training row
+  // (or Protenix's bare feature names).
   // Returns the structure_* outputs (protenix_sampler.hpp) of the sampled coordinates.
   NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
     const auto& s = scheduler().settings();
@@ -428,15 +429,17 @@ class ProtenixPlugin : public sdk::Plugin {
       for (auto& [n, v] : t)
         if (v.dim() > 0 && v.size(0) == 1) v = v[0];
     const auto device = model->linear_no_bias_s->weight.device();
+    // The row names (input_feature_dict.<key>), or Protenix's bare feature names.
+    const std::string prefix = t.count("input_feature_dict.ref_pos") ? "input_feature_dict." : "";
     try {
       for (auto& [n, v] : t) v = v.to(device);
-      const auto in = diffusion_inputs(t, "input_feature_dict.");
+      const auto in = diffusion_inputs(t, prefix);
       auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
       const bool was_training = model->is_training();
       model->eval();
       const auto coords = sample_structure(*model, in, s.edm, steps, samples, gen);
       model->train(was_training);
-      auto out = structure_outputs(t, "input_feature_dict.", coords);
+      auto out = structure_outputs(t, prefix, coords);
       return to_named(out);
     } catch (const std::invalid_argument& e) {
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("protenix generate: ") + e.what() + "; " + kRowHelp);

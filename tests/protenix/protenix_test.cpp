@@ -3,6 +3,7 @@
 // features against the recorded ones, the checkpoint names, and bad inputs refused naming the tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -14,8 +15,10 @@
 #include "io/tensors.hpp"
 #include "protenix_cases.hpp"
 #include "protenix_diffusion.hpp"
+#include "protenix_family.hpp"
 #include "protenix_loss.hpp"
 #include "protenix_sampler.hpp"
+#include "yeto/nn/linear.hpp"
 #include "yeto/nn/state_dict.hpp"
 
 namespace fs = std::filesystem;
@@ -212,4 +215,33 @@ TEST(ProtenixSampler, SamplesTheStructureOutputs) {
   EXPECT_EQ(out.at("structure_chain_index")[30].item<std::int64_t>(), 2);
   EXPECT_EQ(out.at("structure_residue_index")[0].item<std::int64_t>(), 1);
   EXPECT_EQ(out.at("structure_residue_index")[11].item<std::int64_t>(), 4);
+}
+
+// The family file's LoRA target sets on the parity cases' module: auto (= attention) adapts the
+// five attention projections of each of the 4 blocks (atom encoder, 2 token, atom decoder), in
+// token and atom blocks alike; all-linear every projection.
+TEST(ProtenixFamily, LoraTargetSetsAdaptTheAttentionProjections) {
+  const auto dir = kParity / "protenix-diffusion-module-multitrunk";
+  const auto t = px::description().lora_targets(json("auto"));
+  EXPECT_FALSE(t.all_linear);
+  EXPECT_EQ(px::description().lora_targets(json("attention")).patterns, t.patterns);
+  auto model = load_model(dir);
+  yeto::nn::LoraConfig cfg;
+  cfg.r = 2;
+  const auto adapted = yeto::nn::add_lora(*model, t.patterns, cfg);
+  EXPECT_EQ(adapted.size(), 20u);
+  for (const auto& path : adapted) EXPECT_NE(path.find(".attention_pair_bias.attention.linear_"), std::string::npos) << path;
+  EXPECT_TRUE(std::count(adapted.begin(), adapted.end(),
+                         "atom_attention_encoder.atom_transformer.diffusion_transformer.blocks.0.attention_pair_bias."
+                         "attention.linear_q"));
+  EXPECT_TRUE(std::count(adapted.begin(), adapted.end(), "diffusion_transformer.blocks.1.attention_pair_bias.attention.linear_g"));
+  // A zero-initialised LoRA B leaves the module's output as it was; all-linear reaches every layer.
+  auto all = load_model(dir);
+  EXPECT_TRUE(px::description().lora_targets(json("all-linear")).all_linear);
+  EXPECT_EQ(yeto::nn::add_lora(*all, {}, cfg).size(), yeto::nn::lora_capable_layers(*all).size());
+  const auto inputs = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto expected = yeto::io::load_safetensors(dir / "expected.safetensors");
+  torch::NoGradGuard no_grad;
+  const auto out = all->forward(inputs.at("x_noisy"), inputs.at("t_hat_noise_level"), px::diffusion_inputs(inputs));
+  EXPECT_TRUE(at::allclose(out, expected.at("x_denoised"), 1e-4, 1e-4));
 }
