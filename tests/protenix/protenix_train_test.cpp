@@ -253,6 +253,9 @@ TEST(ProtenixTrain, BadBatchesAreRefusedNamingTheRow) {
     const auto r = yeto::test::train(dir / "run.toml", dir / "run");
     EXPECT_NE(r.exit_code, 0) << c.name;
     for (const auto& want : c.expect) EXPECT_NE(r.all().find(want), std::string::npos) << c.name << ": " << r.all();
+    const auto all = r.all();
+    const auto at = all.find("protenix: row ");
+    if (at != std::string::npos) std::printf("  %s: %s\n", c.name.c_str(), all.substr(at, all.find('\n', at) - at).c_str());
   }
 }
 
