@@ -259,6 +259,7 @@ TEST(ProtenixTrain, BadBatchesAreRefusedNamingTheRow) {
   }
 }
 
+// Two islands through the syncer, with micro batches of two rows (equal shapes stack).
 TEST(ProtenixTrain, TwoIslandsTrainTheTinyPreset) {
   yeto::test::TempDir tmp;
   const auto repo = tmp / "tiny";
@@ -268,7 +269,7 @@ TEST(ProtenixTrain, TwoIslandsTrainTheTinyPreset) {
             "[run]\nthreads = 1\n[model]\nid = \"" + repo.string() +
                 "\"\nadapter = \"protenix\"\nprecision = \"fp32\"\n"
                 "[data]\npath = \"data/train.jsonl\"\nworkers = 1\n[lora]\nr = 4\nalpha = 4.0\n"
-                "[train]\nmax_steps = 8\nmicro_batch_size = 1\ncheckpoint_every = 0\n"
+                "[train]\nmax_steps = 8\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
                 "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n[diffusion]\nseed = 5\n"
                 "[sync]\nfragments = 2\ninner_steps = 2\nquorum = 2\nheartbeat_s = 0.2\nlearner_timeout_s = 3\n"
                 "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n");
