@@ -22,6 +22,7 @@
 
 #include <yeto/plugin.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -123,11 +124,13 @@ class LossCaseComponent : public family::ModelComponent<DiffusionModule, Diffusi
 };
 
 // The EDM schedule, training noise sampler, sampler settings and the training objective's settings
-// (N_sample training copies per batch, the sample count of generate, the loss weights).
+// (N_sample training copies per batch in module calls of diffusion_chunk_size, the sample count of
+// generate N_sample_generate, the loss weights).
 struct TrainingSettings {
   EdmConfig edm;
-  std::int64_t n_sample = 4;
-  std::int64_t generate_samples = 1;
+  std::int64_t n_sample = 48;         // Protenix's diffusion_batch_size
+  std::int64_t chunk = 4;             // samples per module call (diffusion_chunk_size; 0: all at once)
+  std::int64_t generate_samples = 5;  // Protenix's inference N_sample
   LossWeights weights = LossWeights::defaults();
 };
 
@@ -141,8 +144,10 @@ class SchedulerComponent : public sdk::Component {
       const family::ConfigReader r(j, where);
       settings_.n_sample = r.integer("N_sample_training", r.integer("N_sample", settings_.n_sample));
       settings_.generate_samples = r.integer("N_sample_generate", settings_.generate_samples);
+      settings_.chunk = r.integer("diffusion_chunk_size", settings_.chunk);
       if (settings_.n_sample < 1 || settings_.generate_samples < 1)
-        throw std::invalid_argument("'N_sample' must be at least 1");
+        throw std::invalid_argument("'N_sample' and 'N_sample_generate' must be at least 1");
+      if (settings_.chunk < 0) throw std::invalid_argument("'diffusion_chunk_size' must be 0 (no chunks) or positive");
       if (j.contains("loss")) settings_.weights = LossWeights::from_json(j["loss"], settings_.weights);
     } catch (const std::invalid_argument& e) {
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, where + ": " + e.what());
@@ -371,7 +376,15 @@ class ProtenixPlugin : public sdk::Plugin {
       model->train(r.value("training", false));
       at::Tensor x_denoised;
       try {
-        x_denoised = model->forward(x_gt + noise, levels, in);
+        // sample_diffusion_training's chunks of diffusion_chunk_size samples per module call.
+        const auto x_noisy = x_gt + noise;
+        const std::int64_t step = s.chunk > 0 ? s.chunk : s.n_sample;
+        std::vector<at::Tensor> parts;
+        for (std::int64_t c = 0; c < s.n_sample; c += step) {
+          const auto len = std::min(step, s.n_sample - c);
+          parts.push_back(model->forward(x_noisy.narrow(0, c, len), levels.narrow(0, c, len), in));
+        }
+        x_denoised = parts.size() == 1 ? parts.front() : at::cat(parts, 0);
       } catch (const std::invalid_argument& e) {
         model->train(was_training);
         sdk::fail(YETO_ERR_INVALID_ARGUMENT, "protenix: row " + row + ": " + e.what() + "; " + kRowHelp);

@@ -310,7 +310,8 @@ TEST(ProtenixTrain, ReleasedCheckpointIsReadWeightsOnly) {
   ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
   // The family default's sampler settings, so that both runs draw the same training copies.
   auto sched = json::parse(yeto::test::read_text(repo / "scheduler" / "scheduler_config.json"));
-  sched["N_sample"] = 5;
+  sched["N_sample"] = 48;
+  sched["N_sample_generate"] = 5;
   sched["N_step"] = 200;
   write_file(repo / "scheduler" / "scheduler_config.json", sched.dump());
   ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", 1, 4));
