@@ -189,6 +189,12 @@ TEST(ProtenixSampler, SamplesTheStructureOutputs) {
   EXPECT_EQ(out.at("structure_element").scalar_type(), at::kLong);
   EXPECT_EQ(out.at("structure_residue_name").sizes(), (std::vector<std::int64_t>{31, 3}));
   EXPECT_EQ(out.at("structure_is_hetero").scalar_type(), at::kByte);
+  EXPECT_EQ(out.at("structure_residue_name").scalar_type(), at::kByte);
+  for (const char* k : {"structure_element", "structure_residue_index", "structure_chain_index"}) {
+    EXPECT_EQ(out.at(k).scalar_type(), at::kLong) << k;
+    EXPECT_EQ(out.at(k).sizes(), (std::vector<std::int64_t>{31})) << k;
+  }
+  EXPECT_EQ(out.size(), 7u);
   const json system = read_json(dir / "case.json").at("system");
   const auto names = out.at("structure_atom_name");
   for (std::int64_t a = 0; a < 31; ++a) {
