@@ -289,7 +289,8 @@ class ProtenixPlugin : public sdk::Plugin {
   // A repository in the family file's layout (diffusion_module, scheduler); or a directory without
   // model_index.json holding a released checkpoint (YETO_PROTENIX_CHECKPOINT names one elsewhere):
   // the diffusion module's tensors under model.module.diffusion_module., its configuration the
-  // family file's (Protenix base) merged with the directory's config.json when it has one.
+  // family file's (Protenix base) merged with the directory's config.json when it has one, the
+  // scheduler's with its scheduler_config.json.
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const auto index = family::parse_json(model_index_json, model_dir + "/model_index.json");
     try {
@@ -313,7 +314,13 @@ class ProtenixPlugin : public sdk::Plugin {
                                  {"config", module_config},
                                  {"weights", checkpoint.string()},
                                  {"weights_prefix", kCheckpointPrefix}};
-    comps["scheduler"] = {{"class", kScheduler}, {"config", configs.at("scheduler")}};
+    // The directory's scheduler_config.json over the default EDM and training settings (N_sample,
+    // diffusion_chunk_size, the loss weights: e.g. the fine-tuning stage's alpha_bond 1, smooth_lddt 0).
+    json scheduler_config = configs.at("scheduler");
+    const auto scheduler_overrides = fs::path(model_dir) / "scheduler_config.json";
+    if (fs::is_regular_file(scheduler_overrides))
+      scheduler_config.merge_patch(family::read_json_file(scheduler_overrides.string()));
+    comps["scheduler"] = {{"class", kScheduler}, {"config", scheduler_config}};
     return json{{"components", comps}, {"family", "protenix"}}.dump();
   }
 

@@ -301,19 +301,13 @@ TEST(ProtenixTrain, TwoIslandsTrainTheTinyPreset) {
 
 // A directory holding a released checkpoint (no model_index.json): the diffusion module's tensors
 // are read weights-only under model.module.diffusion_module. (the trunk's are skipped), with the
-// directory's config.json over the family's default configuration; the run sees exactly the
+// directory's config.json and scheduler_config.json over the family's defaults; the run sees the
 // weights of the repository they came from (the same first val_loss). A checkpoint whose pickle
 // calls a code object (builtins.exec) is refused before anything runs, naming the file.
 TEST(ProtenixTrain, ReleasedCheckpointIsReadWeightsOnly) {
   yeto::test::TempDir tmp;
   const auto repo = tmp / "tiny";
   ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
-  // The family default's sampler settings, so that both runs draw the same training copies.
-  auto sched = json::parse(yeto::test::read_text(repo / "scheduler" / "scheduler_config.json"));
-  sched["N_sample"] = 48;
-  sched["N_sample_generate"] = 5;
-  sched["N_step"] = 200;
-  write_file(repo / "scheduler" / "scheduler_config.json", sched.dump());
   ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", 1, 4));
   const auto release = tmp / "release";
   ASSERT_NO_FATAL_FAILURE(write_release_checkpoint(
@@ -321,6 +315,10 @@ TEST(ProtenixTrain, ReleasedCheckpointIsReadWeightsOnly) {
       yeto::io::load_safetensors(repo / "diffusion_module" / "diffusion_pytorch_model.safetensors")));
   auto config = json::parse(yeto::test::read_text(repo / "diffusion_module" / "config.json"));
   write_file(release / "config.json", config.dump());
+  // The tiny preset's training settings over the defaults (4 copies instead of 48): both runs draw
+  // the same training copies.
+  const std::string sched = R"({"N_sample": 4, "N_step": 20})";
+  write_file(release / "scheduler_config.json", sched);
 
   auto run = [&](const fs::path& model, const std::string& name, const std::map<std::string, std::string>& env = {}) {
     write_file(tmp / (name + ".toml"), train_toml(model, 1));
@@ -341,6 +339,7 @@ TEST(ProtenixTrain, ReleasedCheckpointIsReadWeightsOnly) {
   // The same checkpoint named by YETO_PROTENIX_CHECKPOINT from an otherwise empty directory.
   fs::create_directories(tmp / "empty");
   write_file(tmp / "empty" / "config.json", config.dump());
+  write_file(tmp / "empty" / "scheduler_config.json", sched);
   r = run(tmp / "empty", "from-env", {{"YETO_PROTENIX_CHECKPOINT", (release / "protenix_tiny_v1.pt").string()}});
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_DOUBLE_EQ(yeto::test::metric_series(tmp / "from-env", "val_loss", true).at(0), a.at(0));
@@ -350,6 +349,7 @@ TEST(ProtenixTrain, ReleasedCheckpointIsReadWeightsOnly) {
   const auto evil = tmp / "evil";
   write_archive(evil / "protenix_evil.pt", std::vector<char>(program.begin(), program.end()), {});
   write_file(evil / "config.json", config.dump());
+  write_file(evil / "scheduler_config.json", sched);
   r = run(evil, "from-evil");
   EXPECT_NE(r.exit_code, 0) << r.all();
   EXPECT_NE(r.all().find("protenix_evil.pt"), std::string::npos) << r.all();
