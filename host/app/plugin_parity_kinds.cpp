@@ -593,6 +593,13 @@ void run_plugin_preprocess(const CaseContext& ctx, CaseResult& result) {
     mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
 }
 
+// A loss case (a family's training objective recorded around its model, e.g. Protenix's diffusion
+// loss) of a class the host does not implement: computed by the plugin that serves it.
+void run_plugin_loss(const CaseContext& ctx, CaseResult& result) {
+  if (!plugin_computes_case(ctx, result))
+    mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
+}
+
 // ---- autoencoder classes served by a plugin (video VAEs) -----------------------------------
 // The same case layout as the host's AutoencoderKL cases: calls `model.encode(x)` (outputs
 // `...mean`, `...std`, `...logvar`) and `model.decode(z)` (the sample), through the
@@ -748,6 +755,8 @@ void register_plugin_parity_kinds() {
   // Preprocessing recorded around a model (an image conditioner's resize, crop and normalisation):
   // computed by the plugin that serves the class.
   register_kind("preprocess", run_plugin_preprocess);
+  // Training losses recorded around a model class: computed by the plugin that serves the class.
+  register_kind("loss", run_plugin_loss);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 

@@ -27,6 +27,11 @@ const std::vector<ModelAlias>& model_aliases() {
       // acknowledged (plugins.accept_licenses) before the plugin is opened.
       {"hunyuan3d-21", "tencent/Hunyuan3D-2.1", "hunyuan3d",
        "Hunyuan3D-2.1 image-to-shape DiT (release layout: hunyuan3d-dit-v2-1/; licence must be acknowledged)"},
+      // Not a Diffusers repository: ByteDance's released checkpoint (one torch.save .pt file), which
+      // the protenix plugin plans itself (the DiffusionModule's tensors; the trunk stays out).
+      {"protenix", "bytedance/Protenix", "protenix",
+       "Protenix structure diffusion module (release layout: protenix_base_default_v1.0.0.pt)"},
+      {"protenix-v2", "bytedance/Protenix-v2", "protenix", "Protenix v2 structure diffusion module (protenix-v2.pt)"},
   };
   return table;
 }

@@ -350,6 +350,7 @@ TEST(PluginParityKinds, TheClassesOfAShippedPluginComeFromItsManifest) {
   EXPECT_EQ(app::plugin_for_class("LTXVideoTransformer3DModel"), "ltx");
   EXPECT_EQ(app::plugin_for_class("YetoTinyDenoiser"), "tinyden");
   EXPECT_EQ(app::plugin_for_class("hy3dshape.models.denoisers.hunyuandit.HunYuanDiTPlain"), "hunyuan3d");
+  EXPECT_EQ(app::plugin_for_class("protenix.model.modules.diffusion.DiffusionModule"), "protenix");
   EXPECT_EQ(app::plugin_for_class("UNet2DConditionModel"), "");
 
   const auto options = plugin::LoaderOptions::from_config(config::Config(), plugin::LoaderOptions::default_install_roots());
