@@ -27,6 +27,10 @@ const std::vector<ModelAlias>& model_aliases() {
       // acknowledged (plugins.accept_licenses) before the plugin is opened.
       {"hunyuan3d-21", "tencent/Hunyuan3D-2.1", "hunyuan3d",
        "Hunyuan3D-2.1 image-to-shape DiT (release layout: hunyuan3d-dit-v2-1/; licence must be acknowledged)"},
+      // Not a Diffusers repository either: NAVA's release (config.json with NAVA.safetensors, or
+      // NAVA_fp8.safetensors, keys under backbone.), planned by the nava plugin.
+      {"nava", "ernie-research/NAVA", "nava",
+       "NAVA joint audio-video WanAVModel, 6.3B (release layout: config.json + NAVA.safetensors)"},
   };
   return table;
 }

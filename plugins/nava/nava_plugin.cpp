@@ -1,0 +1,604 @@
+// The NAVA joint audio-video family plugin, written against the SDK only: the WanAVModel
+// component class (registered under its name, its upstream module path and the class the recorded
+// reference cases name), NAVA's rotary helpers as a component the rope reference case calls, and
+// the family's pipeline: repository plan (pipeline layout from nava.family.json, or the release
+// layout config.json + NAVA.safetensors / NAVA_fp8.safetensors with keys under "backbone."),
+// presets, LoRA (or full) tuning of the denoiser, and NAVA's training loss as loss_step.
+//
+// A training row (loss_step) carries cached tensors, stacked by the host per micro batch:
+//   latents        [F, H, W, C_v]  the clip's video latents, channel-last as NAVA's batches hold
+//                                  them (Wan 2.2 VAE: 48 channels, 4x temporal / 16x spatial)
+//   audio_latents  [L, C_a]        the sound's latents (LTX-2 audio VAE: 128 channels, 25 tokens/s)
+//   prompt_embeds  [L_text, D]     the umT5 output of the caption (L_text <= text_len; zero rows
+//                                  past the caption are what the model pads with anyway)
+//   speaker_embeds [n, 192]        optional speaker (timbre) embeddings (ReDimNet), with
+//   speaker_positions [n]          the caption rows they replace in the audio context
+// Per row, from the row's seed: a uniform draw (the micro batch's masking_modality vote, row 0's
+// decides: NAVA's masking_modality_prob 0.2, training only), the timestep id in [0, 1000), the
+// audio noise, then the video noise. The loss is NAVA's (nava_train.hpp); its per-modality terms
+// are the step's metrics.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <yeto/plugin.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nava_family.hpp"
+#include "nava_model.hpp"
+#include "nava_train.hpp"
+#include "yeto/family/family.hpp"
+#include "yeto/family/repository.hpp"
+
+namespace yeto::nava {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using sdk::NamedTensors;
+
+constexpr const char* kModel = "WanAVModel";
+constexpr const char* kModelModule = "nava_src.models.nava.modules.model_mm.WanAVModel";
+constexpr const char* kRecordedModel =
+    "nava_src.models.nava.modules.model_mm.WanAVModel (inside nava_src.model_nava.NAVA as .backbone)";
+constexpr const char* kRope =
+    "nava_src.models.nava.modules.model_mm: rope_params, WanAVModel.set_rope_params, rope_apply_3d, rope_apply_1d, "
+    "rope_apply_joint";
+constexpr double kMaskingModalityProb = 0.2;  // configs/nava.yaml masking_modality_prob
+// Clip timing of NAVA's latents: Wan 2.2 VAE 4x temporal at 24 fps, LTX-2 audio 25 tokens/s.
+constexpr double kVideoFps = 24.0, kAudioTokensPerSecond = 25.0;
+constexpr std::int64_t kTemporalCompression = 4;
+
+const at::Tensor* find(const NamedTensors& in, const std::string& name) {
+  for (const auto& [n, t] : in)
+    if (n == name && t.defined()) return &t;
+  return nullptr;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The recorded case's tensor `name` (fails naming it).
+const at::Tensor& input(const NamedTensors& in, const std::string& name) {
+  const auto* t = find(in, name);
+  if (!t) sdk::fail(YETO_ERR_NOT_FOUND, "recorded case: no input tensor '" + name + "'");
+  return *t;
+}
+
+class ModelComponent : public family::ModelComponent<WanAVModel, NavaConfig> {
+ public:
+  ModelComponent(const std::string& config_json, const std::string& dir)
+      : family::ModelComponent<WanAVModel, NavaConfig>(
+            config_json, dir,
+            {kModel, "is this a NAVA WanAVModel state dict (NAVA.safetensors without 'backbone.') of this config?",
+             /*with_buffers=*/false}) {}
+
+  // PEFT LoRA tensors (a recorded case's adapter_model.safetensors) are kept for the case; an fp8
+  // checkpoint's `<layer>.weight_scale` multiplies the layer's decoded e4m3 weight (NAVA_FP8's
+  // FP8Linear: weight * weight_scale).
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    NamedTensors plain;
+    for (const auto& [n, t] : weights) {
+      if (n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos) {
+        lora_[n] = t;
+      } else if (ends_with(n, ".weight_scale")) {
+        scales_[n.substr(0, n.size() - std::string(".weight_scale").size()) + ".weight"] = t;
+      } else {
+        plain.emplace_back(n, t);
+        loaded_.insert(n);
+      }
+    }
+    family::ModelComponent<WanAVModel, NavaConfig>::load_weights(plain, strict);
+    apply_scales();
+  }
+
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const json o = options.empty() ? json::object() : family::parse_json(options, "WanAVModel forward options");
+    try {
+      if (o.contains("recorded_case")) return recorded(o["recorded_case"], in);
+      return plain_forward(o, in);
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+
+ private:
+  void apply_scales() {
+    for (auto it = scales_.begin(); it != scales_.end();) {
+      if (!loaded_.count(it->first)) {
+        ++it;
+        continue;
+      }
+      at::Tensor param;
+      for (const auto& p : model_->named_parameters())
+        if (p.key() == it->first) param = p.value();
+      if (!param.defined())
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string(kModel) + " has no parameter '" + it->first +
+                                                 "' for the checkpoint's '" + it->first + "_scale'");
+      auto scale = it->second.to(at::kFloat).to(param.device());
+      if (scale.numel() == param.size(0)) scale = scale.reshape({param.size(0), 1});
+      else if (scale.numel() != 1)
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "fp8 checkpoint: '" + it->first + "_scale' has " +
+                                                 std::to_string(scale.numel()) + " values for a weight of " +
+                                                 std::to_string(param.size(0)) + " rows (need 1 or one per row)");
+      at::NoGradGuard no_grad;
+      param.copy_((param.to(at::kFloat) * scale).to(param.scalar_type()));
+      it = scales_.erase(it);
+    }
+  }
+
+  // Inputs video.<i> [C_v, F, H, W], audio.<i> [L, C_a], t [B], context.<i> (or video_context.<i>
+  // / audio_context.<i>), speaker [n, 192]; options speaker_positions [[...], ...],
+  // masking_modality, first_frame_is_clean. Outputs video.<i>, audio.<i>.
+  NamedTensors plain_forward(const json& o, const NamedTensors& in) {
+    Inputs x;
+    auto list = [&](const std::string& prefix) {
+      std::vector<at::Tensor> out;
+      for (std::size_t i = 0;; ++i) {
+        const auto* t = find(in, prefix + "." + std::to_string(i));
+        if (!t) break;
+        out.push_back(*t);
+      }
+      return out;
+    };
+    x.video = list("video");
+    x.audio = list("audio");
+    x.t = sdk::get(in, "t");
+    x.video_context = find(in, "video_context.0") ? list("video_context") : list("context");
+    x.audio_context = find(in, "audio_context.0") ? list("audio_context") : list("context");
+    if (const auto* s = find(in, "speaker")) x.speaker = *s;
+    if (o.contains("speaker_positions")) x.speaker_positions = o["speaker_positions"].get<std::vector<std::vector<std::int64_t>>>();
+    x.masking_modality = o.value("masking_modality", false);
+    x.first_frame_is_clean = o.value("first_frame_is_clean", false);
+    at::NoGradGuard no_grad;
+    const auto out = model_->forward(x);
+    NamedTensors r;
+    for (std::size_t i = 0; i < out.video.size(); ++i) r.emplace_back("video." + std::to_string(i), out.video[i]);
+    for (std::size_t i = 0; i < out.audio.size(); ++i) r.emplace_back("audio." + std::to_string(i), out.audio[i]);
+    return r;
+  }
+
+  // The LoRA of a recorded lora case (adapter_config r / lora_alpha), attached once.
+  void attach_adapter(const json& cfg) {
+    if (adapter_attached_) return;
+    nn::LoraConfig lc;
+    lc.r = cfg.value("r", std::int64_t{4});
+    lc.alpha = cfg.value("lora_alpha", static_cast<double>(lc.r));
+    lc.init = "zeros";
+    std::map<std::string, at::Tensor> tensors(lora_.begin(), lora_.end());
+    if (tensors.empty()) throw std::invalid_argument("recorded lora case: no LoRA tensors among its model_files");
+    nn::load_lora_state_dict(*model_, tensors, lc);
+    adapter_attached_ = true;
+  }
+
+  StepBatch recorded_batch(const json& call, const NamedTensors& in) {
+    const json& batch = call.at("batch");
+    StepBatch sb;
+    const auto thw = batch.at("t_h_w_list");
+    const auto captions = batch.at("captions");
+    const auto b = thw.size();
+    std::vector<at::Tensor> speakers;
+    for (std::size_t i = 0; i < b; ++i) {
+      const auto si = std::to_string(i);
+      sb.video.push_back(input(in, "video_latents." + si));
+      sb.audio.push_back(input(in, "audio_latents." + si));
+      const auto caption = captions.at(i).get<std::string>();
+      const json& enc = batch.at("text_encoder").at(caption);
+      sb.text.push_back(input(in, enc.at("embeddings").get<std::string>()));
+      sb.speaker_positions.push_back(enc.value("spk_pos", std::vector<std::int64_t>()));
+      for (const auto& name : batch.at("spk_embs").at(i)) speakers.push_back(input(in, name.get<std::string>()));
+    }
+    if (!speakers.empty()) sb.speaker = at::cat(speakers, 0);
+    return sb;
+  }
+
+  NamedTensors recorded(const json& c, const NamedTensors& in) {
+    if (c.contains("adapter_config")) attach_adapter(c["adapter_config"]);
+    NamedTensors out;
+    auto put = [&](const std::string& name, const at::Tensor& t) { out.emplace_back(name, t.detach().cpu()); };
+    const auto schedule = training_schedule();
+    put("schedule.timesteps", schedule.timesteps);
+    put("schedule.sigmas", schedule.sigmas);
+    put("schedule.linear_timesteps_weights", schedule.weights);
+    const json calls = c.value("calls", json::array());
+    const json* train_call = nullptr;
+    for (const auto& call : calls)
+      if (call.value("name", "") == "train_step") train_call = &call;
+    if (!train_call) throw std::invalid_argument("recorded case: no train_step call");
+    auto sb = recorded_batch(*train_call, in);
+    // The step's draws in NAVA's order from torch.manual_seed(seed); the recorded noises are used.
+    const auto seed = c.at("seeds").at("train_step_rng").get<std::uint64_t>();
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    draw_step(gen, sb);
+    for (std::size_t i = 0; i < sb.video.size(); ++i) {
+      if (const auto* n = find(in, "noise.video." + std::to_string(i))) sb.video_noise[i] = *n;
+      if (const auto* n = find(in, "noise.audio." + std::to_string(i))) sb.audio_noise[i] = *n;
+    }
+    // Training: every parameter (or, with an adapter, every LoRA tensor) gets its gradient.
+    const json grads = c.contains("backward") ? c["backward"].value("grad_keys", json::object()) : json::object();
+    {
+      at::AutoGradMode grad(true);
+      for (auto& p : model_->named_parameters()) {
+        const bool lora = p.key().find(".lora_") != std::string::npos;
+        p.value().set_requires_grad(adapter_attached_ ? lora : true);
+        p.value().mutable_grad() = at::Tensor();
+      }
+      const bool was_training = model_->is_training();
+      model_->train(true);
+      auto r = train_step(model_, schedule, sb, LossWeights{});
+      r.loss.backward();
+      model_->train(was_training);
+      put("loss", r.loss);
+      for (const auto& [n, v] : r.losses) put("losses." + n, v);
+      put("train.timestep_id", sb.timestep_id);
+      put("train.timesteps", r.timesteps);
+      put("train.sigma", r.sigma);
+      put("train.loss_reweight", r.weight);
+      for (std::size_t i = 0; i < r.video_input.size(); ++i) {
+        const auto si = std::to_string(i);
+        put("train.video_input." + si, r.video_input[i]);
+        put("train.video_target." + si, r.video_target[i]);
+        put("train.pred_video." + si, r.pred_video[i]);
+      }
+      for (std::size_t i = 0; i < r.audio_input.size(); ++i) {
+        const auto si = std::to_string(i);
+        put("train.audio_input." + si, r.audio_input[i]);
+        put("train.audio_target." + si, r.audio_target[i]);
+        put("train.pred_audio." + si, r.pred_audio[i]);
+      }
+      std::map<std::string, at::Tensor> params;
+      for (const auto& p : model_->named_parameters()) params[p.key()] = p.value();
+      for (const auto& [key, name] : grads.items()) {
+        const auto it = params.find(name.get<std::string>());
+        if (it != params.end() && it->second.grad().defined()) put(key, it->second.grad());
+      }
+      for (auto& p : model_->named_parameters()) p.value().mutable_grad() = at::Tensor();
+    }
+    at::NoGradGuard no_grad;
+    for (const auto& call : calls) {
+      if (call.value("name", "") != "loss_other_weights") continue;
+      LossWeights w;
+      w.audio = 0.5;
+      w.vision = 2.0;
+      const auto r = train_step(model_, schedule, sb, w);
+      put("loss_coff_0.5_2.0", r.loss);
+      for (const auto& [n, v] : r.losses) put("losses_coff_0.5_2.0." + n, v);
+    }
+    // The backbone calls: the recorded noisy inputs in eval mode, with the variants.
+    const json* backbone = nullptr;
+    for (const auto& call : calls)
+      if (call.value("name", "") == "backbone") backbone = &call;
+    if (!backbone) return out;
+    const json& sa = backbone->at("scalar_args");
+    Inputs base;
+    const auto b = sb.video.size();
+    for (std::size_t i = 0; i < b; ++i) {
+      const auto si = std::to_string(i);
+      base.video.push_back(input(in, "backbone_in.vid." + si));
+      base.audio.push_back(input(in, "backbone_in.audio." + si));
+      base.video_context.push_back(input(in, "backbone_in.context." + si));
+    }
+    base.audio_context = base.video_context;
+    base.t = input(in, "backbone_in.t");
+    base.speaker = input(in, "backbone_in.spk_embed");
+    base.speaker_positions = sa.value("spk_pos", std::vector<std::vector<std::int64_t>>());
+    base.video_seq_len = sa.value("vid_seq_len", std::int64_t{0});
+    base.audio_seq_len = sa.value("audio_seq_len", std::int64_t{0});
+    const bool was_training = model_->is_training();
+    model_->eval();
+    auto emit = [&](const std::string& variant, const Outputs& o) {
+      for (std::size_t i = 0; i < o.video.size(); ++i) put("backbone." + variant + ".video." + std::to_string(i), o.video[i]);
+      for (std::size_t i = 0; i < o.audio.size(); ++i) put("backbone." + variant + ".audio." + std::to_string(i), o.audio[i]);
+    };
+    emit("joint", model_->forward(base, [&](const std::string& n, const at::Tensor& t) { put(n, t); }));
+    json variants = json::object();
+    for (const auto& call : calls)
+      if (call.value("name", "") == "backbone_variants" && call.contains("python") && call["python"].is_object())
+        variants = call["python"];
+    for (const auto& [variant, _] : variants.items()) {
+      Inputs v = base;
+      if (variant == "masking_modality") {
+        v.masking_modality = true;
+      } else if (variant == "first_frame_is_clean") {
+        v.first_frame_is_clean = true;
+      } else if (variant == "no_speaker") {
+        v.speaker = at::Tensor();
+        v.speaker_positions.clear();
+      } else if (variant == "audio_only") {
+        v.video.clear();
+        v.video_context.clear();
+        v.video_seq_len = 0;
+      } else if (variant == "video_only") {
+        v.audio.clear();
+        v.audio_context.clear();
+        v.audio_seq_len = 0;
+        v.speaker = at::Tensor();
+        v.speaker_positions.clear();
+      } else {
+        throw std::invalid_argument("recorded case: unknown backbone variant '" + variant + "'");
+      }
+      emit(variant, model_->forward(v));
+    }
+    model_->train(was_training);
+    return out;
+  }
+
+  std::map<std::string, at::Tensor> lora_;
+  std::map<std::string, at::Tensor> scales_;
+  std::set<std::string> loaded_;
+  bool adapter_attached_ = false;
+};
+
+// NAVA's RoPE helpers for the nava-rope case: options {"recorded_case": case.json} gives, for
+// each `tables.d<head_dim>_s<scale>` call, the tables at the rows of input `rows`, and for each
+// `apply<k>` call the three rotations of its inputs.
+class RopeComponent : public sdk::Component {
+ public:
+  RopeComponent(const std::string&, const std::string&) {}
+  NamedTensors parameters() override { return {}; }
+
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const json o = family::parse_json(options, "NAVA rope options");
+    if (!o.is_object() || !o.contains("recorded_case"))
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "NAVA rope: options must be {\"recorded_case\": <case.json>}");
+    try {
+      return recorded(o["recorded_case"], in);
+    } catch (const std::exception& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("NAVA rope: ") + e.what());
+    }
+  }
+
+ private:
+  static NamedTensors recorded(const json& c, const NamedTensors& in) {
+    NamedTensors out;
+    const auto& rows = input(in, "rows");
+    for (const auto& call : c.at("calls")) {
+      const auto name = call.at("name").get<std::string>();
+      if (name.rfind("tables.", 0) == 0) {
+        // tables.d<head_dim>_s<scale>: read both from the python text of the call.
+        const auto python = call.at("python").get<std::string>();
+        const auto d = number_after(python, "dim // num_heads = ");
+        const auto s = number_after(python, "temporal_rope_scaling_factor = ");
+        const auto [video, audio] = rope_tables(static_cast<std::int64_t>(d), s, rows.to(at::kLong));
+        out.emplace_back(name + ".freqs_video", video);
+        out.emplace_back(name + ".freqs_audio", audio);
+        const auto hd = static_cast<std::int64_t>(d);
+        out.emplace_back(name + ".inv_freq_temporal", rope_inv_freq(hd - 4 * (hd / 6)));
+        out.emplace_back(name + ".inv_freq_spatial", rope_inv_freq(2 * (hd / 6)));
+        continue;
+      }
+      const json& sa = call.at("scalar_args");
+      const auto head_dim = sa.at("head_dim").get<std::int64_t>();
+      const auto scale = sa.at("temporal_rope_scaling_factor").get<double>();
+      const auto vid_len = sa.at("vid_seq_len").get<std::int64_t>();
+      const auto& xv = input(in, name + ".x_video");
+      const auto& xa = input(in, name + ".x_audio");
+      const auto& xj = input(in, name + ".x_joint");
+      const auto gv = input(in, name + ".grid_sizes_video").to(at::kLong);
+      const auto ga = input(in, name + ".grid_sizes_audio").to(at::kLong);
+      std::vector<std::vector<std::int64_t>> grids;
+      std::vector<std::int64_t> lengths;
+      for (std::int64_t i = 0; i < gv.size(0); ++i)
+        grids.push_back({gv[i][0].item<std::int64_t>(), gv[i][1].item<std::int64_t>(), gv[i][2].item<std::int64_t>()});
+      for (std::int64_t i = 0; i < ga.size(0); ++i) lengths.push_back(ga[i][0].item<std::int64_t>());
+      const auto rv = video_rotation(head_dim, grids, xv.size(1));
+      const auto ra = audio_rotation(head_dim, scale, lengths, xa.size(1));
+      out.emplace_back(name + ".rope_apply_3d", apply_rotation(xv, rv));
+      out.emplace_back(name + ".rope_apply_1d", apply_rotation(xa, ra));
+      const auto joint = join(video_rotation(head_dim, grids, vid_len),
+                              audio_rotation(head_dim, scale, lengths, xj.size(1) - vid_len));
+      out.emplace_back(name + ".rope_apply_joint", apply_rotation(xj, joint));
+    }
+    return out;
+  }
+
+  static double number_after(const std::string& text, const std::string& marker) {
+    const auto at = text.find(marker);
+    if (at == std::string::npos) throw std::invalid_argument("the call `" + text + "` does not say '" + marker + "'");
+    return std::stod(text.substr(at + marker.size()));
+  }
+};
+
+// The pipeline's denoiser, by either of its registered names.
+WanAVModel& denoiser() {
+  const auto c = sdk::Host::component("transformer");
+  for (const char* cls : {kModel, kModelModule, kRecordedModel})
+    if (auto* impl = c.as<ModelComponent>(cls)) return impl->model();
+  return family::plugin_model<ModelComponent>("transformer", kModel, "nava");
+}
+
+// A row's field as a clear error.
+[[noreturn]] void row_fail(const json& rows, std::int64_t i, const std::string& what) {
+  const auto& r = rows[static_cast<std::size_t>(i)];
+  const std::string where = r.contains("row") ? "row " + r["row"].dump() : "row " + std::to_string(i);
+  sdk::fail(YETO_ERR_INVALID_ARGUMENT, "nava: " + where + ": " + what);
+}
+
+class NavaPlugin : public sdk::Plugin {
+ public:
+  void register_components(sdk::ComponentRegistry& registry) override {
+    registry.add<ModelComponent>(kModel);
+    registry.add<ModelComponent>(kModelModule);
+    registry.add<ModelComponent>(kRecordedModel);
+    registry.add<RopeComponent>(kRope);
+  }
+
+  // A repository in the family file's layout (model_index.json with transformer), or, without
+  // model_index.json, NAVA's release layout: config.json (NAVA_6B.json layout) and
+  // NAVA.safetensors (bf16) or NAVA_fp8.safetensors, every key under "backbone.".
+  std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
+    const auto index = family::parse_json(model_index_json, model_dir + "/model_index.json");
+    try {
+      if (index.is_object() && index.empty()) return release_plan(model_dir).dump();
+      return description().plan(model_dir, index).dump();
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  }
+
+  std::string presets() override { return description().presets().dump(); }
+
+  // LoRA (targets auto = the attention projections of both modalities; all-linear without the
+  // two output heads) or full tuning, placed by the run's device and precision, with the run's
+  // per-block activation checkpointing.
+  void prepare(const std::string& options_json) override {
+    const auto o = family::parse_json(options_json, "prepare options");
+    family::TuningSpec spec;
+    spec.resolve_targets = [](const json& t) { return description().lora_targets(t); };
+    spec.all_linear_excludes = {"head.head", "head_audio.head"};
+    tuning_ = family::prepare_denoisers({&family::plugin_module("transformer", "nava")}, o, spec);
+  }
+
+  NamedTensors trainable_parameters() override {
+    return family::trainable_parameters({{"transformer", &family::plugin_module("transformer", "nava")}}, tuning_);
+  }
+
+  at::Tensor loss_step(const std::string& rows_json, const NamedTensors& batch, std::string& metrics) override {
+    const json rows = family::parse_json(rows_json, "loss_step rows");
+    if (!rows.is_array() || rows.empty()) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "nava loss_step: no rows");
+    auto& model = denoiser();
+    const auto& cfg = model->config();
+    const auto b = static_cast<std::int64_t>(rows.size());
+    const auto cv = std::to_string(cfg.vid_in_dim), ca = std::to_string(cfg.audio_in_dim),
+               td = std::to_string(cfg.text_dim);
+    if (find(batch, "pixel_values"))
+      row_fail(rows, 0, "raw media is not encoded by this plugin; give the clip as cached 'latents' [F, H, W, " + cv +
+                            "] (Wan 2.2 VAE) and 'audio_latents' [L, " + ca + "] (LTX-2 audio VAE, 25 tokens/s)");
+    const auto* latents = find(batch, "latents");
+    if (!latents)
+      row_fail(rows, 0, "no cached video 'latents' [F, H, W, " + cv +
+                            "] (channel-last Wan 2.2 VAE latents); add them to the row's tensors");
+    const auto* audio = find(batch, "audio_latents");
+    if (!audio)
+      row_fail(rows, 0, "no cached 'audio_latents' [L, " + ca +
+                            "] (LTX-2 audio VAE latents of the clip's sound, 25 tokens/s); add them to the row's "
+                            "tensors, e.g. \"tensors\": {\"audio_latents\": \"clip.audio.safetensors\"}");
+    const auto* text = find(batch, "prompt_embeds");
+    if (!text)
+      row_fail(rows, 0, "no cached 'prompt_embeds' [L_text <= " + std::to_string(cfg.text_len) + ", " + td +
+                            "] (the umT5 encoding of the caption); add them to the row's tensors");
+    if (latents->dim() != 5 || latents->size(0) != b || latents->size(4) != cfg.vid_in_dim)
+      row_fail(rows, 0, "'latents' must be [F, H, W, " + cv + "] per row (channel-last), got a batch of " +
+                            c10::str(latents->sizes()) + " for " + std::to_string(b) + " rows");
+    if (audio->dim() != 3 || audio->size(0) != b || audio->size(2) != cfg.audio_in_dim)
+      row_fail(rows, 0, "'audio_latents' must be [L, " + ca + "] per row, got a batch of " +
+                            c10::str(audio->sizes()) + " for " + std::to_string(b) + " rows");
+    if (text->dim() != 3 || text->size(0) != b || text->size(2) != cfg.text_dim || text->size(1) > cfg.text_len)
+      row_fail(rows, 0, "'prompt_embeds' must be [L_text <= " + std::to_string(cfg.text_len) + ", " + td +
+                            "] per row, got a batch of " + c10::str(text->sizes()) + " for " + std::to_string(b) +
+                            " rows");
+    const auto frames = latents->size(1);
+    const auto clip_tokens = static_cast<std::int64_t>(
+        std::floor(kAudioTokensPerSecond * static_cast<double>((frames - 1) * kTemporalCompression + 1) / kVideoFps));
+    if (audio->size(1) < clip_tokens)
+      row_fail(rows, 0, "the audio is shorter than the clip: " + std::to_string(audio->size(1)) +
+                            " audio latent tokens for " + std::to_string(frames) + " latent frames (" +
+                            std::to_string((frames - 1) * kTemporalCompression + 1) +
+                            " video frames at 24 fps need at least " + std::to_string(clip_tokens) +
+                            " tokens at 25/s); re-encode the row's sound over the whole clip");
+    const auto* speakers = find(batch, "speaker_embeds");
+    const auto* positions = find(batch, "speaker_positions");
+    if ((speakers == nullptr) != (positions == nullptr))
+      row_fail(rows, 0, "'speaker_embeds' [n, 192] and 'speaker_positions' [n] (caption rows) come together");
+    if (speakers && (speakers->dim() != 3 || speakers->size(0) != b || speakers->size(2) != NavaConfig::kSpeakerDim ||
+                     positions->dim() != 2 || positions->size(0) != b || positions->size(1) != speakers->size(1)))
+      row_fail(rows, 0, "'speaker_embeds' must be [n, 192] and 'speaker_positions' [n] per row, got " +
+                            c10::str(speakers->sizes()) + " and " + c10::str(positions->sizes()));
+
+    StepBatch sb;
+    std::vector<at::Tensor> spk;
+    bool training = false;
+    double vote = 1.0;
+    std::vector<at::Tensor> ids;
+    for (std::int64_t i = 0; i < b; ++i) {
+      const auto& r = rows[static_cast<std::size_t>(i)];
+      if (!r.contains("seed") || !r["seed"].is_number_unsigned()) row_fail(rows, i, "has no seed");
+      training = training || r.value("training", false);
+      sb.video.push_back((*latents)[i].to(at::kFloat));
+      sb.audio.push_back((*audio)[i].to(at::kFloat));
+      sb.text.push_back((*text)[i].to(at::kFloat));
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(r["seed"].get<std::uint64_t>());
+      const auto u = at::rand({1}, gen, at::kFloat).item<double>();
+      if (i == 0) vote = u;
+      ids.push_back(at::randint(0, 1000, {1}, gen, at::kLong));
+      sb.audio_noise.push_back(at::randn(sb.audio.back().sizes(), gen, at::kFloat));
+      sb.video_noise.push_back(at::randn(sb.video.back().sizes(), gen, at::kFloat));
+      if (speakers) {
+        spk.push_back((*speakers)[i].to(at::kFloat));
+        std::vector<std::int64_t> pos;
+        const auto p = (*positions)[i].to(at::kLong).cpu();
+        for (std::int64_t k = 0; k < p.size(0); ++k) {
+          const auto v = p[k].item<std::int64_t>();
+          if (v < 0 || v >= text->size(1))
+            row_fail(rows, i, "speaker position " + std::to_string(v) + " is outside its caption's " +
+                                  std::to_string(text->size(1)) + " rows");
+          pos.push_back(v);
+        }
+        sb.speaker_positions.push_back(pos);
+      } else {
+        sb.speaker_positions.emplace_back();
+      }
+    }
+    sb.timestep_id = at::cat(ids);
+    if (!spk.empty()) sb.speaker = at::cat(spk, 0);
+    sb.masking_modality = training && vote < kMaskingModalityProb;
+    const bool was_training = model->is_training();
+    model->train(training);
+    StepResult r;
+    try {
+      r = train_step(model, schedule_, sb, LossWeights{});
+    } catch (const std::invalid_argument& e) {
+      model->train(was_training);
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("nava loss_step: ") + e.what());
+    }
+    model->train(was_training);
+    json m = json::object();
+    for (const char* k : {"ddpm_vid", "ddpm_audio", "ddpm_vid_noreweight", "ddpm_audio_noreweight"})
+      m[k] = r.losses.at(k).item<double>();
+    m["masking_modality"] = sb.masking_modality ? 1.0 : 0.0;
+    m["t_mean"] = r.timesteps.mean().item<double>();
+    metrics = m.dump();
+    return r.loss;
+  }
+
+ private:
+  static json release_plan(const std::string& model_dir) {
+    const fs::path dir(model_dir);
+    const auto config_path = dir / "config.json";
+    fs::path weights;
+    for (const char* name : {"NAVA.safetensors", "NAVA_fp8.safetensors"})
+      if (weights.empty() && fs::exists(dir / name)) weights = dir / name;
+    if (!fs::exists(config_path) || weights.empty())
+      throw std::invalid_argument("'" + model_dir + "' is neither a repository in the family file's layout (no "
+                                  "model_index.json) nor NAVA's release layout (config.json with NAVA.safetensors or "
+                                  "NAVA_fp8.safetensors)");
+    auto config = family::read_json_file(config_path.string());
+    try {
+      NavaConfig::from_json(config);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(config_path.string() + ": " + e.what());
+    }
+    config["_class_name"] = kModel;
+    sdk::Host::info("nava: release layout " + model_dir + " (config.json, " + weights.filename().string() + ")");
+    json comps = json::object();
+    comps["transformer"] = {{"class", kModel}, {"config", config}, {"weights", weights.string()},
+                            {"weights_prefix", "backbone."}};
+    return {{"components", comps}, {"family", "nava"}};
+  }
+
+  std::string tuning_ = "lora";
+  TrainSchedule schedule_ = training_schedule();
+};
+
+}  // namespace
+}  // namespace yeto::nava
+
+YETO_PLUGIN(yeto::nava::NavaPlugin)
