@@ -2,7 +2,7 @@
 // component class (registered under its name, its upstream module path and the class the recorded
 // reference cases name), NAVA's rotary helpers as a component the rope reference case calls, and
 // the family's pipeline: repository plan (pipeline layout from nava.family.json, or the release
-// layout config.json + NAVA.safetensors / NAVA_fp8.safetensors with keys under "backbone."),
+// layout config.json + NAVA.safetensors with keys under "backbone."),
 // presets, LoRA (or full) tuning of the denoiser, and NAVA's training loss as loss_step.
 //
 // A training row (loss_step) carries cached tensors, stacked by the host per micro batch:
@@ -26,7 +26,6 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -62,10 +61,6 @@ const at::Tensor* find(const NamedTensors& in, const std::string& name) {
   return nullptr;
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // The recorded case's tensor `name` (fails naming it).
 const at::Tensor& input(const NamedTensors& in, const std::string& name) {
   const auto* t = find(in, name);
@@ -81,23 +76,16 @@ class ModelComponent : public family::ModelComponent<WanAVModel, NavaConfig> {
             {kModel, "is this a NAVA WanAVModel state dict (NAVA.safetensors without 'backbone.') of this config?",
              /*with_buffers=*/false}) {}
 
-  // PEFT LoRA tensors (a recorded case's adapter_model.safetensors) are kept for the case; an fp8
-  // checkpoint's `<layer>.weight_scale` multiplies the layer's decoded e4m3 weight (NAVA_FP8's
-  // FP8Linear: weight * weight_scale).
+  // PEFT LoRA tensors (a recorded lora case's adapter_model.safetensors) are kept for the case.
   void load_weights(const NamedTensors& weights, bool strict) override {
     NamedTensors plain;
     for (const auto& [n, t] : weights) {
-      if (n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos) {
+      if (n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos)
         lora_[n] = t;
-      } else if (ends_with(n, ".weight_scale")) {
-        scales_[n.substr(0, n.size() - std::string(".weight_scale").size()) + ".weight"] = t;
-      } else {
+      else
         plain.emplace_back(n, t);
-        loaded_.insert(n);
-      }
     }
     family::ModelComponent<WanAVModel, NavaConfig>::load_weights(plain, strict);
-    apply_scales();
   }
 
   NamedTensors forward(const NamedTensors& in, const std::string& options) override {
@@ -111,30 +99,6 @@ class ModelComponent : public family::ModelComponent<WanAVModel, NavaConfig> {
   }
 
  private:
-  void apply_scales() {
-    for (auto it = scales_.begin(); it != scales_.end();) {
-      if (!loaded_.count(it->first)) {
-        ++it;
-        continue;
-      }
-      at::Tensor param;
-      for (const auto& p : model_->named_parameters())
-        if (p.key() == it->first) param = p.value();
-      if (!param.defined())
-        sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string(kModel) + " has no parameter '" + it->first +
-                                                 "' for the checkpoint's '" + it->first + "_scale'");
-      auto scale = it->second.to(at::kFloat).to(param.device());
-      if (scale.numel() == param.size(0)) scale = scale.reshape({param.size(0), 1});
-      else if (scale.numel() != 1)
-        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "fp8 checkpoint: '" + it->first + "_scale' has " +
-                                                 std::to_string(scale.numel()) + " values for a weight of " +
-                                                 std::to_string(param.size(0)) + " rows (need 1 or one per row)");
-      at::NoGradGuard no_grad;
-      param.copy_((param.to(at::kFloat) * scale).to(param.scalar_type()));
-      it = scales_.erase(it);
-    }
-  }
-
   // Inputs video.<i> [C_v, F, H, W], audio.<i> [L, C_a], t [B], context.<i> (or video_context.<i>
   // / audio_context.<i>), speaker [n, 192]; options speaker_positions [[...], ...],
   // masking_modality, first_frame_is_clean. Outputs video.<i>, audio.<i>.
@@ -332,8 +296,6 @@ class ModelComponent : public family::ModelComponent<WanAVModel, NavaConfig> {
   }
 
   std::map<std::string, at::Tensor> lora_;
-  std::map<std::string, at::Tensor> scales_;
-  std::set<std::string> loaded_;
   bool adapter_attached_ = false;
 };
 
@@ -433,7 +395,7 @@ class NavaPlugin : public sdk::Plugin {
 
   // A repository in the family file's layout (model_index.json with transformer), or, without
   // model_index.json, NAVA's release layout: config.json (NAVA_6B.json layout) and
-  // NAVA.safetensors (bf16) or NAVA_fp8.safetensors, every key under "backbone.".
+  // NAVA.safetensors (bf16), every key under "backbone.".
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const auto index = family::parse_json(model_index_json, model_dir + "/model_index.json");
     try {
@@ -573,13 +535,15 @@ class NavaPlugin : public sdk::Plugin {
   static json release_plan(const std::string& model_dir) {
     const fs::path dir(model_dir);
     const auto config_path = dir / "config.json";
-    fs::path weights;
-    for (const char* name : {"NAVA.safetensors", "NAVA_fp8.safetensors"})
-      if (weights.empty() && fs::exists(dir / name)) weights = dir / name;
-    if (!fs::exists(config_path) || weights.empty())
-      throw std::invalid_argument("'" + model_dir + "' is neither a repository in the family file's layout (no "
-                                  "model_index.json) nor NAVA's release layout (config.json with NAVA.safetensors or "
-                                  "NAVA_fp8.safetensors)");
+    const auto weights = dir / "NAVA.safetensors";
+    if (!fs::exists(config_path) || !fs::exists(weights)) {
+      std::string why = "'" + model_dir + "' is neither a repository in the family file's layout (no model_index.json) "
+                        "nor NAVA's release layout (config.json with NAVA.safetensors)";
+      if (fs::exists(dir / "NAVA_fp8.safetensors"))
+        why += "; NAVA_fp8.safetensors (FP8Linear codes with their weight_scale) is not read: use NAVA.safetensors, "
+               "with model.storage = \"fp8\" to keep the frozen base in 8 bits";
+      throw std::invalid_argument(why);
+    }
     auto config = family::read_json_file(config_path.string());
     try {
       NavaConfig::from_json(config);
