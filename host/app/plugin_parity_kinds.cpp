@@ -765,6 +765,9 @@ void register_plugin_parity_kinds() {
   // Rotary-embedding helpers recorded as functions of a family's model code (tables, their
   // application): computed by the plugin that serves the class.
   register_kind("rope", run_plugin_computed);
+  // A family's sampling loop recorded end to end (its own scheduler, guidance branches, model
+  // calls): computed by the plugin that serves the class.
+  register_kind("sampler", run_plugin_computed);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 

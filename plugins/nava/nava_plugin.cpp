@@ -32,6 +32,7 @@
 
 #include "nava_family.hpp"
 #include "nava_model.hpp"
+#include "nava_sampler.hpp"
 #include "nava_train.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/repository.hpp"
@@ -47,6 +48,9 @@ constexpr const char* kModel = "WanAVModel";
 constexpr const char* kModelModule = "nava_src.models.nava.modules.model_mm.WanAVModel";
 constexpr const char* kRecordedModel =
     "nava_src.models.nava.modules.model_mm.WanAVModel (inside nava_src.model_nava.NAVA as .backbone)";
+constexpr const char* kSampler =
+    "nava_src.pipeline_nava.AudioVideoPipeline.sample + nava_src.model_nava.NAVA.predict_eps + "
+    "wan.utils.fm_solvers_unipc.FlowUniPCMultistepScheduler";
 constexpr const char* kRope =
     "nava_src.models.nava.modules.model_mm: rope_params, WanAVModel.set_rope_params, rope_apply_3d, rope_apply_1d, "
     "rope_apply_joint";
@@ -164,7 +168,65 @@ class ModelComponent : public family::ModelComponent<WanAVModel, NavaConfig> {
     return sb;
   }
 
+  // A recorded nava-sampler case: the schedulers' tables and AudioVideoPipeline.sample's loop
+  // from the recorded initial latents.
+  NamedTensors recorded_sampler(const json& c, const NamedTensors& in) {
+    NamedTensors out;
+    auto put = [&](const std::string& name, const at::Tensor& t) { out.emplace_back(name, t.detach().cpu()); };
+    const json& call = c.at("calls").at(0);
+    const std::string python = call.value("python", std::string());
+    auto number = [&](const std::string& key) {
+      const auto at = python.find(key + "=");
+      if (at == std::string::npos) throw std::invalid_argument("recorded case: the call does not give '" + key + "'");
+      return std::stod(python.substr(at + key.size() + 1));
+    };
+    FlowUniPC scheduler;
+    put("sample_scheduler.init.sigmas", scheduler.init_sigmas());
+    for (const std::int64_t n : {3, 25, 50})
+      for (const char* name : {"sample_scheduler", "sample_scheduler_audio"}) {
+        scheduler.set_timesteps(n);
+        const auto p = std::string(name) + ".set_timesteps.N" + std::to_string(n) + ".";
+        put(p + "timesteps", scheduler.timesteps());
+        put(p + "sigmas", scheduler.sigmas());
+      }
+    const json& batch = call.at("batch");
+    const auto grid = batch.at("t_h_w_list").at(0).get<std::vector<std::int64_t>>();
+    const json& enc = call.at("text_encoder");
+    SampleRequest r;
+    r.video_grid = grid;
+    r.steps = static_cast<std::int64_t>(number("num_steps"));
+    r.video_guidance = number("video_guidance_scale");
+    r.video_align_guidance = number("video_align_guidance_scale");
+    r.audio_guidance = number("audio_guidance_scale");
+    r.audio_align_guidance = number("audio_align_guidance_scale");
+    r.timbre_guidance = number("timbre_align_guidance_scale");
+    const auto caption = batch.at("captions").at(0).get<std::string>();
+    r.text = input(in, enc.at(caption).at("embeddings").get<std::string>());
+    r.speaker_positions = enc.at(caption).value("spk_pos", std::vector<std::int64_t>());
+    for (const auto& [key, value] : enc.items()) {
+      if (key.find("video negative prompt") != std::string::npos) r.negative_video = input(in, value.at("embeddings"));
+      if (key.find("audio negative prompt") != std::string::npos) r.negative_audio = input(in, value.at("embeddings"));
+    }
+    if (!r.negative_video.defined() || !r.negative_audio.defined())
+      throw std::invalid_argument("recorded case: the text encoder entries name no negative prompts");
+    std::vector<at::Tensor> speakers;
+    for (const auto& name : batch.at("spk_embs").at(0)) speakers.push_back(input(in, name.get<std::string>()));
+    if (!speakers.empty()) r.speaker = at::cat(speakers, 0);
+    const auto& video = input(in, "init.latents_vision");
+    const auto& audio = input(in, "init.latents_audio");
+    r.audio_len = audio.size(0);
+    at::NoGradGuard no_grad;
+    const bool was_training = model_->is_training();
+    model_->eval();
+    const auto [v, a] = nava::sample(model_, r, video, audio, put);
+    model_->train(was_training);
+    put("decoded.video_latent.0", v.view({grid[0], grid[1], grid[2], -1}));
+    put("decoded.audio_latent.0", a.narrow(0, 0, r.audio_len).permute({1, 0}).unsqueeze(0));
+    return out;
+  }
+
   NamedTensors recorded(const json& c, const NamedTensors& in) {
+    if (c.value("kind", std::string()) == "sampler") return recorded_sampler(c, in);
     if (c.contains("adapter_config")) attach_adapter(c["adapter_config"]);
     NamedTensors out;
     auto put = [&](const std::string& name, const at::Tensor& t) { out.emplace_back(name, t.detach().cpu()); };
@@ -390,6 +452,7 @@ class NavaPlugin : public sdk::Plugin {
     registry.add<ModelComponent>(kModel);
     registry.add<ModelComponent>(kModelModule);
     registry.add<ModelComponent>(kRecordedModel);
+    registry.add<ModelComponent>(kSampler);
     registry.add<RopeComponent>(kRope);
   }
 

@@ -3,7 +3,8 @@
 // first_frame_is_clean, no_speaker, audio_only, video_only; per-block intermediates), one training
 // step (timestep draws, schedule tables, x_t, targets, predictions, NAVA's loss and its logs, the
 // loss at other modality weights, every parameter's gradient), the same step with a PEFT LoRA on
-// the attention projections (LoRA gradients), and the RoPE tables and rotations.
+// the attention projections (LoRA gradients), the RoPE tables and rotations, and the sampler (Wan
+// 2.2's flow UniPC tables, three steps of the four guidance branches, x0 predictions, latents).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,8 +35,8 @@ TEST(NavaHost, PluginIsBuiltSignedAndVerifies) {
 }
 
 // Every compared key of the three cases is produced and within its tolerance.
-TEST(NavaHost, CheckParityPassesTheDiTLoraAndRopeCases) {
-  const std::vector<std::string> names = {"nava-dit", "nava-dit-lora", "nava-rope"};
+TEST(NavaHost, CheckParityPassesTheDiTLoraRopeAndSamplerCases) {
+  const std::vector<std::string> names = {"nava-dit", "nava-dit-lora", "nava-rope", "nava-sampler"};
   std::vector<fs::path> dirs;
   for (const auto& n : names) dirs.push_back(kParity / n);
   nlohmann::json cases;
