@@ -23,6 +23,7 @@
 
 #include <yeto/plugin.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -592,6 +593,106 @@ class NavaPlugin : public sdk::Plugin {
     m["t_mean"] = r.timesteps.mean().item<double>();
     metrics = m.dump();
     return r.loss;
+  }
+
+  // Request: {"prompts": [a .safetensors prompt], "seed", "steps", "guidance" (the video guidance,
+  // also its align scale; configs/nava.yaml: 3), "audio_guidance" (2, also the align scale),
+  // "timbre_guidance" (3), "num_frames" (video frames, 4k + 1; 121 by default), "height" /
+  // "width" (pixels, multiples of 16), "fps" (24)}. The prompt file's tensors: `prompt_embeds`
+  // [L, text_dim] (the caption's umT5 output), optionally `negative_prompt_embeds` (video) and
+  // `negative_audio_prompt_embeds` (zeros of the caption's shape when absent: NAVA's
+  // negative_prompt_mode off), `speaker_embeds` [n, 192] with `speaker_positions` [n]. The
+  // initial noise: randn of the packed video latents [t h w, C_v], then of the audio latents
+  // [L, C_a], from a CPU generator seeded with the seed. Outputs the latents the VAEs receive:
+  // `video_latents` [t, h, w, C_v] and `audio_latents` [1, C_a, L] (latent scale 1, shift 0).
+  NamedTensors generate(const std::string& request_json, const NamedTensors& inputs) override {
+    const auto req = family::parse_json(request_json, "generate request");
+    auto& model = denoiser();
+    const auto& cfg = model->config();
+    SampleRequest r;
+    std::int64_t frames = 121, height = 704, width = 1280;
+    double fps = 24.0;
+    std::uint64_t seed = 0;
+    try {
+      const family::ConfigReader in(req, "nava generate request");
+      r.steps = in.integer("steps", 50);
+      r.video_guidance = r.video_align_guidance = in.number("guidance", r.video_guidance);
+      r.audio_guidance = r.audio_align_guidance = in.number("audio_guidance", r.audio_guidance);
+      r.timbre_guidance = in.number("timbre_guidance", r.timbre_guidance);
+      frames = in.integer("num_frames", frames);
+      height = in.integer("height", height);
+      width = in.integer("width", width);
+      fps = in.number("fps", fps);
+      if (req.contains("seed")) {
+        if (!req["seed"].is_number_integer() || req["seed"].get<std::int64_t>() < 0) in.fail("seed", "must be a non-negative integer");
+        seed = req["seed"].get<std::uint64_t>();
+      }
+      if (r.steps < 1) in.fail("steps", "must be at least 1");
+      if (frames < 1) in.fail("num_frames", "must be at least 1");
+      if (!(fps > 0)) in.fail("fps", "must be positive");
+      const auto spatial = 8 * cfg.patch_size[1];  // the Wan 2.2 VAE's 16x, in units the patch divides
+      if (height < spatial || width < spatial) in.fail("height", "height and width must be at least " + std::to_string(spatial));
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
+    }
+    // Shape rules: 4k + 1 frames (the VAE's 4x temporal compression), 16-pixel latent cells, 25
+    // audio tokens per second of the clip.
+    const auto latent_frames = (frames - 1) / kTemporalCompression + 1;
+    const auto used_frames = (latent_frames - 1) * kTemporalCompression + 1;
+    const std::int64_t cell = 16;
+    r.video_grid = {latent_frames, height / cell, width / cell};
+    r.audio_len = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(std::floor(kAudioTokensPerSecond * static_cast<double>(used_frames) / fps)));
+    sdk::Host::info("nava generate: " + std::to_string(used_frames) + " frames (" + std::to_string(frames) +
+                    " asked; 4k + 1) of " + std::to_string(r.video_grid[1] * cell) + "x" +
+                    std::to_string(r.video_grid[2] * cell) + " px -> video latents " + std::to_string(latent_frames) +
+                    "x" + std::to_string(r.video_grid[1]) + "x" + std::to_string(r.video_grid[2]) + ", " +
+                    std::to_string(r.audio_len) + " audio tokens (" + std::to_string(used_frames) + " frames at " +
+                    std::to_string(fps) + " fps, 25 tokens/s), " + std::to_string(r.steps) + " steps");
+    const auto* text = find(inputs, "prompt_embeds");
+    if (!text)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                "nava generate: the prompt must be a .safetensors file holding 'prompt_embeds' [L, " +
+                    std::to_string(cfg.text_dim) + "] (the caption's umT5 encoding); text prompts need the host's "
+                    "umT5, which this plugin does not call yet");
+    auto flat = [&](const at::Tensor& t) { return t.dim() == 3 && t.size(0) == 1 ? t[0] : t; };
+    r.text = flat(*text).to(at::kFloat);
+    if (r.text.dim() != 2 || r.text.size(1) != cfg.text_dim || r.text.size(0) > cfg.text_len)
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "nava generate: 'prompt_embeds' must be [L <= " +
+                                               std::to_string(cfg.text_len) + ", " + std::to_string(cfg.text_dim) +
+                                               "], got " + c10::str(text->sizes()));
+    const auto* neg_v = find(inputs, "negative_prompt_embeds");
+    const auto* neg_a = find(inputs, "negative_audio_prompt_embeds");
+    r.negative_video = neg_v ? flat(*neg_v).to(at::kFloat) : at::zeros_like(r.text);
+    r.negative_audio = neg_a ? flat(*neg_a).to(at::kFloat) : at::zeros_like(r.text);
+    const auto* spk = find(inputs, "speaker_embeds");
+    const auto* pos = find(inputs, "speaker_positions");
+    if ((spk == nullptr) != (pos == nullptr))
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "nava generate: 'speaker_embeds' [n, 192] and 'speaker_positions' [n] come together");
+    if (spk) {
+      r.speaker = flat(*spk).to(at::kFloat);
+      const auto p = flat(*pos).to(at::kLong).flatten();
+      for (std::int64_t k = 0; k < p.size(0); ++k) r.speaker_positions.push_back(p[k].item<std::int64_t>());
+    }
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const auto tokens = r.video_grid[0] * r.video_grid[1] * r.video_grid[2];
+    const auto video = at::randn({tokens, cfg.vid_in_dim}, gen, at::kFloat);
+    const auto audio = at::randn({r.audio_len, cfg.audio_in_dim}, gen, at::kFloat);
+    family::GenerationTrace trace(req.value("trace", false));
+    const bool was_training = model->is_training();
+    model->eval();
+    std::pair<at::Tensor, at::Tensor> out;
+    try {
+      out = nava::sample(model, r, video, audio, [&](const std::string& n, const at::Tensor& t) { trace(n, t); });
+    } catch (const std::invalid_argument& e) {
+      model->train(was_training);
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("nava generate: ") + e.what());
+    }
+    model->train(was_training);
+    NamedTensors result = {
+        {"video_latents", out.first.cpu().view({r.video_grid[0], r.video_grid[1], r.video_grid[2], cfg.vid_in_dim})},
+        {"audio_latents", out.second.cpu().permute({1, 0}).unsqueeze(0).contiguous()}};
+    return trace.outputs(std::move(result));
   }
 
  private:

@@ -120,6 +120,8 @@ std::pair<at::Tensor, at::Tensor> sample(WanAVModel& model, const SampleRequest&
     throw std::invalid_argument("NAVA sample: the video latents must be [t h w, " + std::to_string(cv) + "]");
   if (audio.dim() != 2 || audio.size(0) != r.audio_len)
     throw std::invalid_argument("NAVA sample: the audio latents must be [" + std::to_string(r.audio_len) + ", C]");
+  video = video.to(model->device(), at::kFloat);
+  audio = audio.to(model->device(), at::kFloat);
   FlowUniPC video_scheduler(r.shift), audio_scheduler(r.shift);
   video_scheduler.set_timesteps(r.steps);
   audio_scheduler.set_timesteps(r.steps);

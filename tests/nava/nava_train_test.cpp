@@ -1,8 +1,9 @@
 // The nava family end to end through yeto-host on its tiny init-model preset: LoRA training on
 // generated cached rows (video latents of a moving blob, audio latents with a burst when it moves,
 // caption embeddings per class; one speaker token per row) through the generic learner's full-step
-// path, both modalities' losses falling, export, the same seed giving the same bytes, two islands
-// through the syncer, and bad rows refused naming the row and what to do.
+// path, both modalities' losses falling, export, sampling the exported adapter's latents, the same
+// seed giving the same bytes, two islands through the syncer, and bad rows refused naming the row
+// and what to do.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -191,6 +192,34 @@ TEST(NavaTrain, TinyPresetTrainsBothModalitiesOnCachedRowsAndExports) {
   }
   auto reloaded = tiny_model(repo, tmp / "adapter" / "pytorch_lora_weights.safetensors");
   EXPECT_EQ(modality_losses(reloaded), after);
+
+  // Sampling (generate): class 0's caption and speaker as a .safetensors prompt; the latents the
+  // VAEs would receive, written by name. The adapter changes them; the same seed repeats them.
+  const auto row = make_row(0, 0);
+  yeto::io::save_safetensors(tmp / "prompt.safetensors", {{"prompt_embeds", row.text},
+                                                          {"speaker_embeds", row.speaker},
+                                                          {"speaker_positions", row.positions}});
+  auto sample = [&](const std::string& out, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"sample", "--model", repo.string(), "--diffusion-adapter", "nava", "--prompt",
+                                     (tmp / "prompt.safetensors").string(), "--seed", "4", "--steps", "4", "--height",
+                                     "64", "--width", "64", "--num-frames", "7", "--output", (tmp / out).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto s = yeto::test::run_host(args);
+    EXPECT_EQ(s.exit_code, 0) << s.all();
+    return s.all();
+  };
+  const auto log = sample("base.safetensors", {});
+  EXPECT_NE(log.find("5 frames (7 asked; 4k + 1)"), std::string::npos) << log;
+  sample("adapted.safetensors", {"--adapter-dir", (tmp / "adapter").string()});
+  sample("again.safetensors", {"--adapter-dir", (tmp / "adapter").string()});
+  const auto latents = yeto::io::load_safetensors(tmp / "adapted.safetensors");
+  ASSERT_TRUE(latents.count("video_latents") && latents.count("audio_latents"));
+  EXPECT_EQ(latents.at("video_latents").sizes(), (std::vector<std::int64_t>{2, 4, 4, 12}));
+  EXPECT_EQ(latents.at("audio_latents").sizes(), (std::vector<std::int64_t>{1, 16, 5}));
+  EXPECT_TRUE(torch::isfinite(latents.at("video_latents")).all().item<bool>());
+  const auto adapted = yeto::test::read_text(tmp / "adapted.safetensors");
+  EXPECT_EQ(adapted, yeto::test::read_text(tmp / "again.safetensors"));
+  EXPECT_NE(adapted, yeto::test::read_text(tmp / "base.safetensors"));
 }
 
 TEST(NavaTrain, TheSameSeedGivesTheSameBytes) {
