@@ -447,6 +447,23 @@ WanAVModel& denoiser() {
   sdk::fail(YETO_ERR_INVALID_ARGUMENT, "nava: " + where + ": " + what);
 }
 
+// Captions through the repository's umT5 (tokenizer + text_encoder), as NAVA's text model gives
+// them: [B, text_len, D], the rows past each caption's tokens zero (Wan's T5EncoderModel returns
+// the first seq_len rows, and the model pads with zero rows again). Null when the repository has
+// no text encoder.
+at::Tensor encode_captions(const std::vector<std::string>& prompts, std::int64_t text_len) {
+  if (!sdk::Host::has_component("text_encoder") || !sdk::Host::has_component("tokenizer")) return at::Tensor();
+  family::TextEncoderCall call;
+  call.max_length = text_len;
+  call.with_mask = true;
+  call.tokenize.prompt_clean = true;
+  at::NoGradGuard no_grad;
+  const auto t = family::encode_text(prompts, call);
+  const auto hidden = t.output("last_hidden_state");
+  const auto keep = t.attention_mask.gt(0).to(hidden.device()).unsqueeze(-1).to(hidden.scalar_type());
+  return (hidden * keep).detach();
+}
+
 class NavaPlugin : public sdk::Plugin {
  public:
   void register_components(sdk::ComponentRegistry& registry) override {
@@ -508,9 +525,19 @@ class NavaPlugin : public sdk::Plugin {
                             "] (LTX-2 audio VAE latents of the clip's sound, 25 tokens/s); add them to the row's "
                             "tensors, e.g. \"tensors\": {\"audio_latents\": \"clip.audio.safetensors\"}");
     const auto* text = find(batch, "prompt_embeds");
-    if (!text)
-      row_fail(rows, 0, "no cached 'prompt_embeds' [L_text <= " + std::to_string(cfg.text_len) + ", " + td +
-                            "] (the umT5 encoding of the caption); add them to the row's tensors");
+    at::Tensor encoded;
+    if (!text) {
+      std::vector<std::string> prompts;
+      for (const auto& r : rows) prompts.push_back(r.value("prompt", std::string()));
+      const bool captioned = std::none_of(prompts.begin(), prompts.end(), [](const auto& p) { return p.empty(); });
+      if (captioned) encoded = encode_captions(prompts, cfg.text_len);
+      if (!encoded.defined())
+        row_fail(rows, 0, std::string(captioned ? "the repository has no umT5 text encoder for the captions; give "
+                                                 : "no caption and no ") +
+                              "cached 'prompt_embeds' [L_text <= " + std::to_string(cfg.text_len) + ", " + td +
+                              "] (the umT5 encoding of the caption) in the row's tensors");
+      text = &encoded;
+    }
     if (latents->dim() != 5 || latents->size(0) != b || latents->size(4) != cfg.vid_in_dim)
       row_fail(rows, 0, "'latents' must be [F, H, W, " + cv + "] per row (channel-last), got a batch of " +
                             c10::str(latents->sizes()) + " for " + std::to_string(b) + " rows");
@@ -650,21 +677,38 @@ class NavaPlugin : public sdk::Plugin {
                     std::to_string(r.audio_len) + " audio tokens (" + std::to_string(used_frames) + " frames at " +
                     std::to_string(fps) + " fps, 25 tokens/s), " + std::to_string(r.steps) + " steps");
     const auto* text = find(inputs, "prompt_embeds");
+    at::Tensor encoded;
+    const auto prompts = req.value("prompts", json::array());
+    if (!text && prompts.size() == 1 && prompts[0].is_string()) {
+      // A text prompt through the repository's umT5; negative prompts likewise, else zeros.
+      encoded = encode_captions({prompts[0].get<std::string>()}, cfg.text_len);
+      const auto negatives = req.value("negative_prompts", json::array());
+      if (encoded.defined() && !negatives.empty() && negatives[0].is_string()) {
+        const auto video_neg = negatives[0].get<std::string>();
+        const auto audio_neg = negatives.size() > 1 && negatives[1].is_string() ? negatives[1].get<std::string>() : video_neg;
+        const auto neg = encode_captions({video_neg, audio_neg}, cfg.text_len).to(at::kFloat).cpu();
+        r.negative_video = neg[0];
+        r.negative_audio = neg[1];
+      }
+      if (encoded.defined()) text = &encoded;
+    }
     if (!text)
       sdk::fail(YETO_ERR_INVALID_ARGUMENT,
-                "nava generate: the prompt must be a .safetensors file holding 'prompt_embeds' [L, " +
-                    std::to_string(cfg.text_dim) + "] (the caption's umT5 encoding); text prompts need the host's "
-                    "umT5, which this plugin does not call yet");
+                "nava generate: give the caption as text (the repository's umT5 encodes it; this repository has "
+                "none) or as a .safetensors prompt holding 'prompt_embeds' [L, " +
+                    std::to_string(cfg.text_dim) + "] (its umT5 encoding)");
     auto flat = [&](const at::Tensor& t) { return t.dim() == 3 && t.size(0) == 1 ? t[0] : t; };
-    r.text = flat(*text).to(at::kFloat);
+    r.text = flat(*text).to(at::kFloat).cpu();
     if (r.text.dim() != 2 || r.text.size(1) != cfg.text_dim || r.text.size(0) > cfg.text_len)
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, "nava generate: 'prompt_embeds' must be [L <= " +
                                                std::to_string(cfg.text_len) + ", " + std::to_string(cfg.text_dim) +
                                                "], got " + c10::str(text->sizes()));
     const auto* neg_v = find(inputs, "negative_prompt_embeds");
     const auto* neg_a = find(inputs, "negative_audio_prompt_embeds");
-    r.negative_video = neg_v ? flat(*neg_v).to(at::kFloat) : at::zeros_like(r.text);
-    r.negative_audio = neg_a ? flat(*neg_a).to(at::kFloat) : at::zeros_like(r.text);
+    if (neg_v) r.negative_video = flat(*neg_v).to(at::kFloat);
+    if (neg_a) r.negative_audio = flat(*neg_a).to(at::kFloat);
+    if (!r.negative_video.defined()) r.negative_video = at::zeros_like(r.text);
+    if (!r.negative_audio.defined()) r.negative_audio = at::zeros_like(r.text);
     const auto* spk = find(inputs, "speaker_embeds");
     const auto* pos = find(inputs, "speaker_positions");
     if ((spk == nullptr) != (pos == nullptr))

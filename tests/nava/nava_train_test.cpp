@@ -8,6 +8,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,7 +62,9 @@ Row make_row(int k, int i) {
   return {video, audio, text, voice, torch::tensor({2}, torch::kLong)};
 }
 
-void write_rows(const fs::path& dir, bool with_audio = true) {
+// with_audio false: no audio latents; captions: the rows carry a caption per class instead of its
+// cached encoding.
+void write_rows(const fs::path& dir, bool with_audio = true, bool captions = false) {
   fs::create_directories(dir);
   std::string manifest;
   for (int k = 0; k < kClasses; ++k)
@@ -73,11 +76,16 @@ void write_rows(const fs::path& dir, bool with_audio = true) {
       yeto::io::save_safetensors(dir / (name + ".text.safetensors"), {{"prompt_embeds", r.text}});
       yeto::io::save_safetensors(dir / (name + ".spk.safetensors"),
                                  {{"speaker_embeds", r.speaker}, {"speaker_positions", r.positions}});
-      nlohmann::json tensors = {{"prompt_embeds", name + ".text.safetensors"},
-                                {"speaker_embeds", name + ".spk.safetensors#speaker_embeds"},
+      nlohmann::json tensors = {{"speaker_embeds", name + ".spk.safetensors#speaker_embeds"},
                                 {"speaker_positions", name + ".spk.safetensors#speaker_positions"}};
+      if (!captions) tensors["prompt_embeds"] = name + ".text.safetensors";
       if (with_audio) tensors["audio_latents"] = name + ".audio.safetensors";
-      manifest += nlohmann::json{{"latents", name + ".latents.safetensors"}, {"prompt", ""}, {"tensors", tensors}}.dump() +
+      const std::string prompt = captions ? std::vector<std::string>{"a red ball rolls left with a thud",
+                                                                     "a blue cube slides with a hiss",
+                                                                     "a green star bounces and rings"}[k]
+                                          : "";
+      manifest += nlohmann::json{{"latents", name + ".latents.safetensors"}, {"prompt", prompt}, {"tensors", tensors}}
+                      .dump() +
                   "\n";
     }
   std::ofstream(dir / "train.jsonl") << manifest;
@@ -311,4 +319,41 @@ TEST(NavaTrain, TwoIslandsTrainTheTinyPreset) {
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(t, b.at(name))) << name;
   std::printf("  two nava islands: %zu merges\n", merges);
+}
+
+// Rows with captions instead of their encodings: a repository with a umT5 text encoder
+// (tiny-text) encodes them and trains; one without says so, naming the row. A text prompt samples
+// through the same encoder (the same bytes again; another caption, other latents).
+TEST(NavaTrain, CaptionsGoThroughTheRepositorysUmT5) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny-text";
+  const auto made = yeto::test::run_host(
+      {"init-model", "--family", "nava", "--preset", "tiny-text", "--seed", "3", "--out", repo.string()});
+  ASSERT_EQ(made.exit_code, 0) << made.all();
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", true, /*captions=*/true));
+  tmp.write("run.toml", train_toml(repo, 6));
+  auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto val = yeto::test::metric_series(tmp / "run", "val_loss", true);
+  ASSERT_TRUE(val.count(6)) << yeto::test::read_text(tmp / "run" / "metrics.jsonl");
+  EXPECT_TRUE(std::isfinite(val.at(6)));
+
+  const auto tiny = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(tiny));
+  tmp.write("plain.toml", train_toml(tiny, 2));
+  r = yeto::test::train(tmp / "plain.toml", tmp / "plain");
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("the repository has no umT5 text encoder for the captions"), std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("nava: row "), std::string::npos) << r.all();
+
+  auto sample = [&](const std::string& prompt, const std::string& out) {
+    const auto s = yeto::test::run_host({"sample", "--model", repo.string(), "--diffusion-adapter", "nava", "--prompt",
+                                         prompt, "--seed", "4", "--steps", "2", "--height", "64", "--width", "64",
+                                         "--num-frames", "5", "--output", (tmp / out).string()});
+    EXPECT_EQ(s.exit_code, 0) << s.all();
+    return yeto::test::read_text(tmp / out);
+  };
+  const auto a = sample("a red ball", "a.safetensors");
+  EXPECT_EQ(a, sample("a red ball", "a2.safetensors"));
+  EXPECT_NE(a, sample("a blue cube", "b.safetensors"));
 }
