@@ -13,10 +13,11 @@
 //                                  past the caption are what the model pads with anyway)
 //   speaker_embeds [n, 192]        optional speaker (timbre) embeddings (ReDimNet), with
 //   speaker_positions [n]          the caption rows they replace in the audio context
-// Per row, from the row's seed: a uniform draw (the micro batch's masking_modality vote, row 0's
-// decides: NAVA's masking_modality_prob 0.2, training only), the timestep id in [0, 1000), the
-// audio noise, then the video noise. The loss is NAVA's (nava_train.hpp); its per-modality terms
-// are the step's metrics.
+// Per row, from the row's seed, in NAVA's order: two uniform draws (row 0's decide the micro
+// batch's masking_modality at 0.2 and i2v mode at 0.5, configs/nava.yaml; training rows only), the
+// timestep id in [0, 1000), the caption dropout (0.1: a zero caption without its speakers; never
+// every row), the audio noise, then the video noise. The loss is NAVA's (nava_train.hpp); its
+// per-modality terms are the step's metrics.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
@@ -56,6 +57,8 @@ constexpr const char* kRope =
     "nava_src.models.nava.modules.model_mm: rope_params, WanAVModel.set_rope_params, rope_apply_3d, rope_apply_1d, "
     "rope_apply_joint";
 constexpr double kMaskingModalityProb = 0.2;  // configs/nava.yaml masking_modality_prob
+constexpr double kI2vModeProb = 0.5;          // configs/nava.yaml i2v_mode_prob
+constexpr double kTextDropProb = 0.1;         // AudioVideoPipeline.forward's caption dropout
 // Clip timing of NAVA's latents: Wan 2.2 VAE 4x temporal at 24 fps, LTX-2 audio 25 tokens/s.
 constexpr double kVideoFps = 24.0, kAudioTokensPerSecond = 25.0;
 constexpr std::int64_t kTemporalCompression = 4;
@@ -569,22 +572,38 @@ class NavaPlugin : public sdk::Plugin {
     StepBatch sb;
     std::vector<at::Tensor> spk;
     bool training = false;
-    double vote = 1.0;
+    double mask_vote = 1.0, i2v_vote = 1.0;
     std::vector<at::Tensor> ids;
+    std::vector<bool> dropped;
     for (std::int64_t i = 0; i < b; ++i) {
       const auto& r = rows[static_cast<std::size_t>(i)];
       if (!r.contains("seed") || !r["seed"].is_number_unsigned()) row_fail(rows, i, "has no seed");
       training = training || r.value("training", false);
+    }
+    for (std::int64_t i = 0; i < b; ++i) {
+      const auto& r = rows[static_cast<std::size_t>(i)];
       sb.video.push_back((*latents)[i].to(at::kFloat));
       sb.audio.push_back((*audio)[i].to(at::kFloat));
-      sb.text.push_back((*text)[i].to(at::kFloat));
+      // NAVA's draws in its order, from the row's own seed: masking_modality, i2v (row 0's decide
+      // the micro batch's), the timestep id, the caption dropout, the audio noise, the video noise.
       auto gen = at::make_generator<at::CPUGeneratorImpl>(r["seed"].get<std::uint64_t>());
-      const auto u = at::rand({1}, gen, at::kFloat).item<double>();
-      if (i == 0) vote = u;
+      const auto u_mask = at::rand({1}, gen, at::kFloat).item<double>();
+      const auto u_i2v = at::rand({1}, gen, at::kFloat).item<double>();
+      if (i == 0) mask_vote = u_mask, i2v_vote = u_i2v;
       ids.push_back(at::randint(0, 1000, {1}, gen, at::kLong));
+      dropped.push_back(training && at::rand({1}, gen, at::kFloat).item<double>() < kTextDropProb);
       sb.audio_noise.push_back(at::randn(sb.audio.back().sizes(), gen, at::kFloat));
       sb.video_noise.push_back(at::randn(sb.video.back().sizes(), gen, at::kFloat));
-      if (speakers) {
+    }
+    if (std::all_of(dropped.begin(), dropped.end(), [](bool d) { return d; })) dropped[0] = false;
+    for (std::int64_t i = 0; i < b; ++i) {
+      const bool drop = dropped[static_cast<std::size_t>(i)];
+      // A dropped caption is all zeros, without its speakers (AudioVideoPipeline.forward).
+      const auto caption = (*text)[i].to(at::kFloat);
+      sb.text.push_back(drop ? at::zeros_like(caption) : caption);
+      if (speakers && drop) {
+        sb.speaker_positions.emplace_back();
+      } else if (speakers) {
         spk.push_back((*speakers)[i].to(at::kFloat));
         std::vector<std::int64_t> pos;
         const auto p = (*positions)[i].to(at::kLong).cpu();
@@ -602,7 +621,8 @@ class NavaPlugin : public sdk::Plugin {
     }
     sb.timestep_id = at::cat(ids);
     if (!spk.empty()) sb.speaker = at::cat(spk, 0);
-    sb.masking_modality = training && vote < kMaskingModalityProb;
+    sb.masking_modality = training && mask_vote < kMaskingModalityProb;
+    sb.i2v = training && i2v_vote < kI2vModeProb;
     const bool was_training = model->is_training();
     model->train(training);
     StepResult r;
@@ -617,6 +637,8 @@ class NavaPlugin : public sdk::Plugin {
     for (const char* k : {"ddpm_vid", "ddpm_audio", "ddpm_vid_noreweight", "ddpm_audio_noreweight"})
       m[k] = r.losses.at(k).item<double>();
     m["masking_modality"] = sb.masking_modality ? 1.0 : 0.0;
+    m["i2v"] = sb.i2v ? 1.0 : 0.0;
+    m["captions_dropped"] = static_cast<double>(std::count(dropped.begin(), dropped.end(), true));
     m["t_mean"] = r.timesteps.mean().item<double>();
     metrics = m.dump();
     return r.loss;

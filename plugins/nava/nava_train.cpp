@@ -61,6 +61,7 @@ StepResult train_step(WanAVModel& model, const TrainSchedule& schedule, const St
   in.speaker = batch.speaker;
   in.speaker_positions = batch.speaker_positions;
   in.masking_modality = batch.masking_modality;
+  in.first_frame_is_clean = batch.i2v && has_v;
   const auto dev = model->device();
   for (std::int64_t i = 0; i < b; ++i) {
     const auto sigma = r.sigma[i].item<double>();
@@ -70,7 +71,8 @@ StepResult train_step(WanAVModel& model, const TrainSchedule& schedule, const St
       if (z0.dim() != 4 || noise.sizes() != z0.sizes())
         throw std::invalid_argument("NAVA train step: video latents " + std::to_string(i) +
                                     " must be [F, H, W, C] with a noise of the same shape");
-      const auto xt = (1 - sigma) * z0 + sigma * noise;
+      auto xt = (1 - sigma) * z0 + sigma * noise;
+      if (batch.i2v) xt = at::cat({z0.narrow(0, 0, 1), xt.narrow(0, 1, xt.size(0) - 1)});
       r.video_input.push_back(xt);
       r.video_target.push_back(noise - z0);
       const auto h = z0.size(1), wd = z0.size(2);

@@ -44,6 +44,9 @@ struct StepBatch {
   at::Tensor speaker;  // [n, 192] or undefined
   std::vector<std::vector<std::int64_t>> speaker_positions;
   bool masking_modality = false;
+  // NAVA's i2v mode: each video's first latent frame enters clean (x_t = z0 there) with timestep 0
+  // on its tokens (first_frame_is_clean); the target stays noise - z0 on every frame.
+  bool i2v = false;
 };
 
 struct StepResult {

@@ -222,3 +222,39 @@ TEST(WanAVModel, BadInputsAreRefusedNamingTheTensor) {
   x.speaker_positions = {{1, 8}, {}};
   expect_refused(x, "speaker position 8 of sample 0");
 }
+
+// NAVA's i2v training mode: each video's first latent frame enters clean and the model runs with
+// first_frame_is_clean (timestep 0 on those tokens); the targets keep every frame.
+TEST(NavaTrainStep, I2vModeFeedsTheCleanFirstFrame) {
+  auto model = load_model();
+  torch::NoGradGuard no_grad;
+  auto b = step_batch();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5104);
+  nava::draw_step(gen, b);
+  b.i2v = true;
+  const auto r = nava::train_step(model, nava::training_schedule(), b, {});
+  nava::Inputs in;
+  for (int i = 0; i < 2; ++i) {
+    const auto& z0 = b.video[static_cast<std::size_t>(i)];
+    const auto& xt = r.video_input[static_cast<std::size_t>(i)];
+    EXPECT_TRUE(torch::equal(xt[0], z0[0])) << i;
+    EXPECT_FALSE(torch::equal(xt[1], z0[1])) << i;
+    EXPECT_TRUE(torch::equal(r.video_target[static_cast<std::size_t>(i)],
+                             b.video_noise[static_cast<std::size_t>(i)] - z0))
+        << i;
+    const auto h = z0.size(1), w = z0.size(2);
+    in.video.push_back(at::constant_pad_nd(xt.permute({3, 0, 1, 2}), {0, w % 2, 0, h % 2}));
+    in.audio.push_back(r.audio_input[static_cast<std::size_t>(i)]);
+  }
+  in.t = r.timesteps;
+  in.video_context = in.audio_context = b.text;
+  in.speaker = b.speaker;
+  in.speaker_positions = b.speaker_positions;
+  in.first_frame_is_clean = true;
+  const auto out = model->forward(in);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_TRUE(torch::allclose(out.video[static_cast<std::size_t>(i)], r.pred_video[static_cast<std::size_t>(i)]))
+        << i;
+  in.first_frame_is_clean = false;
+  EXPECT_FALSE(torch::allclose(model->forward(in).video[0], r.pred_video[0]));
+}
