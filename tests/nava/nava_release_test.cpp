@@ -1,7 +1,8 @@
 // NAVA's release layout through yeto-host: a directory with config.json (NAVA_6B.json's layout)
 // and NAVA.safetensors, every WanAVModel tensor under "backbone.", trains to the same bytes as the
 // same weights in the pipeline layout; the bf16 release trains in float32 and with fp8 storage; an
-// unknown tensor or a bad config is refused naming it.
+// unknown tensor or a bad config is refused naming it; the alias and the hub id open it from the
+// hub cache.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,4 +150,35 @@ TEST(NavaRelease, TheBf16ReleaseTrainsInFloat32AndWithFp8Storage) {
   EXPECT_NE(r.exit_code, 0) << r.all();
   EXPECT_NE(r.all().find("NAVA_fp8.safetensors (FP8Linear codes with their weight_scale) is not read"), std::string::npos)
       << r.all();
+}
+
+// The alias: `nava` (and the hub id ernie-research/NAVA) opens the release from the hub cache
+// without --diffusion-adapter and samples the same latents as the pipeline layout.
+TEST(NavaRelease, TheAliasAndTheHubIdOpenTheReleaseFromTheHubCache) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  const auto r0 = yeto::test::run_host({"init-model", "--family", "nava", "--preset", "tiny", "--seed", "3", "--out", repo.string()});
+  ASSERT_EQ(r0.exit_code, 0) << r0.all();
+  const auto hub_root = tmp / "hub/models--ernie-research--NAVA";
+  const std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  fs::create_directories(hub_root / "refs");
+  std::ofstream(hub_root / "refs/main") << commit;
+  const auto snapshot = hub_root / "snapshots" / commit;
+  write_release_config(repo, snapshot);
+  yeto::io::save_safetensors(snapshot / "NAVA.safetensors", with_prefix(tiny_weights(repo)));
+  torch::manual_seed(21);
+  yeto::io::save_safetensors(tmp / "prompt.safetensors", {{"prompt_embeds", torch::randn({5, 20})}});
+  auto sample = [&](const std::string& model, const std::string& out, bool adapter) {
+    std::vector<std::string> args = {"sample", "--model", model, "--prompt", (tmp / "prompt.safetensors").string(),
+                                     "--seed", "2", "--steps", "2", "--height", "64", "--width", "64",
+                                     "--num-frames", "5", "--output", (tmp / out).string(),
+                                     "--set", "model.hub_cache=" + (tmp / "hub").string()};
+    if (adapter) args.insert(args.end(), {"--diffusion-adapter", "nava"});
+    const auto r = yeto::test::run_host(args);
+    EXPECT_EQ(r.exit_code, 0) << r.all();
+    return yeto::test::read_text(tmp / out);
+  };
+  const auto base = sample(repo.string(), "pipeline.safetensors", true);
+  EXPECT_EQ(sample("nava", "alias.safetensors", false), base);
+  EXPECT_EQ(sample("ernie-research/NAVA", "id.safetensors", false), base);
 }
