@@ -258,3 +258,29 @@ TEST(NavaTrainStep, I2vModeFeedsTheCleanFirstFrame) {
   in.first_frame_is_clean = false;
   EXPECT_FALSE(torch::allclose(model->forward(in).video[0], r.pred_video[0]));
 }
+
+// The presets: tiny is the parity case's shape; wide the release's widths (NAVA_6B.json) with one
+// block of each kind; tiny-text adds the umT5 text encoder and its tokenizer.
+TEST(NavaPresets, TinyIsTheParityShapeAndWideTheReleaseWidths) {
+  const auto& presets = nava::description().presets();
+  for (const char* p : {"tiny", "tiny-text", "wide"}) ASSERT_TRUE(presets.contains(p)) << presets.dump();
+  const auto tiny = nava::NavaConfig::from_json(presets["tiny"]["components"]["transformer"]["config"]);
+  const auto recorded = nava::NavaConfig::from_json(read_json(kCase / "config.json"));
+  EXPECT_EQ(tiny.dim, recorded.dim);
+  EXPECT_EQ(tiny.num_double_layers, recorded.num_double_layers);
+  EXPECT_EQ(tiny.text_dim, recorded.text_dim);
+  const auto wide = nava::NavaConfig::from_json(presets["wide"]["components"]["transformer"]["config"]);
+  EXPECT_EQ(wide.dim, 3072);
+  EXPECT_EQ(wide.num_heads, 24);
+  EXPECT_EQ(wide.ffn_dim, 14336);
+  EXPECT_EQ(wide.vid_in_dim, 48);
+  EXPECT_EQ(wide.audio_in_dim, 128);
+  EXPECT_EQ(wide.text_dim, 4096);
+  EXPECT_EQ(wide.text_len, 512);
+  EXPECT_EQ(wide.num_double_layers, 1);
+  EXPECT_EQ(wide.num_single_layers, 1);
+  EXPECT_DOUBLE_EQ(wide.temporal_rope_scaling_factor, 0.24);
+  EXPECT_FALSE(presets["tiny"]["model_index"].contains("text_encoder"));
+  EXPECT_EQ(presets["tiny-text"]["model_index"]["text_encoder"], nlohmann::json::array({"transformers", "UMT5EncoderModel"}));
+  EXPECT_EQ(presets["tiny-text"]["components"]["text_encoder"]["config"]["d_model"], 20);
+}
