@@ -467,6 +467,13 @@ void run_plugin_model(const CaseContext& ctx, CaseResult& result) {
 void run_plugin_lora(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string cls = ctx.class_name();
+  // A case of several calls (a training step with the adapter attached, its gradients): the
+  // plugin computes every output it records.
+  if (!c.contains("call") && c.contains("calls")) {
+    if (!plugin_computes_case(ctx, result))
+      mark_unsupported(result, unsupported_class_message(cls) + " (no family plugin serves it)");
+    return;
+  }
   const auto comp = plugin_component_of_case(ctx, result);
   if (!comp) return;
   const RecordedCall call(ctx);
@@ -582,6 +589,13 @@ bool plugin_computes_case(const CaseContext& ctx, CaseResult& result) {
 
 // A scheduler case of a class the host does not implement: computed by the plugin that serves it.
 void run_plugin_scheduler(const CaseContext& ctx, CaseResult& result) {
+  if (!plugin_computes_case(ctx, result))
+    mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
+}
+
+// A case of a kind only family code interprets (e.g. rope): computed by the plugin that serves
+// its class.
+void run_plugin_computed(const CaseContext& ctx, CaseResult& result) {
   if (!plugin_computes_case(ctx, result))
     mark_unsupported(result, unsupported_class_message(ctx.class_name()) + " (no family plugin serves it)");
 }
@@ -757,6 +771,12 @@ void register_plugin_parity_kinds() {
   register_kind("preprocess", run_plugin_preprocess);
   // Training losses recorded around a model class: computed by the plugin that serves the class.
   register_kind("loss", run_plugin_loss);
+  // Rotary-embedding helpers recorded as functions of a family's model code (tables, their
+  // application): computed by the plugin that serves the class.
+  register_kind("rope", run_plugin_computed);
+  // A family's sampling loop recorded end to end (its own scheduler, guidance branches, model
+  // calls): computed by the plugin that serves the class.
+  register_kind("sampler", run_plugin_computed);
   set_pipeline_helper_provider(plugin_pipeline_helpers);
 }
 

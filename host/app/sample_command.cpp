@@ -78,7 +78,7 @@ double real(const CommandContext& ctx, const std::string& option, double fallbac
   }
 }
 
-enum class Format { png, mp4, frames, mesh };
+enum class Format { png, mp4, frames, mesh, tensors };
 
 Format output_format(const CommandContext& ctx, const std::string& output) {
   const std::string ext = std::filesystem::path(output).extension().string();
@@ -86,20 +86,21 @@ Format output_format(const CommandContext& ctx, const std::string& output) {
   if (ctx.has("format")) {
     const std::string f = ctx.value("format");
     if (f == "frames") return Format::frames;
-    if (f != "png" && f != "mp4" && f != "glb" && f != "obj")
-      throw UsageError("--format '" + f + "': expected png, mp4, frames, glb or obj");
+    if (f != "png" && f != "mp4" && f != "glb" && f != "obj" && f != "safetensors")
+      throw UsageError("--format '" + f + "': expected png, mp4, frames, glb, obj or safetensors");
     if (dir || ext != "." + f)
       throw UsageError("--format " + f + " with --output " + output + ": the output must end in ." + f +
                        " (or drop --format to choose by the extension)");
-    return f == "png" ? Format::png : f == "mp4" ? Format::mp4 : Format::mesh;
+    return f == "png" ? Format::png : f == "mp4" ? Format::mp4 : f == "safetensors" ? Format::tensors : Format::mesh;
   }
   if (dir) return Format::frames;
   if (ext == ".png") return Format::png;
   if (ext == ".mp4") return Format::mp4;
   if (ext == ".glb" || ext == ".obj") return Format::mesh;
+  if (ext == ".safetensors") return Format::tensors;
   throw UsageError("--output " + output + ": cannot tell the format from '" + ext +
-                   "'; end it in .png (images), .mp4 (a clip), '/' (a directory of PNG frames) or .glb / .obj (a "
-                   "mesh, for 3-D families), or pass --format");
+                   "'; end it in .png (images), .mp4 (a clip), '/' (a directory of PNG frames), .glb / .obj (a "
+                   "mesh, for 3-D families) or .safetensors (every tensor the plugin generated), or pass --format");
 }
 
 // The tensors a prompt brings to generate: a prompt naming an existing .safetensors file (a
@@ -191,8 +192,8 @@ int run_sample(CommandContext& ctx) {
   const bool compare_base = ctx.has("compare-base");
   if (compare_base && !ctx.has("adapter-dir"))
     throw UsageError("sample: --compare-base renders every prompt with the base model and with the adapter; give --adapter-dir DIR");
-  if (ctx.has("grid") && format == Format::mesh)
-    throw UsageError("--grid: a grid shows images; a mesh output (" + output + ") has none");
+  if (ctx.has("grid") && (format == Format::mesh || format == Format::tensors))
+    throw UsageError("--grid: a grid shows images; a mesh or tensor output (" + output + ") has none");
   if (ctx.has("grid") && std::filesystem::path(ctx.value("grid")).extension() != ".png")
     throw UsageError("--grid " + ctx.value("grid") + ": the grid is a PNG image; end the path in .png");
 
@@ -267,6 +268,19 @@ int run_sample(CommandContext& ctx) {
   };
   // Writes prompt i's media in the output format; returns the first frame for the grid.
   auto write = [&](std::size_t i, const plugin::NamedTensors& outputs, const std::string& to) {
+    if (format == Format::tensors) {
+      // Every tensor generate returned, by its name (latents of a family without a decoder here).
+      const auto path = output_path(to, i, prompts.size());
+      std::vector<std::pair<std::string, at::Tensor>> tensors;
+      for (const auto& [name, t] : outputs) tensors.emplace_back(name, t.detach().to(at::kCPU).contiguous());
+      if (tensors.empty()) throw Error("sample: the plugin generated no tensor", ExitCode::failure);
+      io::save_safetensors(path, tensors);
+      std::string names;
+      for (const auto& [name, t] : tensors) names += (names.empty() ? "" : ", ") + name + " " + c10::str(t.sizes());
+      spdlog::info("sample: {} -> {}", names, path.string());
+      std::cout << path.string() << "\n";
+      return report::Image{};
+    }
     if (format == Format::mesh) {
       const auto path = output_path(to, i, prompts.size());
       const auto m = occupancy_mesh(outputs);
@@ -306,6 +320,7 @@ int run_sample(CommandContext& ctx) {
         write_frames(path, rgb, frames, height, width);
         break;
       case Format::mesh:  // written above
+      case Format::tensors:
         break;
     }
     std::cout << path.string() << "\n";
@@ -359,7 +374,9 @@ void register_sample_command(Registry& r) {
       "written to <stem>-000<ext>, ... (DIR-000/, ... for frames). A family whose generation ends in an occupancy "
       "field (Hunyuan3D-2.1) writes the field's 0 level set as a mesh: .glb (binary glTF 2.0) or .obj; a prompt naming "
       "a .safetensors file hands its tensors to the plugin by name (e.g. cached image tokens 'image_embeds'), one naming "
-      "an image file its pixels as 'image' (Hunyuan3D-2.1's image prompt, encoded by the repository's conditioner). The model is --model (model.id); the plugin is the "
+      "an image file its pixels as 'image' (Hunyuan3D-2.1's image prompt, encoded by the repository's conditioner). An "
+      "output ending in .safetensors (or --format safetensors) holds every tensor generate returned, by name (a "
+      "family's latents where no decoder runs here, e.g. NAVA's video and audio latents). The model is --model (model.id); the plugin is the "
       "one its alias names or --diffusion-adapter. model.precision auto samples in float32 on CPU.";
   c.run_config = true;
   c.options = {{"prompt", "TEXT", "Prompt (repeatable).", true},
@@ -377,7 +394,7 @@ void register_sample_command(Registry& r) {
                {"mesh-resolution", "R", "Grid cells per axis of a 3-D family's occupancy field (the plugin's default, "
                                         "256 for Hunyuan3D-2.1; at most 1024)."},
                {"output", "PATH", "Output: FILE.png, FILE.mp4, DIR/ (frames), or FILE.glb / FILE.obj (meshes) (required)."},
-               {"format", "F", "png, mp4, frames, glb or obj (default: from --output)."},
+               {"format", "F", "png, mp4, frames, glb, obj or safetensors (default: from --output)."},
                {"compare-base", "", "Render every prompt with the base model too, before the adapters fold in (same seed), as <stem>-base<ext>; needs --adapter-dir."},
                {"grid", "FILE.png", "Also write a labelled grid: one row per prompt, the base model (with --compare-base) and the adapted model side by side (the first frame of a clip)."},
                {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn. DIR:COMPONENT folds it into that denoiser (e.g. DIR:transformer_2, the low-noise expert of Wan 2.2), needed with several denoisers for an adapter without yeto_diffusion_adapter.json.", true}};

@@ -32,6 +32,10 @@ const std::vector<ModelAlias>& model_aliases() {
       {"protenix", "bytedance/Protenix", "protenix",
        "Protenix structure diffusion module (release layout: protenix_base_default_v1.0.0.pt)"},
       {"protenix-v2", "bytedance/Protenix-v2", "protenix", "Protenix v2 structure diffusion module (protenix-v2.pt)"},
+      // Not a Diffusers repository either: NAVA's release (config.json with NAVA.safetensors, or
+      // NAVA_fp8.safetensors, keys under backbone.), planned by the nava plugin.
+      {"nava", "ernie-research/NAVA", "nava",
+       "NAVA joint audio-video WanAVModel, 6.3B (release layout: config.json + NAVA.safetensors)"},
   };
   return table;
 }

@@ -15,7 +15,7 @@ namespace yeto::io {
 struct ModelAlias {
   std::string alias;
   std::string hub_id;
-  std::string family;  // model family: flux, sd35, ltx, wan, pixart, hunyuan3d
+  std::string family;  // model family: flux, sd35, ltx, wan, pixart, hunyuan3d, nava
   std::string description;
 };
 

@@ -132,8 +132,17 @@ DiffusersRepo DiffusersRepo::open_unindexed(const fs::path& dir, const std::stri
 
 bool DiffusersRepo::is_indexed(const fs::path& dir) {
   std::error_code ec;
-  return fs::is_regular_file(dir / "model_index.json", ec) || fs::is_regular_file(dir / "config.json", ec) ||
-         fs::is_regular_file(dir / "scheduler_config.json", ec);
+  if (fs::is_regular_file(dir / "model_index.json", ec) || fs::is_regular_file(dir / "scheduler_config.json", ec))
+    return true;
+  if (!fs::is_regular_file(dir / "config.json", ec)) return false;
+  // A config.json that names no class (a release's own model config next to its single-file
+  // checkpoint) is not one Diffusers / transformers model: that layout is its plugin's to plan. One
+  // that does not parse is left to open(), which names the error.
+  try {
+    return !class_from_config(read_json_file(dir / "config.json")).empty();
+  } catch (const std::exception&) {
+    return true;
+  }
 }
 
 std::string DiffusersRepo::pipeline_class() const {

@@ -39,7 +39,8 @@ class DiffusersRepo {
   // with no model_index.json, such as a single-file checkpoint next to its own config): no
   // components, model_index() {}. Throws yeto::Error (not_found) when `dir` does not exist.
   static DiffusersRepo open_unindexed(const std::filesystem::path& dir, const std::string& variant = "");
-  // Whether `dir` has a model_index.json, or a config.json / scheduler_config.json (one model).
+  // Whether `dir` has a model_index.json, a scheduler_config.json, or a config.json naming a class
+  // (one model); a config.json that names none is a layout its plugin plans.
   static bool is_indexed(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const { return dir_; }

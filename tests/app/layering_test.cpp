@@ -196,3 +196,46 @@ TEST(Layering, LibrariesLinkOnlyDownwardsAndNeverInACircle) {
   for (const auto& [target, area] : area_of)
     if (state[target] == 0) visit(target);
 }
+
+// The learner, the pipeline, the data pipeline and the syncer never branch on a model family:
+// their code (comments aside) names none of the in-tree families (the folders of plugins/, e.g.
+// nava, hunyuan3d, flux). A family reaches them only through the plugin ABI's generic hooks
+// (loss_step for a family that computes its whole loss).
+TEST(Layering, LearnerPipelineDataAndSyncNameNoModelFamily) {
+  std::vector<std::string> families;
+  for (const auto& e : fs::directory_iterator(kSource / "plugins"))
+    if (e.is_directory() && fs::exists(e.path() / "CMakeLists.txt")) families.push_back(e.path().filename().string());
+  std::sort(families.begin(), families.end());
+  ASSERT_GE(families.size(), 7u) << "plugins/ holds too few families to be the source tree";
+  ASSERT_TRUE(std::count(families.begin(), families.end(), "nava"));
+  std::string alternatives;
+  for (const auto& f : families) alternatives += (alternatives.empty() ? "" : "|") + f;
+  const std::regex word("(^|[^A-Za-z0-9])(" + alternatives + ")([^A-Za-z]|$)", std::regex::icase);
+  const std::regex line_comment(R"(//.*)");
+  std::size_t files = 0;
+  for (const char* area : {"learner", "pipeline", "data", "sync"}) {
+    for (const auto& e : fs::recursive_directory_iterator(kSource / "host" / area)) {
+      if (!e.is_regular_file() || !source_file(e.path())) continue;
+      ++files;
+      std::string text = read(e.path());
+      // Block comments out (line structure kept), then each line's // comment.
+      for (std::size_t b; (b = text.find("/*")) != std::string::npos;) {
+        const auto end = text.find("*/", b + 2);
+        const auto stop = end == std::string::npos ? text.size() : end + 2;
+        for (std::size_t i = b; i < stop; ++i)
+          if (text[i] != '\n') text[i] = ' ';
+      }
+      std::istringstream in(text);
+      std::string line;
+      int n = 0;
+      while (std::getline(in, line)) {
+        ++n;
+        const auto code = std::regex_replace(line, line_comment, "");
+        std::smatch m;
+        EXPECT_FALSE(std::regex_search(code, m, word))
+            << fs::relative(e.path(), kSource).string() << ":" << n << ": names the family '" << m[2] << "': " << line;
+      }
+    }
+  }
+  EXPECT_GT(files, 40u) << "the scan found too few sources to be reading host/";
+}

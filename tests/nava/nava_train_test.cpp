@@ -1,0 +1,387 @@
+// The nava family end to end through yeto-host on its tiny init-model preset: LoRA training on
+// generated cached rows (video latents of a moving blob, audio latents with a burst when it moves,
+// caption embeddings per class; one speaker token per row) through the generic learner's full-step
+// path, both modalities' losses falling, export, sampling the exported adapter's latents, the same
+// seed giving the same bytes, two islands through the syncer, and bad rows refused naming the row
+// and what to do.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "io/tensors.hpp"
+#include "nava_model.hpp"
+#include "nava_train.hpp"
+#include "support/family_host.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+#include "sync/tape.hpp"
+#include "yeto/nn/linear.hpp"
+#include "yeto/nn/state_dict.hpp"
+
+namespace fs = std::filesystem;
+namespace nava = yeto::nava;
+
+namespace {
+
+constexpr int kClasses = 3, kPerClass = 4;
+
+void init_tiny(const fs::path& out) {
+  const auto r = yeto::test::run_host({"init-model", "--family", "nava", "--preset", "tiny", "--seed", "3", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+}
+
+struct Row {
+  torch::Tensor video, audio, text, speaker, positions;
+};
+
+// Class k: a blob of class-specific channels that moves one latent column per frame, starting at
+// column k; the audio carries a class-specific burst on the tokens of the second frame (when the
+// blob moves); 6 caption rows of class-specific embeddings; a speaker token at caption row 2.
+Row make_row(int k, int i) {
+  torch::manual_seed(300 + k);
+  const auto channels = torch::randn({12});
+  const auto tone = torch::randn({16});
+  const auto text = torch::randn({6, 20});
+  const auto voice = torch::randn({1, 192});
+  torch::manual_seed(400 + 10 * k + i);
+  auto video = 0.05 * torch::randn({2, 4, 4, 12});
+  for (int f = 0; f < 2; ++f) video[f][1 + f % 2][(k + f) % 4] += channels;
+  auto audio = 0.05 * torch::randn({8, 16});
+  for (int p = 4; p < 8; ++p) audio[p] += tone;
+  return {video, audio, text, voice, torch::tensor({2}, torch::kLong)};
+}
+
+// with_audio false: no audio latents; captions: the rows carry a caption per class instead of its
+// cached encoding.
+void write_rows(const fs::path& dir, bool with_audio = true, bool captions = false) {
+  fs::create_directories(dir);
+  std::string manifest;
+  for (int k = 0; k < kClasses; ++k)
+    for (int i = 0; i < kPerClass; ++i) {
+      const auto r = make_row(k, i);
+      const auto name = "clip" + std::to_string(k) + "-" + std::to_string(i);
+      yeto::io::save_safetensors(dir / (name + ".latents.safetensors"), {{"latents", r.video}});
+      yeto::io::save_safetensors(dir / (name + ".audio.safetensors"), {{"audio_latents", r.audio}});
+      yeto::io::save_safetensors(dir / (name + ".text.safetensors"), {{"prompt_embeds", r.text}});
+      yeto::io::save_safetensors(dir / (name + ".spk.safetensors"),
+                                 {{"speaker_embeds", r.speaker}, {"speaker_positions", r.positions}});
+      nlohmann::json tensors = {{"speaker_embeds", name + ".spk.safetensors#speaker_embeds"},
+                                {"speaker_positions", name + ".spk.safetensors#speaker_positions"}};
+      if (!captions) tensors["prompt_embeds"] = name + ".text.safetensors";
+      if (with_audio) tensors["audio_latents"] = name + ".audio.safetensors";
+      const std::string prompt = captions ? std::vector<std::string>{"a red ball rolls left with a thud",
+                                                                     "a blue cube slides with a hiss",
+                                                                     "a green star bounces and rings"}[k]
+                                          : "";
+      manifest += nlohmann::json{{"latents", name + ".latents.safetensors"}, {"prompt", prompt}, {"tensors", tensors}}
+                      .dump() +
+                  "\n";
+    }
+  std::ofstream(dir / "train.jsonl") << manifest;
+}
+
+std::string train_toml(const fs::path& repo, int steps, int seed = 5) {
+  yeto::test::TinyLoraRun run{repo.string(), "nava"};
+  run.data = "";
+  run.validation_rows = 3;
+  run.steps = steps;
+  run.micro_batch_size = 3;
+  run.checkpoint_every = 1000;
+  run.learning_rate = "0.05";
+  run.seed = seed;
+  return run.toml();
+}
+
+// The tiny repository's WanAVModel, with the run's LoRA when `lora` names a file.
+nava::WanAVModel tiny_model(const fs::path& repo, const fs::path& lora = {}) {
+  const auto config = nlohmann::json::parse(yeto::test::read_text(repo / "transformer" / "config.json"));
+  auto model = nava::WanAVModel(nava::NavaConfig::from_json(config));
+  yeto::nn::load_named_tensors(*model, yeto::io::load_safetensors(repo / "transformer" / "diffusion_pytorch_model.safetensors"));
+  if (!lora.empty()) {
+    yeto::nn::LoraConfig lc;
+    lc.r = 4;
+    lc.alpha = 4.0;
+    lc.init = "zeros";
+    yeto::nn::load_lora_state_dict(*model, yeto::io::load_safetensors(lora), lc, "default", "transformer.");
+  }
+  model->eval();
+  return model;
+}
+
+// NAVA's per-modality losses (without the timestep reweighting) over every row at fixed draws:
+// timesteps 100 .. 900, one noise per row.
+std::pair<double, double> modality_losses(nava::WanAVModel& model) {
+  torch::NoGradGuard no_grad;
+  double video = 0, audio = 0;
+  int n = 0;
+  for (int k = 0; k < kClasses; ++k)
+    for (int i = 0; i < kPerClass; ++i)
+      for (int id = 100; id < 1000; id += 200) {
+        const auto r = make_row(k, i);
+        nava::StepBatch b;
+        b.video = {r.video};
+        b.audio = {r.audio};
+        b.text = {r.text};
+        b.speaker = r.speaker;
+        b.speaker_positions = {{2}};
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + id);
+        b.video_noise = {at::randn(r.video.sizes(), gen)};
+        b.audio_noise = {at::randn(r.audio.sizes(), gen)};
+        b.timestep_id = torch::tensor({id}, torch::kLong);
+        const auto s = nava::train_step(model, nava::training_schedule(), b, {});
+        video += s.losses.at("ddpm_vid_noreweight").item<double>();
+        audio += s.losses.at("ddpm_audio_noreweight").item<double>();
+        ++n;
+      }
+  return {video / n, audio / n};
+}
+
+}  // namespace
+
+TEST(NavaTrain, TinyPresetTrainsBothModalitiesOnCachedRowsAndExports) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  const auto index = nlohmann::json::parse(yeto::test::read_text(repo / "model_index.json"));
+  EXPECT_EQ(index.at("_class_name"), "AudioVideoPipeline") << index.dump();
+  EXPECT_EQ(index.at("transformer"), nlohmann::json::array({"nava", "WanAVModel"})) << index.dump();
+
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  const int steps = 30;
+  tmp.write("run.toml", train_toml(repo, steps));
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto metrics = yeto::test::read_text(tmp / "run" / "metrics.jsonl");
+  ASSERT_NO_FATAL_FAILURE(yeto::test::expect_val_loss_drops(tmp / "run", steps, "nava tiny", 0.8, metrics));
+  for (const char* m : {"model/ddpm_vid", "model/ddpm_audio", "model/ddpm_vid_noreweight", "model/ddpm_audio_noreweight"})
+    EXPECT_EQ(yeto::test::metric_series(tmp / "run", m).size(), static_cast<std::size_t>(steps)) << m;
+
+  // The run's adapter: auto = the attention projections of both modalities (48 layers).
+  const auto lora = yeto::io::load_safetensors(tmp / "run" / "lora.safetensors");
+  int b_total = 0, b_moved = 0;
+  for (const auto& [name, t] : lora) {
+    EXPECT_EQ(name.find("ffn"), std::string::npos) << name;
+    if (name.find("lora_B") == std::string::npos) continue;
+    ++b_total;
+    b_moved += t.abs().max().item<double>() > 0;
+  }
+  EXPECT_EQ(b_total, 48);
+  EXPECT_EQ(b_moved, b_total);
+
+  // Both modalities' losses fall at fixed draws (the base model against base + the run's LoRA).
+  auto base = tiny_model(repo);
+  auto tuned = tiny_model(repo, tmp / "run" / "lora.safetensors");
+  const auto before = modality_losses(base), after = modality_losses(tuned);
+  std::printf("  nava tiny video loss %.4f -> %.4f, audio loss %.4f -> %.4f\n", before.first, after.first,
+              before.second, after.second);
+  EXPECT_LT(after.first, 0.9 * before.first);
+  EXPECT_LT(after.second, 0.9 * before.second);
+
+  // Export: the Diffusers LoRA file holds the run's tensors under the same names; loaded back into
+  // the model it gives the same outputs as the run's file.
+  const auto e = yeto::test::export_adapter(tmp / "run", tmp / "adapter");
+  ASSERT_EQ(e.exit_code, 0) << e.all();
+  const auto exported = yeto::io::load_safetensors(tmp / "adapter" / "pytorch_lora_weights.safetensors");
+  EXPECT_EQ(exported.size(), lora.size());
+  for (const auto& [name, t] : lora) {
+    ASSERT_TRUE(exported.count(name)) << name << " (exported: " << exported.begin()->first << ", ...)";
+    EXPECT_TRUE(torch::equal(exported.at(name), t)) << name;
+  }
+  auto reloaded = tiny_model(repo, tmp / "adapter" / "pytorch_lora_weights.safetensors");
+  EXPECT_EQ(modality_losses(reloaded), after);
+
+  // Sampling (generate): class 0's caption and speaker as a .safetensors prompt; the latents the
+  // VAEs would receive, written by name. The adapter changes them; the same seed repeats them.
+  const auto row = make_row(0, 0);
+  yeto::io::save_safetensors(tmp / "prompt.safetensors", {{"prompt_embeds", row.text},
+                                                          {"speaker_embeds", row.speaker},
+                                                          {"speaker_positions", row.positions}});
+  auto sample = [&](const std::string& out, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"sample", "--model", repo.string(), "--diffusion-adapter", "nava", "--prompt",
+                                     (tmp / "prompt.safetensors").string(), "--seed", "4", "--steps", "4", "--height",
+                                     "64", "--width", "64", "--num-frames", "7", "--output", (tmp / out).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto s = yeto::test::run_host(args);
+    EXPECT_EQ(s.exit_code, 0) << s.all();
+    return s.all();
+  };
+  const auto log = sample("base.safetensors", {});
+  EXPECT_NE(log.find("5 frames (7 asked; 4k + 1)"), std::string::npos) << log;
+  sample("adapted.safetensors", {"--adapter-dir", (tmp / "adapter").string()});
+  sample("again.safetensors", {"--adapter-dir", (tmp / "adapter").string()});
+  const auto latents = yeto::io::load_safetensors(tmp / "adapted.safetensors");
+  ASSERT_TRUE(latents.count("video_latents") && latents.count("audio_latents"));
+  EXPECT_EQ(latents.at("video_latents").sizes(), (std::vector<std::int64_t>{2, 4, 4, 12}));
+  EXPECT_EQ(latents.at("audio_latents").sizes(), (std::vector<std::int64_t>{1, 16, 5}));
+  EXPECT_TRUE(torch::isfinite(latents.at("video_latents")).all().item<bool>());
+  const auto adapted = yeto::test::read_text(tmp / "adapted.safetensors");
+  EXPECT_EQ(adapted, yeto::test::read_text(tmp / "again.safetensors"));
+  EXPECT_NE(adapted, yeto::test::read_text(tmp / "base.safetensors"));
+}
+
+TEST(NavaTrain, TheSameSeedGivesTheSameBytes) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  tmp.write("run.toml", train_toml(repo, 4));
+  tmp.write("other.toml", train_toml(repo, 4, 6));
+  for (const char* run : {"a", "b"}) {
+    const auto r = yeto::test::train(tmp / "run.toml", tmp / run);
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+  }
+  const auto r = yeto::test::train(tmp / "other.toml", tmp / "c");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto a = yeto::test::read_text(tmp / "a" / "lora.safetensors");
+  EXPECT_EQ(a, yeto::test::read_text(tmp / "b" / "lora.safetensors"));
+  EXPECT_NE(a, yeto::test::read_text(tmp / "c" / "lora.safetensors"));
+}
+
+TEST(NavaTrain, BadRowsAreRefusedNamingTheRowAndWhatToDo) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  tmp.write("run.toml", train_toml(repo, 2));
+  auto expect_refused = [&](const std::string& run, const std::string& words) {
+    const auto r = yeto::test::train(tmp / "run.toml", tmp / run);
+    EXPECT_NE(r.exit_code, 0) << r.all();
+    EXPECT_NE(r.all().find(words), std::string::npos) << r.all();
+    EXPECT_NE(r.all().find("nava: row "), std::string::npos) << r.all();
+  };
+  // No audio latents.
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", /*with_audio=*/false));
+  expect_refused("no-audio", "no cached 'audio_latents' [L, 16]");
+  // Audio shorter than the clip: 4 tokens for 2 latent frames (5 video frames need 5).
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  for (const auto& entry : fs::directory_iterator(tmp / "data"))
+    if (entry.path().string().find(".audio.") != std::string::npos)
+      yeto::io::save_safetensors(entry.path(), {{"audio_latents", torch::randn({4, 16})}});
+  expect_refused("short-audio", "the audio is shorter than the clip: 4 audio latent tokens for 2 latent frames");
+  // Video latents of the wrong channel count.
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  for (const auto& entry : fs::directory_iterator(tmp / "data"))
+    if (entry.path().string().find(".latents.") != std::string::npos)
+      yeto::io::save_safetensors(entry.path(), {{"latents", torch::randn({2, 4, 4, 16})}});
+  expect_refused("channels", "'latents' must be [F, H, W, 12] per row");
+}
+
+TEST(NavaTrain, TwoIslandsTrainTheTinyPreset) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  tmp.write("run.toml",
+            "[run]\nthreads = 1\n[model]\nid = \"" + repo.string() +
+                "\"\nadapter = \"nava\"\nprecision = \"fp32\"\n"
+                "[data]\npath = \"data/train.jsonl\"\nworkers = 1\n[lora]\nr = 4\nalpha = 4.0\n"
+                "[train]\nmax_steps = 8\nmicro_batch_size = 2\ncheckpoint_every = 0\n"
+                "[optimizer]\nlearning_rate = 0.01\nweight_decay = 0.0\nwarmup_steps = 1\n[diffusion]\nseed = 5\n"
+                "[sync]\nfragments = 2\ninner_steps = 2\nquorum = 2\nheartbeat_s = 0.2\nlearner_timeout_s = 3\n"
+                "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n");
+  const fs::path run = tmp / "run";
+  const auto r = yeto::test::run_host(
+      {"train", "--islands", "2", "--config", (tmp / "run.toml").string(), "--output", run.string()});
+  auto logs = [&] {
+    std::string s = r.all();
+    for (const char* f : {"syncer/syncer.log", "island-0/learner.log", "island-1/learner.log"})
+      if (fs::exists(run / f)) s += std::string("\n==== ") + f + "\n" + yeto::test::read_text(run / f);
+    return s;
+  };
+  ASSERT_EQ(r.exit_code, 0) << logs();
+  std::set<std::string> merged;
+  std::size_t merges = 0;
+  for (const auto& rec : yeto::sync::read_tape_records(run / "syncer" / "tape.jsonl"))
+    if (rec["event"] == "merge") {
+      ++merges;
+      for (const auto& l : rec["learners"]) merged.insert(l.get<std::string>());
+    }
+  EXPECT_GE(merges, 2u) << logs();
+  EXPECT_EQ(merged, (std::set<std::string>{"island-0", "island-1"})) << logs();
+  const auto summary = nlohmann::json::parse(yeto::test::read_text(run / "summary.json"));
+  EXPECT_EQ(summary["island_exits"], nlohmann::json::array({0, 0})) << summary.dump();
+  for (const auto& i : summary["per_island"]) {
+    EXPECT_EQ(i["steps"], 8) << summary.dump();
+    EXPECT_TRUE(i["final_digest_matches"].get<bool>()) << summary.dump();
+  }
+  const auto a = yeto::io::load_safetensors(run / "island-0" / "lora.safetensors");
+  const auto b = yeto::io::load_safetensors(run / "island-1" / "lora.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(t, b.at(name))) << name;
+  std::printf("  two nava islands: %zu merges\n", merges);
+}
+
+// Rows with captions instead of their encodings: a repository with a umT5 text encoder
+// (tiny-text) encodes them and trains; one without says so, naming the row. A text prompt samples
+// through the same encoder (the same bytes again; another caption, other latents).
+TEST(NavaTrain, CaptionsGoThroughTheRepositorysUmT5) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny-text";
+  const auto made = yeto::test::run_host(
+      {"init-model", "--family", "nava", "--preset", "tiny-text", "--seed", "3", "--out", repo.string()});
+  ASSERT_EQ(made.exit_code, 0) << made.all();
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", true, /*captions=*/true));
+  tmp.write("run.toml", train_toml(repo, 6));
+  auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto val = yeto::test::metric_series(tmp / "run", "val_loss", true);
+  ASSERT_TRUE(val.count(6)) << yeto::test::read_text(tmp / "run" / "metrics.jsonl");
+  EXPECT_TRUE(std::isfinite(val.at(6)));
+
+  const auto tiny = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(tiny));
+  tmp.write("plain.toml", train_toml(tiny, 2));
+  r = yeto::test::train(tmp / "plain.toml", tmp / "plain");
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("the repository has no umT5 text encoder for the captions"), std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("nava: row "), std::string::npos) << r.all();
+
+  auto sample = [&](const std::string& prompt, const std::string& out) {
+    const auto s = yeto::test::run_host({"sample", "--model", repo.string(), "--diffusion-adapter", "nava", "--prompt",
+                                         prompt, "--seed", "4", "--steps", "2", "--height", "64", "--width", "64",
+                                         "--num-frames", "5", "--output", (tmp / out).string()});
+    EXPECT_EQ(s.exit_code, 0) << s.all();
+    return yeto::test::read_text(tmp / out);
+  };
+  const auto a = sample("a red ball", "a.safetensors");
+  EXPECT_EQ(a, sample("a red ball", "a2.safetensors"));
+  EXPECT_NE(a, sample("a blue cube", "b.safetensors"));
+}
+
+// bf16 (the precision NAVA runs in) with per-block activation checkpointing: the tiny preset
+// trains (every loss finite, the masking_modality steps included) and samples.
+TEST(NavaTrain, Bf16WithActivationCheckpointingTrainsAndSamples) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  auto toml = train_toml(repo, 6);
+  toml.replace(toml.find("precision = \"fp32\""), std::string("precision = \"fp32\"").size(), "precision = \"bf16\"");
+  toml.replace(toml.find("checkpoint_every = 1000\n"), std::string("checkpoint_every = 1000\n").size(),
+               "checkpoint_every = 1000\nactivation_checkpointing = true\n");
+  tmp.write("run.toml", toml);
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto losses = yeto::test::metric_series(tmp / "run", "loss");
+  ASSERT_EQ(losses.size(), 6u);
+  for (const auto& [step, loss] : losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+  const auto row = make_row(1, 0);
+  yeto::io::save_safetensors(tmp / "prompt.safetensors", {{"prompt_embeds", row.text}});
+  const auto s = yeto::test::run_host({"sample", "--model", repo.string(), "--diffusion-adapter", "nava", "--prompt",
+                                       (tmp / "prompt.safetensors").string(), "--steps", "2", "--height", "64", "--width",
+                                       "64", "--num-frames", "5", "--output", (tmp / "bf16.safetensors").string(),
+                                       "--set", "model.precision=bf16"});
+  ASSERT_EQ(s.exit_code, 0) << s.all();
+  const auto latents = yeto::io::load_safetensors(tmp / "bf16.safetensors");
+  EXPECT_TRUE(torch::isfinite(latents.at("audio_latents")).all().item<bool>());
+}
