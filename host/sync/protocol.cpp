@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -397,7 +398,34 @@ std::string Init::encode() const {
     w.u64(t.numel);
   }
   w.u64(params.size());
-  w.floats(params);
+  // Blocks of kInitBlock values, each all +0.0 (every byte zero) or stored: a LoRA's initial
+  // state is half zeros (PEFT's B). Sent raw when that saves nothing.
+  const std::size_t nblocks = (params.size() + kInitBlock - 1) / kInitBlock;
+  std::vector<std::uint8_t> bitmap((nblocks + 7) / 8, 0);
+  std::size_t stored = 0;
+  for (std::size_t b = 0; b < nblocks; ++b) {
+    const std::size_t lo = b * kInitBlock, n = std::min<std::size_t>(kInitBlock, params.size() - lo);
+    bool zero = true;
+    for (std::size_t i = 0; i < n && zero; ++i) zero = std::bit_cast<std::uint32_t>(params[lo + i]) == 0;
+    if (!zero) {
+      bitmap[b / 8] = static_cast<std::uint8_t>(bitmap[b / 8] | (1u << (b % 8)));
+      stored += n;
+    }
+  }
+  const std::size_t sparse_bytes = 4 + bitmap.size() + stored * 4;
+  if (sparse_bytes >= params.size() * 4 || params.size() * 4 > kInitMaxExpansion * sparse_bytes) {
+    w.u8(0);
+    w.floats(params);
+    return w.take();
+  }
+  w.u8(1);
+  w.u32(kInitBlock);
+  w.bytes(bitmap.data(), bitmap.size());
+  for (std::size_t b = 0; b < nblocks; ++b)
+    if (bitmap[b / 8] >> (b % 8) & 1u) {
+      const std::size_t lo = b * kInitBlock, n = std::min<std::size_t>(kInitBlock, params.size() - lo);
+      w.floats(std::span<const float>(params.data() + lo, n));
+    }
   return w.take();
 }
 Init Init::decode(std::string_view p) {
@@ -420,7 +448,28 @@ Init Init::decode(std::string_view p) {
   }
   const std::uint64_t count = r.u64();
   if (count != total) throw WireError("init: parameter count does not match the tensor list");
-  m.params = r.floats(count);
+  const std::uint8_t encoding = r.u8();
+  if (encoding == 0) {
+    m.params = r.floats(count);
+  } else if (encoding == 1) {
+    const std::uint32_t block = r.u32();
+    if (block != kInitBlock) throw WireError("init: zero-block size " + std::to_string(block) + " is not " + std::to_string(kInitBlock));
+    // Bounded before allocating: the values may be at most kInitMaxExpansion times the message.
+    if (count / kInitMaxExpansion > p.size() / 4) throw WireError("init: the zero blocks expand implausibly far");
+    const std::uint64_t nblocks = (count + block - 1) / block;
+    const std::string_view bitmap = r.raw(static_cast<std::size_t>((nblocks + 7) / 8));
+    if (nblocks % 8 != 0 && (static_cast<std::uint8_t>(bitmap.back()) >> (nblocks % 8)) != 0)
+      throw WireError("init: zero-block bitmap has bits past the last block");
+    m.params.assign(count, 0.0f);
+    for (std::uint64_t b = 0; b < nblocks; ++b)
+      if (static_cast<std::uint8_t>(bitmap[b / 8]) >> (b % 8) & 1u) {
+        const std::uint64_t lo = b * block, len = std::min<std::uint64_t>(block, count - lo);
+        if (len > r.remaining() / 4) throw WireError("init: stored blocks run past the end of the message");
+        std::memcpy(m.params.data() + lo, r.raw(len * 4).data(), len * 4);
+      }
+  } else {
+    throw WireError("init: unknown value encoding " + std::to_string(encoding));
+  }
   r.expect_end();
   return m;
 }

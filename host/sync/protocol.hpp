@@ -198,6 +198,10 @@ struct Welcome {
   static Welcome decode(std::string_view p);
 };
 
+// `init`'s values travel in blocks of kInitBlock, all-zero blocks left out (encoding 1), unless
+// that saves nothing or would expand more than kInitMaxExpansion-fold (encoding 0: raw float32).
+inline constexpr std::uint32_t kInitBlock = 256;
+inline constexpr std::uint64_t kInitMaxExpansion = 64;
 struct Init {
   FragmentPattern pattern = FragmentPattern::binpack;
   std::uint32_t fragments = 1;

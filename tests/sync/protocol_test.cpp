@@ -405,6 +405,55 @@ TEST(SyncMessages, RoundTrips) {
   EXPECT_EQ(ys::ErrorMsg::decode(ys::ErrorMsg{5, "bad"}.encode()).message, "bad");
 }
 
+// init leaves out blocks of zeros (a LoRA's B), exactly: -0.0, denormals and a partial last
+// block survive bit for bit; a dense state goes raw; lies about the blocks are refused.
+TEST(SyncMessages, InitLeavesOutZeroBlocksExactly) {
+  ys::Init in;
+  in.tensors = {{"a.lora_A", 700}, {"a.lora_B", 1300}};
+  in.params.assign(2000, 0.0f);
+  for (std::size_t i = 0; i < 700; ++i) in.params[i] = std::sin(static_cast<float>(i)) * 0.1f;
+  in.params[1000] = -0.0f;                    // a block that is not all +0.0
+  in.params[1999] = 1e-42f;                   // a denormal in the partial last block
+  const std::string enc = in.encode();
+  ys::Init raw = in;
+  const auto out = ys::Init::decode(enc);
+  ASSERT_EQ(out.params.size(), in.params.size());
+  EXPECT_EQ(std::memcmp(out.params.data(), in.params.data(), in.params.size() * 4), 0);
+  // Blocks 0-2 (values 0..767), block 3 (the -0.0) and block 7 (partial) are stored: 5 of 8.
+  EXPECT_GT(enc.size(), (3u * 256u + 256u + 208u) * 4u);
+  EXPECT_LT(enc.size(), (3u * 256u + 256u + 208u) * 4u + 80u);  // + header, names, block, bitmap
+  // A state without zero blocks travels raw, and a raw message decodes the same way.
+  for (auto& v : raw.params) v = 0.5f;
+  const std::string dense = raw.encode();
+  EXPECT_EQ(ys::Init::decode(dense).params, raw.params);
+  for (std::size_t n = 0; n < enc.size(); ++n) EXPECT_THROW(ys::Init::decode(enc.substr(0, n)), ys::WireError) << n;
+  // The encoding byte follows the count: pattern, fragments, tensor count, two tensors, count.
+  const std::size_t enc_at = 1 + 4 + 4 + 2 * (4 + 8 + 8) + 8;
+  std::string bad = enc;
+  ASSERT_EQ(static_cast<std::uint8_t>(bad[enc_at]), 1u);
+  bad[enc_at] = 7;
+  EXPECT_THROW(ys::Init::decode(bad), ys::WireError);  // unknown encoding
+  bad = enc;
+  bad[enc_at + 1] = 0;  // block size 256 -> 0
+  bad[enc_at + 2] = 0;
+  EXPECT_THROW(ys::Init::decode(bad), ys::WireError);
+  bad = enc;
+  bad[enc_at + 5] = static_cast<char>(0xff);  // every block claimed stored: more values than the message holds
+  EXPECT_THROW(ys::Init::decode(bad), ys::WireError);
+  // An all-zero bitmap claiming a huge state from a small message is refused before allocating.
+  ys::ByteWriter w;
+  w.u8(0);
+  w.u32(1);
+  w.u32(1);
+  w.str("huge");
+  w.u64(1ull << 36);
+  w.u64(1ull << 36);
+  w.u8(1);
+  w.u32(ys::kInitBlock);
+  w.bytes(std::string(1024, '\0').data(), 1024);
+  EXPECT_THROW(ys::Init::decode(w.take()), ys::WireError);
+}
+
 TEST(SyncMessages, PushQ4AndF32Deltas) {
   std::vector<float> d(130);
   for (std::size_t i = 0; i < d.size(); ++i) d[i] = std::cos(static_cast<float>(i)) * 0.01f;
