@@ -14,6 +14,7 @@
 #include "learner/trainer.hpp"
 #include "pipeline/cache_encoder.hpp"
 #include "pipeline/pipeline.hpp"
+#include "plugin/loader.hpp"
 #include "runtime/torch_runtime.hpp"
 #include "schedulers/scheduler.hpp"
 
@@ -56,7 +57,12 @@ RunResult run(const config::Config& cfg, const RunOptions& options, OuterSync* s
   check_cache_datasets(cfg, *pipeline);
   auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                  boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
-  return train(*model, cfg, options, sync, [&](io::Provenance& p) { pipeline->record_provenance(p); });
+  RunOptions with_inputs = options;
+  const char* plugin_name = pipeline->loaded_plugin().descriptor.name;
+  with_inputs.inputs_from = std::string("the model's plugin (") + (plugin_name ? plugin_name : "?") + ")";
+  if (pipeline->plan().is_object() && pipeline->plan().contains("inputs"))
+    with_inputs.inputs = data::parse_row_inputs(pipeline->plan()["inputs"], with_inputs.inputs_from);
+  return train(*model, cfg, with_inputs, sync, [&](io::Provenance& p) { pipeline->record_provenance(p); });
 }
 
 }  // namespace yeto::learner
