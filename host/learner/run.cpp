@@ -14,7 +14,6 @@
 #include "learner/trainer.hpp"
 #include "pipeline/cache_encoder.hpp"
 #include "pipeline/pipeline.hpp"
-#include "plugin/loader.hpp"
 #include "runtime/torch_runtime.hpp"
 #include "schedulers/scheduler.hpp"
 
@@ -58,10 +57,7 @@ RunResult run(const config::Config& cfg, const RunOptions& options, OuterSync* s
   auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                  boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
   RunOptions with_inputs = options;
-  const char* plugin_name = pipeline->loaded_plugin().descriptor.name;
-  with_inputs.inputs_from = std::string("the model's plugin (") + (plugin_name ? plugin_name : "?") + ")";
-  if (pipeline->plan().is_object() && pipeline->plan().contains("inputs"))
-    with_inputs.inputs = data::parse_row_inputs(pipeline->plan()["inputs"], with_inputs.inputs_from);
+  with_inputs.inputs = pipeline::declared_row_inputs(*pipeline, &with_inputs.inputs_from);
   return train(*model, cfg, with_inputs, sync, [&](io::Provenance& p) { pipeline->record_provenance(p); });
 }
 

@@ -116,4 +116,37 @@ TEST(AudioCli, TrainingHandsTheDeclaredAudioOfEachRowToThePlugin) {
                                  "(fullstep) takes audio at 8000 Hz"));
 }
 
+TEST(AudioCli, DataCheckChecksRowsForWhatTheModelDeclares) {
+  TempDir t;
+  model_dir(t, {{"audio", {{"sample_rate", 8000}, {"channels", 1}}},
+                {"tensors", {{"audio_latents", {{"shape", {-1, 2}}, {"with_latents", true}}}}}});
+  yeto::test::AvClipSpec s;
+  s.width = s.height = 16;
+  yeto::test::av_clip(t / "data/a.mp4", s);
+  s.audio_codec = "";
+  yeto::test::av_clip(t / "data/silent.mp4", s);
+  t.write("data/train.jsonl",
+          "{\"video\": \"a.mp4\", \"prompt\": \"a\"}\n"
+          "{\"video\": \"silent.mp4\", \"prompt\": \"s\"}\n"
+          "{\"latents\": [[[0.5]]], \"prompt\": \"no audio latents\"}\n"
+          "{\"latents\": [[[0.5]]], \"tensors\": {\"audio_latents\": [[1, 2, 3]]}, \"prompt\": \"wrong shape\"}\n");
+  const std::string toml = "[model]\nid = \"" + (t / "model").string() +
+                           "\"\nadapter = \"fullstep\"\n[data]\npath = \"data/train.jsonl\"\nnum_frames = 8\nheight = 16\n"
+                           "width = 16\n";
+  t.write("run.toml", toml);
+  auto r = yeto::test::run_host({"data", "check", "--config", (t / "run.toml").string()});
+  EXPECT_EQ(r.exit_code, 30) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("rows checked for what the model's plugin (fullstep) declares: audio at 8000 Hz, 1 channel(s); "
+                               "audio_latents [-1, 2]"));
+  EXPECT_THAT(r.out, HasSubstr("audio float32[1, 2667]: 1 rows"));
+  EXPECT_THAT(r.out, HasSubstr("train.jsonl line 2: " + (t / "data/silent.mp4").string() + ": has no audio stream"));
+  EXPECT_THAT(r.out, HasSubstr("train.jsonl line 3: the row has cached latents but no 'audio_latents'"));
+  EXPECT_THAT(r.out, HasSubstr("train.jsonl line 4: tensor 'audio_latents' has shape [1, 3] but the model expects [-1, 2]"));
+  // Without a readable model, data.* alone, and a warning says so.
+  t.write("run.toml", "[model]\nid = \"" + (t / "nowhere").string() + "\"\n" + toml.substr(toml.find("adapter")));
+  r = yeto::test::run_host({"data", "check", "--config", (t / "run.toml").string()});
+  EXPECT_THAT(r.out, HasSubstr("what the model declares of its rows could not be read")) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("rows: 4 (4 usable, 0 bad)")) << r.all();
+}
+
 }  // namespace
