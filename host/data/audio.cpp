@@ -129,15 +129,17 @@ Audio decode_audio(const fs::path& path, const AudioFormat& format, const AudioW
   d.frame = av_frame_alloc();
   if (!d.pkt || !d.frame) bad(path.string() + ": out of memory");
 
-  // Resampled channels (the source's, or stereo for more than two), appended as they come.
+  // Resampled channels (the source's, or stereo for more than two) from the window's first
+  // sample on, appended as they come; `produced` counts every resampled sample.
   std::vector<std::vector<float>> planes;
   int in_rate = 0, in_format = -1;
   AVChannelLayout in_layout{};
   std::int64_t produced = 0;
   auto append = [&](const std::uint8_t* const* data, int count) {
+    const auto skip = static_cast<int>(std::clamp<std::int64_t>(first - produced, 0, count));
     for (std::size_t c = 0; c < planes.size(); ++c) {
       const auto* p = reinterpret_cast<const float*>(data[c]);
-      planes[c].insert(planes[c].end(), p, p + count);
+      planes[c].insert(planes[c].end(), p + skip, p + count);
     }
     produced += count;
   };
@@ -241,7 +243,7 @@ Audio decode_audio(const fs::path& path, const AudioFormat& format, const AudioW
   for (int c = 0; c < format.channels; ++c) {
     float* dst = out.pcm.data() + static_cast<std::size_t>(c) * static_cast<std::size_t>(count);
     for (std::int64_t i = 0; i < have; ++i) {
-      const auto at = static_cast<std::size_t>(first + i);
+      const auto at = static_cast<std::size_t>(i);
       float v;
       if (format.channels == 1) {
         double sum = 0.0;

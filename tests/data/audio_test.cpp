@@ -150,6 +150,14 @@ TEST(DataAudio, ChannelsAreMixedOrDuplicatedAndDecodingIsDeterministic) {
     ASSERT_EQ(dup.pcm[static_cast<std::size_t>(i)], dup.pcm[static_cast<std::size_t>(dup.samples + i)]);
   const Audio again = decode_audio(f, {22050, 2}, {0.0, 2.0}, {});
   EXPECT_EQ(again.pcm, stereo.pcm);
+  // A window is the same samples as the whole stream's, wherever it starts.
+  const Audio window = decode_audio(f, {22050, 2}, {0.5, 1.0}, {});
+  ASSERT_EQ(window.samples, 22050);
+  for (int c = 0; c < 2; ++c)
+    for (std::int64_t i = 0; i < window.samples; ++i)
+      ASSERT_EQ(window.pcm[static_cast<std::size_t>(c * window.samples + i)],
+                stereo.pcm[static_cast<std::size_t>(c * stereo.samples + 11025 + i)])
+          << "channel " << c << " sample " << i;
 }
 
 TEST(DataAudio, BadFilesAreErrorsNamingTheFileAndWhatToDo) {
