@@ -11,7 +11,7 @@ find_package(tomlplusplus REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
-pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET libavformat libavcodec libswscale libavutil)
+pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET libavformat libavcodec libswscale libswresample libavutil)
 pkg_check_modules(STB REQUIRED IMPORTED_TARGET stb)
 # SentencePiece must never be linked into a target that also links LibTorch (its bundled
 # protobuf clashes with LibTorch's); it is only ever linked into an isolated shim library.

@@ -9,7 +9,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   libboost-dev
   libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
-  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg
+  libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev ffmpeg
   libstb-dev libsodium-dev libsentencepiece-dev
   libgtest-dev libgmock-dev
   chromium  # report_test: a headless screenshot of the run report

@@ -113,6 +113,15 @@ int run_cache(CommandContext& ctx) {
 
 }  // namespace
 
+data::RowInputs read_declared_inputs(const config::Config& cfg, std::string* from) {
+  pipeline::OpenOptions open;
+  open.plan_only = true;
+  open.load_weights = false;
+  open.prepare = false;
+  const auto p = pipeline::Pipeline::open(cfg, open);
+  return pipeline::declared_row_inputs(*p, from);
+}
+
 void register_cache_command(Registry& r) {
   Command c;
   c.name = "cache";

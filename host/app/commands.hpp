@@ -1,7 +1,11 @@
 // The commands of yeto-host, collected into the program's registry.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "app/command.hpp"
+#include "data/options.hpp"
 
 namespace yeto::io {
 class ComponentRegistry;
@@ -19,7 +23,12 @@ void register_builtin_components(io::ComponentRegistry& registry);
 // Registration functions, one per command file of host/app (<name>_command.cpp;
 // builtin_commands.cpp holds version and config).
 void register_builtin_commands(Registry& r);
-void register_data_command(Registry& r);
+// `data check` applies what the run's model declares of its rows (its plugin's plan) through
+// `declared_inputs`, given by the program (the reader opens the plugin, a LibTorch part).
+using DeclaredInputsReader = std::function<data::RowInputs(const config::Config& cfg, std::string* from)>;
+void register_data_command(Registry& r, DeclaredInputsReader declared_inputs = {});
+// The reader `yeto-host` gives `data check`: the plugin's plan only, no component built.
+data::RowInputs read_declared_inputs(const config::Config& cfg, std::string* from);
 void register_cache_command(Registry& r);
 void register_init_model_command(Registry& r);
 void register_inspect_command(Registry& r);

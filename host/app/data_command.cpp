@@ -12,19 +12,49 @@
 namespace yeto::app {
 namespace {
 
+DeclaredInputsReader& declared_inputs_reader() {
+  static DeclaredInputsReader reader;
+  return reader;
+}
+
 int run_data(CommandContext& ctx) {
   if (ctx.positionals().empty() || ctx.positionals()[0] != "check")
     throw UsageError("yeto-host data: expected the subcommand 'check' (yeto-host data check --config run.toml | --data PATH)");
   const config::Config& cfg = ctx.config();
-  const data::DataOptions options = data::data_options(cfg);
+  data::DataOptions options = data::data_options(cfg);
   data::CheckOptions check;
   check.depth = ctx.has("quick") ? data::DecodeDepth::header : data::DecodeDepth::full;
   check.model_id = cfg.get_string("model.id");
-  const data::CheckReport report = data::check_dataset(options, check);
+  // With a model, rows are checked for what it declares (audio, cached tensor shapes) as
+  // training will; a model that cannot be opened leaves data.* alone, with a warning.
+  data::RowInputs inputs;
+  std::string from, unread;
+  if (!check.model_id.empty() && declared_inputs_reader()) {
+    try {
+      inputs = declared_inputs_reader()(cfg, &from);
+    } catch (const Error& e) {
+      unread = "model.id = \"" + check.model_id + "\": what the model declares of its rows could not be read (" + e.what() +
+               "); rows were checked with data.* alone";
+    }
+  }
+  data::apply_row_inputs(options, inputs, from);
+  data::CheckReport report = data::check_dataset(options, check);
+  if (!unread.empty()) report.warnings.push_back(unread);
+  if (!inputs.empty()) report.warnings.insert(report.warnings.begin(), "rows checked for what " + from + " declares: " + [&] {
+    std::string what;
+    if (inputs.audio)
+      what += "audio at " + std::to_string(inputs.audio->sample_rate) + " Hz, " + std::to_string(inputs.audio->channels) +
+              " channel(s)";
+    for (const auto& [name, e] : inputs.tensors) what += (what.empty() ? "" : "; ") + name + " " + data::expectation_str(e.shape);
+    return what;
+  }());
   // The held-out set is checked with the same preprocessing and reported on its own; either
   // failing fails the command.
   std::optional<data::CheckReport> validation;
-  if (const auto v = data::validation_data_options(cfg)) validation = data::check_dataset(*v, check);
+  if (auto v = data::validation_data_options(cfg)) {
+    data::apply_row_inputs(*v, inputs, from);
+    validation = data::check_dataset(*v, check);
+  }
   if (ctx.has("json")) {
     nlohmann::json j = report.json();
     if (validation) j["validation"] = validation->json();
@@ -39,7 +69,8 @@ int run_data(CommandContext& ctx) {
 
 }  // namespace
 
-void register_data_command(Registry& r) {
+void register_data_command(Registry& r, DeclaredInputsReader declared_inputs) {
+  declared_inputs_reader() = std::move(declared_inputs);
   Command c;
   c.name = "data";
   c.summary = "Validate a dataset without training (data check).";
@@ -52,7 +83,9 @@ void register_data_command(Registry& r) {
       "Exit status 30 if any row is unusable under data.on_bad_row = \"error\" (with \"skip\": only if no row is "
       "usable) or if a cache dataset's yeto_diffusion_cache.json does not match the run. When validation.data is set, "
       "the held-out dataset is checked the same way and reported after the training data (under \"validation\" with "
-      "--json); a problem in either fails the command.";
+      "--json); a problem in either fails the command. With model.id set, the model's plugin is asked (without "
+      "loading weights) what it needs of its rows -- e.g. each video row's sound at its sample rate, or cached tensors "
+      "such as audio latents of a given shape -- and rows are checked for that, as training will.";
   c.positionals = "check";
   c.min_positionals = 1;
   c.max_positionals = 1;

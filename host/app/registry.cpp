@@ -5,7 +5,7 @@ namespace yeto::app {
 Registry build_registry() {
   Registry r;
   register_builtin_commands(r);
-  register_data_command(r);
+  register_data_command(r, read_declared_inputs);
   register_cache_command(r);
   register_init_model_command(r);
   register_inspect_command(r);

@@ -4,7 +4,9 @@
 #include <ATen/ATen.h>
 
 #include <cctype>
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -46,6 +48,7 @@ using sample::read_prompt_entries;
 using sample::write_frames;
 using sample::write_mp4;
 using sample::write_png;
+using sample::write_wav;
 
 // The largest --height / --width: a typo such as 100000 would otherwise ask for a latent grid
 // that no machine holds and die allocating it.
@@ -157,6 +160,56 @@ mesh::Mesh occupancy_mesh(const plugin::NamedTensors& outputs) {
   } catch (const std::invalid_argument& e) {
     throw Error(std::string("sample: the plugin's occupancy field: ") + e.what(), ExitCode::failure);
   }
+}
+
+// The plugin's sound, when it generated one: "audio" [1, channels (1 or 2), samples] and the
+// scalar "audio_sample_rate".
+std::optional<sample::AudioTrack> generated_audio(const plugin::NamedTensors& outputs) {
+  const at::Tensor* audio = nullptr;
+  const at::Tensor* rate = nullptr;
+  for (const auto& [name, t] : outputs) {
+    if (name == "audio") audio = &t;
+    if (name == "audio_sample_rate") rate = &t;
+  }
+  if (!audio) return std::nullopt;
+  if (!rate || rate->numel() != 1)
+    throw Error("sample: the plugin returned 'audio' without a scalar 'audio_sample_rate'", ExitCode::failure);
+  if (audio->dim() != 3 || audio->size(0) != 1 || (audio->size(1) != 1 && audio->size(1) != 2) || audio->size(2) < 1)
+    throw Error("sample: the plugin's 'audio' has shape " + c10::str(audio->sizes()) +
+                    "; expected [1, channels (1 or 2), samples]",
+                ExitCode::failure);
+  const double r = rate->detach().to(at::kDouble).cpu().item<double>();
+  if (!(r >= 1000 && r <= 384000) || r != std::floor(r))
+    throw Error("sample: the plugin's 'audio_sample_rate' is " + std::to_string(r) + "; expected an integer rate in Hz",
+                ExitCode::failure);
+  sample::AudioTrack track;
+  track.sample_rate = static_cast<int>(r);
+  track.channels = static_cast<int>(audio->size(1));
+  const at::Tensor pcm = (*audio)[0].detach().to(at::kFloat).cpu().contiguous();
+  track.pcm.assign(pcm.data_ptr<float>(), pcm.data_ptr<float>() + pcm.numel());
+  return track;
+}
+
+// An MP4's sound lasts as long as its picture (frames / fps): a longer track is cut, a shorter
+// one padded with silence; the rule is logged.
+sample::AudioTrack fit_to_clip(const sample::AudioTrack& a, int frames, double fps) {
+  const double seconds = static_cast<double>(frames) / fps;
+  const auto want = static_cast<std::int64_t>(std::llround(seconds * a.sample_rate));
+  const std::int64_t have = a.samples();
+  spdlog::info("sample: sound {} channel(s) at {} Hz, {} samples ({:.3f} s); the clip is {} frames at {} fps = {:.3f} s: {}",
+               a.channels, a.sample_rate, have, static_cast<double>(have) / a.sample_rate, frames, fps, seconds,
+               have == want ? std::string("kept as it is")
+                            : (have > want ? "the last " : "padded with ") + std::to_string(std::llabs(have - want)) +
+                                  (have > want ? " samples cut" : " samples of silence"));
+  if (have == want) return a;
+  sample::AudioTrack out;
+  out.sample_rate = a.sample_rate;
+  out.channels = a.channels;
+  out.pcm.assign(static_cast<std::size_t>(want * a.channels), 0.0f);
+  const std::int64_t keep = std::min(have, want);
+  for (int c = 0; c < a.channels; ++c)
+    std::copy_n(a.pcm.begin() + static_cast<std::ptrdiff_t>(c * have), keep, out.pcm.begin() + static_cast<std::ptrdiff_t>(c * want));
+  return out;
 }
 
 // The frames directory of prompt `index` of `count`: DIR itself, or DIR-000, DIR-001, ...
@@ -299,7 +352,15 @@ int run_sample(CommandContext& ctx) {
     if (num_frames && !video && *num_frames != 1)
       spdlog::info("sample: --num-frames {} asked, the plugin generated one image", *num_frames);
     const auto rgb = data::media_to_rgb8(media[0]);
+    const auto audio = generated_audio(outputs);
     std::filesystem::path path;
+    // Outside an MP4 the whole sound goes to a WAV file beside the picture(s).
+    auto write_sound = [&](const std::filesystem::path& wav) {
+      if (!audio) return;
+      write_wav(wav, *audio);
+      spdlog::info("sample: sound {} channel(s) at {} Hz, {:.3f} s -> {}", audio->channels, audio->sample_rate,
+                   static_cast<double>(audio->samples()) / audio->sample_rate, wav.string());
+    };
     switch (format) {
       case Format::png:
         if (video)
@@ -308,16 +369,20 @@ int run_sample(CommandContext& ctx) {
                       ExitCode::bad_input);
         path = output_path(to, i, prompts.size());
         write_png(path, rgb, height, width);
+        write_sound(std::filesystem::path(path).replace_extension(".wav"));
         break;
       case Format::mp4: {
         path = output_path(to, i, prompts.size());
-        const std::string codec = write_mp4(path, rgb, frames, height, width, fps);
+        std::optional<sample::AudioTrack> track;
+        if (audio) track = fit_to_clip(*audio, frames, fps);
+        const std::string codec = write_mp4(path, rgb, frames, height, width, fps, "", track ? &*track : nullptr);
         spdlog::info("sample: {} frame(s) {}x{} at {} fps, encoder {}", frames, width, height, fps, codec);
         break;
       }
       case Format::frames:
         path = frames_dir(to, i, prompts.size());
         write_frames(path, rgb, frames, height, width);
+        write_sound(path / "audio.wav");
         break;
       case Format::mesh:  // written above
       case Format::tensors:
@@ -369,7 +434,10 @@ void register_sample_command(Registry& r) {
       "refused, and the plugin an adapter records is never loaded implicitly (pass --diffusion-adapter NAME). The "
       "output format follows --output: .png (images; a video is refused), .mp4 (H.264 through libx264 when FFmpeg has "
       "it, else MPEG-4 part 2; an image is a 1-frame clip), or a directory ending in '/' (or --format frames) of "
-      "frame-00000.png, ... With several prompts (--prompt repeated, or --prompts FILE with one prompt per line or "
+      "frame-00000.png, ... When the plugin also generates sound ('audio' [1, channels, samples] and "
+      "'audio_sample_rate'), the MP4 gets an AAC track (Opus when FFmpeg has no AAC encoder) lasting as long as the "
+      "frames at --fps (a longer track is cut, a shorter one padded with silence; logged); a PNG gets the sound as "
+      "<stem>.wav beside it, a frames directory as audio.wav inside it. With several prompts (--prompt repeated, or --prompts FILE with one prompt per line or "
       "JSON lines {\"prompt\": ..., \"seed\": N}) each prompt is generated on its own from its seed (else --seed) and "
       "written to <stem>-000<ext>, ... (DIR-000/, ... for frames). A family whose generation ends in an occupancy "
       "field (Hunyuan3D-2.1) writes the field's 0 level set as a mesh: .glb (binary glTF 2.0) or .obj; a prompt naming "

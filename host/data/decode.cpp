@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string_view>
 
 #include "core/error.hpp"
+#include "data/audio.hpp"
 #include "data/image.hpp"
 #include "data/resize.hpp"
 
@@ -49,6 +51,55 @@ void add_tensor(Sample& s, const std::string& name, const TensorRef& ref, const 
   } catch (const Error& e) {
     throw Error(row_message(row, "cached tensor '" + name + "' (" + ref.describe() + "): " + e.what()), e.code());
   }
+}
+
+// Where a row's sound comes from: its own audio file, else its video's sound track.
+const std::filesystem::path& audio_source(const Row& row, const DataOptions& o) {
+  if (!row.audio_path.empty()) return row.audio_path;
+  if (row.media != MediaKind::video)
+    throw Error("data.audio is on and a frames row has no sound: name its sound file in the '" + o.columns.audio + "' field",
+                ExitCode::bad_input);
+  return row.media_path;
+}
+
+// The row's sound over exactly the frames `clip` shows, as the float32 tensor "audio"
+// [channels, samples]: from the first frame's timestamp to the last one's plus one frame.
+// Padded frames (a clip shorter than its sample) get silence, like their repeated picture.
+void add_audio(Sample& s, const Row& row, const Clip& clip, const DataOptions& o, const MediaLimits& limits) {
+  const auto& src = audio_source(row, o);
+  if (!(clip.source_fps > 0.0))
+    throw Error(src.string() + ": the video declares no frame rate, so the sound of its frames cannot be located; give the row "
+                "its rate ('fps') or re-mux the video",
+                ExitCode::bad_input);
+  double real = 0.0;
+  const AudioWindow w = frames_window(clip.selection, clip.source_fps, o.fps, &real);
+  const int rate = o.audio.sample_rate, channels = o.audio.channels;
+  const std::int64_t total = audio_samples(w.duration, rate);
+  const Audio a = decode_audio(src, {rate, channels}, {w.start, real}, limits);
+  const std::int64_t have = std::min(a.samples, total);
+  RawTensor t;
+  t.dtype = "float32";
+  t.shape = {channels, total};
+  t.bytes.assign(static_cast<std::size_t>(channels * total) * sizeof(float), '\0');
+  for (int c = 0; c < channels; ++c)
+    std::memcpy(t.bytes.data() + static_cast<std::size_t>(c * total) * sizeof(float),
+                a.pcm.data() + static_cast<std::size_t>(c) * static_cast<std::size_t>(a.samples),
+                static_cast<std::size_t>(have) * sizeof(float));
+  s.tensor_info["audio"] = {t.dtype, t.shape, true};
+  s.tensors["audio"] = std::move(t);
+  s.source += ", audio " + a.source.codec + " " + std::to_string(a.source.sample_rate) + " Hz x" + std::to_string(a.source.channels) +
+              " from " + std::to_string(w.start).substr(0, 5) + " s";
+}
+
+// A cached tensor against what the model expects of it (data.tensor_shapes or the plugin's
+// declaration): the same rank, and the same size wherever the expectation is not -1.
+void check_expectation(const std::string& name, const std::vector<std::int64_t>& shape, const TensorExpectation& e) {
+  bool ok = shape.size() == e.shape.size();
+  for (std::size_t i = 0; ok && i < shape.size(); ++i) ok = e.shape[i] < 0 || e.shape[i] == shape[i];
+  if (!ok)
+    throw Error("tensor '" + name + "' has shape " + shape_str(shape) + " but the model expects " + expectation_str(e.shape) +
+                    " per row (-1: any size); re-encode it for this model or fix the row",
+                ExitCode::bad_input);
 }
 
 }  // namespace
@@ -179,6 +230,10 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
           const VideoInfo info = probe_video(row.media_path, limits);
           s.source = info.codec + " " + std::to_string(info.width) + "x" + std::to_string(info.height) + " " +
                      std::to_string(info.fps).substr(0, 5) + " fps ~" + std::to_string(info.declared_frames) + " frames";
+          if (o.audio.enabled) {
+            const AudioInfo a = probe_audio(audio_source(row, o), limits);
+            s.source += ", audio " + a.codec + " " + std::to_string(a.sample_rate) + " Hz";
+          }
           break;
         }
         const ClipTarget t{w, h, o.resize_mode, s.shape.frames, o.fps};
@@ -192,6 +247,7 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
         });
         s.source = std::to_string(clip.source_frames) + " frames at " + std::to_string(clip.source_fps).substr(0, 5) + " fps" +
                    (clip.selection.padded ? ", " + std::to_string(clip.selection.padded) + " padded" : "");
+        if (o.audio.enabled) add_audio(s, row, clip, o, limits);
         s.pixels = std::move(clip.rgb);
         break;
       }
@@ -203,6 +259,7 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
                         ExitCode::bad_input);
           for (const auto& f : row.frame_paths) probe_image_file(f, limits.max_pixels);
           s.source = std::to_string(row.frame_paths.size()) + " frame images";
+          if (o.audio.enabled) probe_audio(audio_source(row, o), limits);
           break;
         }
         const ClipTarget t{w, h, o.resize_mode, s.shape.frames, o.fps};
@@ -213,6 +270,7 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
         Clip clip = decode_frame_list(row.frame_paths, row.fps, t, limits);
         s.source = std::to_string(clip.source_frames) + " frame images" +
                    (clip.selection.padded ? ", " + std::to_string(clip.selection.padded) + " padded" : "");
+        if (o.audio.enabled) add_audio(s, row, clip, o, limits);
         s.pixels = std::move(clip.rgb);
         break;
       }
@@ -229,6 +287,19 @@ Sample decode_row(const Row& row, std::size_t index, const DataOptions& o, Decod
   if (row.attention_mask) add_tensor(s, "prompt_attention_mask", *row.attention_mask, row, depth);
   if (row.pooled_embeds) add_tensor(s, "pooled_prompt_embeds", *row.pooled_embeds, row, depth);
   for (const auto& [name, ref] : row.tensors) add_tensor(s, name, ref, row, depth);
+  for (const auto& [name, e] : o.tensor_shapes) {
+    if (e.with_latents && row.media == MediaKind::latents && !s.tensor_info.count(name) && !s.deferred.count(name))
+      throw Error(row_message(row, "the row has cached latents but no '" + name + "', which the model needs with them (shape " +
+                                       expectation_str(e.shape) + "); add it to the row, or give the row its raw media"),
+                  ExitCode::bad_input);
+    auto it = s.tensor_info.find(name);
+    if (it == s.tensor_info.end()) continue;
+    try {
+      check_expectation(name, it->second.shape, e);
+    } catch (const Error& err) {
+      throw Error(row_message(row, err.what()), err.code());
+    }
+  }
   return s;
 }
 

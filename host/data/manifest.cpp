@@ -167,13 +167,22 @@ Row parse_row(const json& v, const DataOptions& o, const fs::path& manifest) {
   if ((row.attention_mask || row.pooled_embeds) && !row.prompt_embeds)
     bad("row has a cached attention mask or pooled embeddings but no '" + c.prompt_embeds + "'");
 
+  if (const json* a = field(c.audio)) {
+    if (!a->is_string() || a->get<std::string>().empty())
+      bad("field '" + c.audio + "' must be the path of a sound file (or a video with sound), got " + a->dump());
+    if (row.media != MediaKind::video && row.media != MediaKind::frames)
+      bad("field '" + c.audio + "' belongs to a video row (its frames choose the stretch of sound), but this row holds " +
+          std::string(row.media == MediaKind::latents ? "cached latents (cache its sound as a tensor too)" : "an image"));
+    row.audio_path = resolve_existing(policy, c.audio, a->get<std::string>());
+  }
   if (const json* t = field("tensors")) {
     if (!t->is_object()) bad("field 'tensors' must be an object {name: tensor}, got " + type_name(*t));
     for (const auto& [name, value] : t->items()) row.tensors[name] = parse_tensor_ref(value, "tensors." + name, policy);
   }
   for (const auto& [name, value] : v.items()) {
     if (value.is_string() && !row.tensors.count(name) && name != c.latents && name != c.prompt_embeds &&
-        name != c.attention_mask && name != c.pooled_embeds && name != c.image && name != c.video && name != "file_name" &&
+        name != c.attention_mask && name != c.pooled_embeds && name != c.image && name != c.video && name != c.audio &&
+        name != "file_name" &&
         is_tensor_extension(lower_extension(fs::path(value.get<std::string>().substr(0, value.get<std::string>().find('#')))))) {
       row.tensors[name] = parse_tensor_ref(value, name, policy);
     }

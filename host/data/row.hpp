@@ -53,6 +53,7 @@ struct Row {
   std::string inline_image;                       // image: decoded base64 bytes
   std::string media_ref;                          // the manifest text, for keys and messages
   std::optional<TensorRef> latents;
+  std::filesystem::path audio_path;               // the row's sound file (data.audio_column); empty: none
 
   std::optional<std::string> prompt;
   std::optional<TensorRef> prompt_embeds;

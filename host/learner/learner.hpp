@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "data/options.hpp"
+
 namespace yeto::config {
 class Config;
 }
@@ -34,6 +36,10 @@ struct RunOptions {
   // trains its own data shard (logical_rank / world above), LoRA gradients are averaged before
   // each optimizer step, and only island rank 0 writes RUN_DIR.
   island::Collectives* ranks = nullptr;
+  // What the model's plugin declares of its rows (its load_pipeline plan's "inputs": audio,
+  // expected cached-tensor shapes), laid over data.* (data::apply_row_inputs).
+  data::RowInputs inputs;
+  std::string inputs_from;  // who declared them, for messages ("plugin NAME")
 };
 
 struct RunResult {

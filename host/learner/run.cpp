@@ -56,7 +56,9 @@ RunResult run(const config::Config& cfg, const RunOptions& options, OuterSync* s
   check_cache_datasets(cfg, *pipeline);
   auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                  boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
-  return train(*model, cfg, options, sync, [&](io::Provenance& p) { pipeline->record_provenance(p); });
+  RunOptions with_inputs = options;
+  with_inputs.inputs = pipeline::declared_row_inputs(*pipeline, &with_inputs.inputs_from);
+  return train(*model, cfg, with_inputs, sync, [&](io::Provenance& p) { pipeline->record_provenance(p); });
 }
 
 }  // namespace yeto::learner

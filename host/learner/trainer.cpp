@@ -92,9 +92,15 @@ void report_manifest_errors(const data::Manifest& m, data::BadRowPolicy policy,
   }
 }
 
-RunData read_run_data(const config::Config& cfg, const Settings& s) {
+RunData read_run_data(const config::Config& cfg, const Settings& s, const RunOptions& run) {
   RunData d;
   d.options = data::data_options(cfg);
+  if (!run.inputs.empty()) {
+    data::apply_row_inputs(d.options, run.inputs, run.inputs_from);
+    if (d.options.audio.enabled)
+      spdlog::info("data: {} takes audio: each video row's sound at {} Hz, {} channel(s), cut to its sampled frames",
+                   run.inputs_from, d.options.audio.sample_rate, d.options.audio.channels);
+  }
   if (d.options.source.empty()) throw UsageError("data.path: no training data given (set data.path or --data)");
   d.train = data::read_manifest(data::resolve_source(d.options), d.options);
   report_manifest_errors(d.train, d.options.on_bad_row, d.manifest_bad_rows);
@@ -456,7 +462,7 @@ RunResult Loop::run(const std::function<void(io::Provenance&)>& record_provenanc
 
 void Loop::setup() {
   if (opt_.run_dir.empty()) throw UsageError("train: --output RUN_DIR is required");
-  data_ = read_run_data(cfg_, s_);
+  data_ = read_run_data(cfg_, s_, opt_);
   state_.skipped = data_.manifest_bad_rows;
   state_.skipped_rows = static_cast<std::int64_t>(state_.skipped.size());
   state_.config_hash = cfg_.hash();

@@ -14,6 +14,7 @@
 #include "data/torch/batch.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/instance.hpp"
+#include "plugin/loader.hpp"
 
 namespace yeto::pipeline {
 using nlohmann::json;
@@ -157,6 +158,14 @@ data::CacheProfile cache_profile(const Pipeline& pipeline, const data::DataOptio
   p.model_commit = pipeline.model_commit();
   p.components = pipeline.component_hashes();
   return p;
+}
+
+data::RowInputs declared_row_inputs(const Pipeline& pipeline, std::string* from) {
+  const std::string who = "the model's plugin (" + pipeline.loaded_plugin().manifest.name + ")";
+  if (from) *from = who;
+  const auto& plan = pipeline.plan();
+  if (!plan.is_object() || !plan.contains("inputs")) return {};
+  return data::parse_row_inputs(plan["inputs"], who);
 }
 
 data::CacheProfile validate_cache(const std::filesystem::path& dir, const Pipeline& pipeline,

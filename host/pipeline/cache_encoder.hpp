@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "data/cache_builder.hpp"
 #include "data/cache_contract.hpp"
@@ -26,6 +27,12 @@ data::CacheProfile cache_profile(const Pipeline& pipeline, const data::DataOptio
 // no contract. Returns the cache's profile (with its tensor dtypes/shapes).
 data::CacheProfile validate_cache(const std::filesystem::path& dir, const Pipeline& pipeline,
                                   const data::DataOptions& options);
+
+// What the pipeline's plugin declares of its rows (its plan's "inputs": audio, expected cached
+// tensor shapes; see plugin.h load_pipeline), empty when it declares nothing. *from is set to
+// who declared them, for messages ("the model's plugin (NAME)"). Throws yeto::Error
+// (bad_input) naming the plugin when the declaration is malformed.
+data::RowInputs declared_row_inputs(const Pipeline& pipeline, std::string* from);
 
 struct CacheEncoderOptions {
   bool sample_latents = false;  // encode_media {"sample": ...}: false takes the distribution's mean

@@ -421,6 +421,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
     s.plan = plan;
   }
   s.plan["components"] = comps;
+  if (options.plan_only) return p;
 
   // 5. Build every planned component.
   PtCache pt_cache;  // torch.save archives the plan names, read once

@@ -54,6 +54,7 @@ struct OpenOptions {
   bool load_weights = true;  // false: random weights (shapes only), for init-model and planning
   bool prepare = true;       // false: stop after building components (no LoRA attached)
   std::int64_t logical_rank = 0;  // the learner's logical rank: the plugin's RNG streams differ per rank
+  bool plan_only = false;    // stop after step 4: the plugin's plan, no component built (data check)
 };
 
 // model.id as the run names it, with a relative local directory resolved from the directory

@@ -11,6 +11,7 @@
 #include "data/source.hpp"
 #include "data/torch/batch.hpp"
 #include "data_test_util.hpp"
+#include "support/av_clips.hpp"
 
 namespace yeto::data {
 namespace {
@@ -61,6 +62,29 @@ TEST(DataBatch, ImagesVideosAndCachedTensorsBecomeTensors) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("data.bucket_by_shape"));
   }
+}
+
+TEST(DataBatch, TheSoundOfVideoRowsIsStackedAsTheAudioTensor) {
+  TempDir t;
+  test::AvClipSpec s;  // 2 s at 24 fps, a tone in [0.75, 1.0)
+  test::av_clip(t / "a.mp4", s);
+  s.bursts = {{1.0, 1.25}};
+  test::av_clip(t / "b.mp4", s);
+  t.write("m.jsonl", "{\"video\": \"a.mp4\", \"prompt\": \"a\"}\n{\"video\": \"b.mp4\", \"prompt\": \"b\"}\n");
+  DataOptions o = test::small_options(t / "m.jsonl", 16, 16);
+  o.num_frames = 24;
+  o.audio = {true, 16000, 1};
+  const Manifest m = read_manifest(resolve_source(o), o);
+  const TensorBatch b = collate({decode_row(m.rows[0], 0, o), decode_row(m.rows[1], 1, o)});
+  ASSERT_EQ(b.pixel_values.sizes(), (std::vector<std::int64_t>{2, 3, 24, 16, 16}));
+  const at::Tensor audio = b.tensors.at("audio");
+  ASSERT_EQ(audio.sizes(), (std::vector<std::int64_t>{2, 1, 16000}));
+  EXPECT_EQ(audio.scalar_type(), at::kFloat);
+  // Row 0 sounds in [4000, 8000) of its window (0.5 s in), row 1 a quarter second later.
+  EXPECT_GT(audio[0][0].slice(0, 4200, 7800).abs().max().item<float>(), 0.4f);
+  EXPECT_LT(audio[0][0].slice(0, 8200, 16000).abs().max().item<float>(), 0.05f);
+  EXPECT_LT(audio[1][0].slice(0, 0, 7800).abs().max().item<float>(), 0.05f);
+  EXPECT_GT(audio[1][0].slice(0, 8200, 11800).abs().max().item<float>(), 0.4f);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "data/sampler.hpp"
 #include "data/source.hpp"
 #include "data_test_util.hpp"
+#include "support/av_clips.hpp"
 
 namespace yeto::data {
 namespace {
@@ -68,13 +69,18 @@ fs::path& seed_dir() {
   return d;
 }
 
-void mutate_media(const std::string& file, const std::string& row, int rounds, std::uint64_t seed, std::int64_t frames = 1) {
+// `keep`: unmutated files the row also names, copied beside the mutant. `audio`: decode the
+// row's sound too.
+void mutate_media(const std::string& file, const std::string& row, int rounds, std::uint64_t seed, std::int64_t frames = 1,
+                  bool audio = false, const std::vector<std::string>& keep = {}) {
   TempDir t;
   const fs::path src = seed_dir() / file;
   const std::string original = test::read_bytes(src);
   ASSERT_FALSE(original.empty()) << src;
+  for (const auto& k : keep) fs::copy_file(seed_dir() / k, t / k);
   DataOptions o = test::small_options(t / "m.jsonl", 12, 10);
   o.num_frames = frames;
+  o.audio.enabled = audio;
   o.max_pixels = 1 << 22;
   o.max_frames = 600;
   SeededStream rng(seed);
@@ -101,6 +107,22 @@ class DataMutation : public ::testing::Test {
     test::ffmpeg({"-f", "lavfi", "-i", "testsrc=size=16x12:rate=5", "-t", "0.6", "-f", "gif", (d / "a.gif").string()});
     test::h264_video(d / "a.mp4", 32, 24, 0.5, 12);
     test::indexed_video(d / "a.mkv", 16, 12, 6, 6, 30);
+    test::AvClipSpec sound;
+    sound.width = 16;
+    sound.height = 12;
+    sound.fps = 12;
+    sound.seconds = 0.5;
+    sound.sample_rate = 22050;
+    sound.bursts = {{0.1, 0.3}};
+    test::av_clip(d / "sound.mp4", sound);
+    sound.video_codec = "ffv1";
+    sound.audio_codec = "";
+    test::av_clip(d / "silent.mkv", sound);
+    for (const auto& [name, codec] : std::vector<std::pair<std::string, std::string>>{
+             {"a.wav", "pcm_s16le"}, {"a.flac", "flac"}, {"a.mp3", "libmp3lame"}, {"a.ogg", "libvorbis"}}) {
+      sound.audio_codec = codec;
+      test::burst_audio(d / name, sound);
+    }
   }
   static void TearDownTestSuite() { seeds_.reset(); }
   static std::unique_ptr<TempDir> seeds_;
@@ -118,6 +140,14 @@ TEST_F(DataMutation, Images) {
 TEST_F(DataMutation, Videos) {
   mutate_media("a.mp4", R"({"video": "a.mp4", "prompt": "x"})", 80, 6, 4);
   mutate_media("a.mkv", R"({"video": "a.mkv", "prompt": "x"})", 80, 7, 4);
+}
+
+TEST_F(DataMutation, SoundTracksAndSoundFiles) {
+  mutate_media("sound.mp4", R"({"video": "sound.mp4", "prompt": "x"})", 80, 11, 4, true);
+  for (const auto& [name, seed] : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"a.wav", 12}, {"a.flac", 13}, {"a.mp3", 14}, {"a.ogg", 15}})
+    mutate_media(name, R"({"video": "silent.mkv", "audio": ")" + name + R"(", "prompt": "x"})", 60, seed, 4, true,
+                 {"silent.mkv"});
 }
 
 TEST_F(DataMutation, TensorFiles) {

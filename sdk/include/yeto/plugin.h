@@ -446,6 +446,13 @@ typedef struct yeto_plugin_v1 {
    *   builds every component (host classes natively, the plugin's own through its constructor)
    *   and streams each folder's weights in. "boundary_ratio" (also read from model_index.json)
    *   times num_train_timesteps is the timestep that routes rows between two denoisers.
+   *   "inputs" (optional) declares what the model needs of its rows besides media and text:
+   *   {"audio": {"sample_rate": int, "channels": 1 | 2}} makes the host hand every video row's
+   *   sound (its "audio" file, else the video's sound track) to the training hooks as the float32
+   *   tensor "audio" [B, channels, samples], cut to the time span of the row's sampled frames;
+   *   {"tensors": {"<name>": {"shape": [per-row sizes, -1: any], "with_latents": bool}}} makes
+   *   `data check` and the loader refuse a row whose cached tensor of that name has another
+   *   shape (or, with with_latents, a cached-latents row without it), naming the row.
    * prepare gets, once the components exist (component_get answers from here on):
    *   {"lora": {"targets": [names or a preset such as "auto"], "r": int, "alpha": number,
    *   "dropout": number}, "tuning": "lora" | "full", "precision": "float32" | "bf16" | "fp16",
@@ -510,7 +517,8 @@ typedef struct yeto_plugin_v1 {
    * its caption or "", "seed": a 64-bit seed for the row's randomness (the same for the same
    * run seed, topology, step and position), "training": false at validation, which runs under
    * no-grad}. batch: "pixel_values" (float32 in [-1, 1], [B, 3, H, W] or [B, 3, F, H, W]) when
-   * the rows carry media, and every cached tensor of the rows by its name, batch-first.
+   * the rows carry media, "audio" (float32 [B, channels, samples]) when the plugin declares an
+   * audio input, and every cached tensor of the rows by its name, batch-first.
    * *loss: a scalar floating-point tensor with its graph (the host backpropagates it);
    * metrics_json: a JSON object of numbers (may be "{}"), logged per step as "model/<name>". */
   yeto_status (*loss_step)(void* instance, const char* rows_json, const yeto_named_tensors* batch,
