@@ -45,8 +45,7 @@ std::string number(double v, const char* format) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   std::string s = buf;
-  if (s == "-0.000") s = "0.000";
-  if (s == "-0.00") s = "0.00";
+  if (s.find_first_not_of("-0.") == std::string::npos && s[0] == '-') s.erase(0, 1);  // "-0.000": what rounds to 0
   return s;
 }
 

@@ -29,6 +29,9 @@ std::string name_field(const Atom& a) {
   return a.name + std::string(4 - a.name.size(), ' ');
 }
 
+// -0.0001 would print as "-0.000": what rounds to zero is written as zero.
+double column(float v, double half_unit) { return std::fabs(v) < half_unit ? 0.0 : static_cast<double>(v); }
+
 }  // namespace
 
 std::string pdb_text(const Structure& s) {
@@ -70,8 +73,8 @@ std::string pdb_text(const Structure& s) {
                                       " does not fit the 8 columns of the PDB format");
       std::snprintf(line, sizeof line, "%-6s%5d %4s %3s %1s%4lld    %8.3f%8.3f%8.3f%6.2f%6.2f          %2s  \n",
                     a.hetero ? "HETATM" : "ATOM", ++serial, name_field(a).c_str(), a.residue.c_str(), a.chain.c_str(),
-                    static_cast<long long>(a.residue_index), static_cast<double>(x[0]), static_cast<double>(x[1]),
-                    static_cast<double>(x[2]), static_cast<double>(a.occupancy), static_cast<double>(a.b_factor),
+                    static_cast<long long>(a.residue_index), column(x[0], 5e-4), column(x[1], 5e-4), column(x[2], 5e-4),
+                    column(a.occupancy, 5e-3), column(a.b_factor, 5e-3),
                     upper(a.element).c_str());
       out += line;
       if (i + 1 == s.atoms.size() || s.atoms[i + 1].chain != a.chain) {

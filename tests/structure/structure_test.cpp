@@ -137,6 +137,7 @@ TEST(Structure, PdbRoundTripsWithFixedColumns) {
   EXPECT_EQ(ca.substr(54, 6), "  1.00");
   EXPECT_EQ(ca.substr(76, 2), " C");
   EXPECT_EQ(lines[3], "TER       3      ALA A   1");
+  EXPECT_EQ(lines[1].substr(30, 24), "   0.000   0.000 100.125") << "-0 is written as 0";
   EXPECT_EQ(lines[4].substr(12, 4), " C4'");
   const std::string& zn = lines[7];
   EXPECT_EQ(zn.substr(0, 6), "HETATM");
