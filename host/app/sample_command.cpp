@@ -426,6 +426,18 @@ int run_sample(CommandContext& ctx) {
   auto write = [&](std::size_t i, const plugin::NamedTensors& outputs, const std::string& to) {
     if (format == Format::structure) {
       const auto path = output_path(to, i, prompts.size());
+      // A plugin that ran an external program reports how many files it left in output_dir.
+      if (const at::Tensor* files = find_output(outputs, "output_files"); files && files->numel() == 1) {
+        const auto dir = std::filesystem::path(path).replace_extension();
+        spdlog::info("sample: plugin '{}' left {} file(s) in {}", pipe->loaded_plugin().manifest.name,
+                     files->to(at::kCPU).to(at::kLong).item<std::int64_t>(), dir.string());
+        if (!find_output(outputs, "structure_coordinates") && !find_output(outputs, "structure_mmcif")) {
+          spdlog::warn("sample: plugin '{}' gave no structure (no predicted model); nothing written to {}",
+                       pipe->loaded_plugin().manifest.name, path.string());
+          std::cout << dir.string() << "\n";
+          return report::Image{};
+        }
+      }
       const auto s = structure_from_outputs(outputs, pipe->loaded_plugin().manifest.name, path.stem().string());
       for (const auto& p : structure_paths(path, structure_formats)) {
         structure::write_structure(p, s);
