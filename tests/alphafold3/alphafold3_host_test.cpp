@@ -37,6 +37,7 @@ struct Af3Folder {
     tmp.write("alphafold3/model_index.json", R"({"_class_name": "AlphaFold3"})");
     tmp.write("fold.json", R"({"name": "Tiny", "modelSeeds": [1], "sequences": []})");
     tmp.write("fail.json", R"({"name": "Broken", "exit": 3})");
+    tmp.write("garbled.json", R"({"name": "Garbled"})");
     env = {{kVars[0], (tmp / "install/af3").string()},
            {kVars[1], (tmp / "install/params").string()},
            {kVars[2], (tmp / "install/dbs").string()}};
@@ -155,4 +156,27 @@ TEST(AlphaFold3Host, AFailedRunReportsItsStatusAndLog) {
   EXPECT_EQ(record.at("outcome"), "exit status 3");
   EXPECT_TRUE(record.at("top_model").is_null());
   EXPECT_FALSE(fs::exists(s.tmp / "out/broken.cif"));
+}
+
+TEST(AlphaFold3Host, ADataPipelineOnlyRunLeavesFilesAndNoStructure) {
+  Af3Folder s;
+  const auto r = s.sample({"--set", kAccept, "--set", "alphafold3.args=[\"--run_inference=false\"]"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(fs::is_regular_file(s.tmp / "out/fold/alphafold3/tiny/tiny_data.json"));
+  EXPECT_TRUE(contains(r.all(), "plugin 'alphafold3' gave no structure (no predicted model); nothing written to out/fold.cif"))
+      << r.all();
+  EXPECT_TRUE(contains(r.out, "out/fold\n")) << r.out;
+  EXPECT_FALSE(fs::exists(s.tmp / "out/fold.cif"));
+  EXPECT_TRUE(json::parse(yeto::test::read_text(s.tmp / "out/fold/run_alphafold.json")).at("top_model").is_null());
+}
+
+TEST(AlphaFold3Host, AModelTheParserRefusesIsNamed) {
+  Af3Folder s;
+  const auto r = s.sample({"--set", kAccept}, "garbled.json", "out/garbled.cif");
+  EXPECT_EQ(r.exit_code, 30) << r.all();
+  EXPECT_TRUE(contains(r.all(), "plugin 'alphafold3' structure_mmcif:5: the loop of _atom_site has 51 values, not a "
+                                "multiple of its 18 columns"))
+      << r.all();
+  EXPECT_FALSE(fs::exists(s.tmp / "out/garbled.cif"));
+  EXPECT_TRUE(fs::is_regular_file(s.tmp / "out/garbled/alphafold3/garbled/garbled_model.cif")) << "its files stay";
 }

@@ -3,7 +3,9 @@
 // line to stdout and one to stderr, and, unless the input JSON asks it to fail with
 // {"exit": N}, writes an AlphaFold 3-style job folder <output_dir>/<name>/ holding the
 // top-ranked <name>_model.cif (three atoms, an RNA nucleotide's primed names among them, in the
-// column set AlphaFold 3 writes), a per-sample model and the ranking scores.
+// column set AlphaFold 3 writes), a per-sample model and the ranking scores. With
+// --run_inference=false it writes only <name>_data.json (the data pipeline's output); an input
+// named "Garbled" gets a model whose atom_site loop is cut short.
 #pragma once
 
 #include <string>
@@ -24,6 +26,11 @@ if fold.get("exit"):
     print("stand-in: failing as asked", file=sys.stderr)
     sys.exit(fold["exit"])
 job = fold["name"].lower()
+if "--run_inference=false" in sys.argv:
+    os.makedirs(os.path.join(out, job))
+    with open(os.path.join(out, job, job + "_data.json"), "w") as f:
+        json.dump(fold, f)
+    sys.exit(0)
 cif = """data_{job}
 #
 _entry.id {job}
@@ -52,6 +59,8 @@ ATOM 2 C CA . GLY A 1 1 ? 2.000 -2.000 4.000 1.00 92.25 1 A 1
 ATOM 3 C "C4'" . A B 2 1 ? -7.125 0.500 12.000 1.00 70.00 1 B 1
 #
 """.format(job=job)
+if job == "garbled":
+    cif = cif.replace("1.00 70.00 1 B 1", "1.00 70.00")
 folder = os.path.join(out, job)
 os.makedirs(os.path.join(folder, "seed-1_sample-0"))
 with open(os.path.join(folder, job + "_model.cif"), "w") as f:
