@@ -1,10 +1,12 @@
 // `yeto-host sample`: generation with a model's family plugin (optionally with a LoRA adapter folded in),
 // written as PNG, MP4 or a frames directory, or, for a family whose generation ends in an occupancy
-// field (3-D shapes), as a GLB or OBJ mesh of the field's 0 level set.
+// field (3-D shapes), as a GLB or OBJ mesh of the field's 0 level set, or, for a structure family
+// (proteins, nucleic acids, ligands), as mmCIF and / or PDB with one model per sample.
 #include <ATen/ATen.h>
 
 #include <cctype>
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +30,7 @@
 #include "data/torch/batch.hpp"
 #include "io/tensors.hpp"
 #include "mesh/mesh.hpp"
+#include "structure/structure.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/instance.hpp"
 #include "report/grid.hpp"
@@ -81,7 +84,7 @@ double real(const CommandContext& ctx, const std::string& option, double fallbac
   }
 }
 
-enum class Format { png, mp4, frames, mesh, tensors };
+enum class Format { png, mp4, frames, mesh, tensors, structure };
 
 Format output_format(const CommandContext& ctx, const std::string& output) {
   const std::string ext = std::filesystem::path(output).extension().string();
@@ -89,11 +92,12 @@ Format output_format(const CommandContext& ctx, const std::string& output) {
   if (ctx.has("format")) {
     const std::string f = ctx.value("format");
     if (f == "frames") return Format::frames;
-    if (f != "png" && f != "mp4" && f != "glb" && f != "obj" && f != "safetensors")
-      throw UsageError("--format '" + f + "': expected png, mp4, frames, glb, obj or safetensors");
-    if (dir || ext != "." + f)
+    if (f != "png" && f != "mp4" && f != "glb" && f != "obj" && f != "safetensors" && f != "cif" && f != "pdb")
+      throw UsageError("--format '" + f + "': expected png, mp4, frames, glb, obj, safetensors, cif or pdb");
+    if (dir || (ext != "." + f && !(f == "cif" && ext == ".mmcif")))
       throw UsageError("--format " + f + " with --output " + output + ": the output must end in ." + f +
                        " (or drop --format to choose by the extension)");
+    if (f == "cif" || f == "pdb") return Format::structure;
     return f == "png" ? Format::png : f == "mp4" ? Format::mp4 : f == "safetensors" ? Format::tensors : Format::mesh;
   }
   if (dir) return Format::frames;
@@ -101,9 +105,11 @@ Format output_format(const CommandContext& ctx, const std::string& output) {
   if (ext == ".mp4") return Format::mp4;
   if (ext == ".glb" || ext == ".obj") return Format::mesh;
   if (ext == ".safetensors") return Format::tensors;
+  if (ext == ".cif" || ext == ".mmcif" || ext == ".pdb") return Format::structure;
   throw UsageError("--output " + output + ": cannot tell the format from '" + ext +
                    "'; end it in .png (images), .mp4 (a clip), '/' (a directory of PNG frames), .glb / .obj (a "
-                   "mesh, for 3-D families) or .safetensors (every tensor the plugin generated), or pass --format");
+                   "mesh, for 3-D families), .cif / .pdb (a structure, for structure families) or .safetensors "
+                   "(every tensor the plugin generated), or pass --format");
 }
 
 // The tensors a prompt brings to generate: a prompt naming an existing .safetensors file (a
@@ -212,6 +218,143 @@ sample::AudioTrack fit_to_clip(const sample::AudioTrack& a, int frames, double f
   return out;
 }
 
+const at::Tensor* find_output(const plugin::NamedTensors& outputs, const std::string& name) {
+  for (const auto& [n, t] : outputs)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+// The structure of generate's "structure_*" tensors (one model per sample):
+//   structure_coordinates  float [S, N, 3] (Å), structure_atom_name uint8 [N, 4] (ASCII, NUL-padded),
+//   structure_element int64 [N] (atomic number, 0 unknown), structure_residue_name uint8 [N, 3],
+//   structure_residue_index int64 [N] (1-based), structure_chain_index int64 [N] (0-based: A..Z, AA, ...),
+//   structure_is_hetero uint8 [N] (optional, 0 / 1);
+// or of "structure_mmcif" uint8 [bytes]: an mmCIF file the plugin holds (an external program's
+// prediction), read with the host's parser. Every violation names the tensor.
+structure::Structure structure_from_outputs(const plugin::NamedTensors& outputs, const std::string& plugin_name,
+                                            const std::string& name) {
+  const std::string who = "sample: plugin '" + plugin_name + "' output ";
+  auto bad = [&](const std::string& tensor, const std::string& what) {
+    return Error(who + "'" + tensor + "' " + what, ExitCode::failure);
+  };
+  const at::Tensor* coords = find_output(outputs, "structure_coordinates");
+  if (!coords) {
+    const at::Tensor* cif = find_output(outputs, "structure_mmcif");
+    if (!cif)
+      throw Error("sample: plugin '" + plugin_name + "' generated no 'structure_coordinates' (nor 'structure_mmcif'), "
+                  "so there is no structure to write; write its images or clips as .png / .mp4",
+                  ExitCode::bad_input);
+    if (cif->scalar_type() != at::kByte || cif->dim() != 1 || cif->numel() == 0)
+      throw bad("structure_mmcif", "must be the bytes of an mmCIF file, uint8 [bytes], got " +
+                                       std::string(c10::toString(cif->scalar_type())) + " " + c10::str(cif->sizes()));
+    const at::Tensor b = cif->to(at::kCPU).contiguous();
+    const std::string text(reinterpret_cast<const char*>(b.data_ptr<std::uint8_t>()), static_cast<std::size_t>(b.numel()));
+    structure::Structure s = structure::parse_mmcif(text, "plugin '" + plugin_name + "' structure_mmcif");
+    s.name = name;
+    return s;
+  }
+  if (coords->dim() != 3 || coords->size(2) != 3 || coords->size(0) < 1 || coords->size(1) < 1 ||
+      !at::isFloatingType(coords->scalar_type()))
+    throw bad("structure_coordinates", "must be float [S samples, N atoms, 3] with S, N >= 1, got " +
+                                           std::string(c10::toString(coords->scalar_type())) + " " +
+                                           c10::str(coords->sizes()));
+  const std::int64_t S = coords->size(0), N = coords->size(1);
+  auto need = [&](const char* tensor, at::ScalarType type, std::vector<std::int64_t> shape, bool optional = false) {
+    const at::Tensor* t = find_output(outputs, tensor);
+    if (!t) {
+      if (optional) return at::Tensor();
+      throw bad(tensor, "is missing: a plugin that generates 'structure_coordinates' [" + std::to_string(S) + ", " +
+                            std::to_string(N) + ", 3] must also give it");
+    }
+    if (t->scalar_type() != type || t->sizes() != at::IntArrayRef(shape))
+      throw bad(tensor, "must be " + std::string(c10::toString(type)) + " " + c10::str(at::IntArrayRef(shape)) +
+                            " (N atoms of 'structure_coordinates'), got " + std::string(c10::toString(t->scalar_type())) +
+                            " " + c10::str(t->sizes()));
+    return t->to(at::kCPU).contiguous();
+  };
+  const at::Tensor names = need("structure_atom_name", at::kByte, {N, 4});
+  const at::Tensor elements = need("structure_element", at::kLong, {N});
+  const at::Tensor residues = need("structure_residue_name", at::kByte, {N, 3});
+  const at::Tensor seq = need("structure_residue_index", at::kLong, {N});
+  const at::Tensor chains = need("structure_chain_index", at::kLong, {N});
+  const at::Tensor hetero = need("structure_is_hetero", at::kByte, {N}, true);
+  // ASCII, printable, NUL-padded at the end only, not empty.
+  auto text = [&](const at::Tensor& t, const char* tensor, std::int64_t i) {
+    const std::uint8_t* p = t.data_ptr<std::uint8_t>() + i * t.size(1);
+    std::string out;
+    bool ended = false;
+    for (std::int64_t k = 0; k < t.size(1); ++k) {
+      if (p[k] == 0) {
+        ended = true;
+        continue;
+      }
+      if (ended || p[k] <= ' ' || p[k] >= 127)
+        throw bad(tensor, "atom " + std::to_string(i) + ": byte " + std::to_string(k) + " (" + std::to_string(p[k]) +
+                              ") is not printable ASCII before the NUL padding");
+      out += static_cast<char>(p[k]);
+    }
+    if (out.empty()) throw bad(tensor, "atom " + std::to_string(i) + " is empty (all NUL)");
+    return out;
+  };
+  structure::Structure s;
+  s.name = name;
+  s.atoms.resize(static_cast<std::size_t>(N));
+  const auto* el = elements.data_ptr<std::int64_t>();
+  const auto* sq = seq.data_ptr<std::int64_t>();
+  const auto* ch = chains.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < N; ++i) {
+    auto& a = s.atoms[static_cast<std::size_t>(i)];
+    a.name = text(names, "structure_atom_name", i);
+    a.residue = text(residues, "structure_residue_name", i);
+    if (el[i] < 0 || el[i] > 118)
+      throw bad("structure_element", "atom " + std::to_string(i) + ": atomic number " + std::to_string(el[i]) +
+                                         " is outside 0..118");
+    a.element = structure::element_symbol(el[i]);
+    if (sq[i] < 1)
+      throw bad("structure_residue_index", "atom " + std::to_string(i) + ": " + std::to_string(sq[i]) +
+                                               " (residue indices are 1-based)");
+    a.residue_index = sq[i];
+    if (ch[i] < 0 || ch[i] > 1000000)
+      throw bad("structure_chain_index", "atom " + std::to_string(i) + ": " + std::to_string(ch[i]) +
+                                             " (chain indices are 0-based)");
+    a.chain = structure::chain_id(ch[i]);
+    if (hetero.defined()) {
+      const std::uint8_t h = hetero.data_ptr<std::uint8_t>()[i];
+      if (h > 1) throw bad("structure_is_hetero", "atom " + std::to_string(i) + ": " + std::to_string(h) + " is not 0 or 1");
+      a.hetero = h == 1;
+    }
+  }
+  const at::Tensor xyz = coords->to(at::kCPU, at::kFloat).contiguous();
+  const float* x = xyz.data_ptr<float>();
+  for (std::int64_t m = 0; m < S; ++m) {
+    structure::Coordinates c(static_cast<std::size_t>(N));
+    for (std::int64_t i = 0; i < N; ++i)
+      for (int k = 0; k < 3; ++k) {
+        const float v = x[(m * N + i) * 3 + k];
+        if (!std::isfinite(v))
+          throw bad("structure_coordinates", "sample " + std::to_string(m) + ", atom " + std::to_string(i) + " (" +
+                                                 s.atoms[static_cast<std::size_t>(i)].name + "): a coordinate is " +
+                                                 std::to_string(v));
+        c[static_cast<std::size_t>(i)][static_cast<std::size_t>(k)] = v;
+      }
+    s.models.push_back(std::move(c));
+  }
+  return s;
+}
+
+// The structure files of one output: the path itself and, with --structure-format both, the
+// same stem in the other format.
+std::vector<std::filesystem::path> structure_paths(const std::filesystem::path& path, const std::string& formats) {
+  std::filesystem::path cif = path, pdb = path;
+  const bool is_pdb = path.extension() == ".pdb";
+  if (formats != "both") return {path};
+  if (is_pdb)
+    cif.replace_extension(".cif");
+  else
+    pdb.replace_extension(".pdb");
+  return {cif, pdb};
+}
+
 // The frames directory of prompt `index` of `count`: DIR itself, or DIR-000, DIR-001, ...
 std::filesystem::path frames_dir(std::string output, std::size_t index, std::size_t count) {
   while (output.size() > 1 && output.back() == '/') output.pop_back();
@@ -245,8 +388,21 @@ int run_sample(CommandContext& ctx) {
   const bool compare_base = ctx.has("compare-base");
   if (compare_base && !ctx.has("adapter-dir"))
     throw UsageError("sample: --compare-base renders every prompt with the base model and with the adapter; give --adapter-dir DIR");
-  if (ctx.has("grid") && (format == Format::mesh || format == Format::tensors))
-    throw UsageError("--grid: a grid shows images; a mesh or tensor output (" + output + ") has none");
+  if (ctx.has("grid") && (format == Format::mesh || format == Format::structure || format == Format::tensors))
+    throw UsageError("--grid: a grid shows images; a " +
+                     std::string(format == Format::mesh ? "mesh" : format == Format::tensors ? "tensor" : "structure") +
+                     " output (" + output + ") has none");
+  const std::string structure_formats = ctx.has("structure-format") ? ctx.value("structure-format") : "";
+  if (!structure_formats.empty()) {
+    if (structure_formats != "cif" && structure_formats != "pdb" && structure_formats != "both")
+      throw UsageError("--structure-format '" + structure_formats + "': expected cif, pdb or both");
+    if (format != Format::structure)
+      throw UsageError("--structure-format: the output " + output + " is no structure; end it in .cif or .pdb");
+    const std::string ext = std::filesystem::path(output).extension().string();
+    if (structure_formats != "both" && ext != "." + structure_formats && !(structure_formats == "cif" && ext == ".mmcif"))
+      throw UsageError("--structure-format " + structure_formats + " with --output " + output +
+                       ": the output must end in ." + structure_formats + " (or use both)");
+  }
   if (ctx.has("grid") && std::filesystem::path(ctx.value("grid")).extension() != ".png")
     throw UsageError("--grid " + ctx.value("grid") + ": the grid is a PNG image; end the path in .png");
 
@@ -314,9 +470,12 @@ int run_sample(CommandContext& ctx) {
 
   // One generation per prompt, each from its own seed (the prompts file's, else --seed): a
   // prompt's picture does not depend on the other prompts of the run.
-  auto generate = [&](std::size_t i) {
+  auto generate = [&](std::size_t i, const std::string& to) {
     request["prompts"] = nlohmann::json::array({prompts[i].prompt});
     request["seed"] = prompts[i].seed.value_or(seed);
+    // Where a plugin whose generation makes files of its own (an external program's outputs and
+    // log) puts them: the output's path without its extension (the host creates nothing there).
+    if (format != Format::frames) request["output_dir"] = output_path(to, i, prompts.size()).replace_extension().string();
     return pipe->plugin().generate(request.dump(), prompt_inputs(prompts[i].prompt, cfg.get_int("data.max_pixels")));
   };
   // Writes prompt i's media in the output format; returns the first frame for the grid.
@@ -334,6 +493,32 @@ int run_sample(CommandContext& ctx) {
       std::cout << path.string() << "\n";
       return report::Image{};
     }
+    if (format == Format::structure) {
+      const auto path = output_path(to, i, prompts.size());
+      // A plugin that ran an external program reports how many files it left in output_dir.
+      if (const at::Tensor* files = find_output(outputs, "output_files"); files && files->numel() == 1) {
+        const auto dir = std::filesystem::path(path).replace_extension();
+        spdlog::info("sample: plugin '{}' left {} file(s) in {}", pipe->loaded_plugin().manifest.name,
+                     files->to(at::kCPU).to(at::kLong).item<std::int64_t>(), dir.string());
+        if (!find_output(outputs, "structure_coordinates") && !find_output(outputs, "structure_mmcif")) {
+          spdlog::warn("sample: plugin '{}' gave no structure (no predicted model); nothing written to {}",
+                       pipe->loaded_plugin().manifest.name, path.string());
+          std::cout << dir.string() << "\n";
+          return report::Image{};
+        }
+      }
+      const auto s = structure_from_outputs(outputs, pipe->loaded_plugin().manifest.name, path.stem().string());
+      for (const auto& p : structure_paths(path, structure_formats)) {
+        structure::write_structure(p, s);
+        spdlog::info("sample: structure of {} atoms, {} model(s) -> {}", s.atoms.size(), s.models.size(), p.string());
+        std::cout << p.string() << "\n";
+      }
+      return report::Image{};
+    }
+    if (find_output(outputs, "structure_coordinates"))
+      throw Error("sample: plugin '" + pipe->loaded_plugin().manifest.name +
+                      "' generated a structure ('structure_coordinates'); write it as .cif or .pdb",
+                  ExitCode::bad_input);
     if (format == Format::mesh) {
       const auto path = output_path(to, i, prompts.size());
       const auto m = occupancy_mesh(outputs);
@@ -386,6 +571,7 @@ int run_sample(CommandContext& ctx) {
         break;
       case Format::mesh:  // written above
       case Format::tensors:
+      case Format::structure:
         break;
     }
     std::cout << path.string() << "\n";
@@ -398,9 +584,9 @@ int run_sample(CommandContext& ctx) {
 
   std::vector<std::vector<report::Image>> cells(prompts.size());
   if (compare_base)
-    for (std::size_t i = 0; i < prompts.size(); ++i) cells[i].push_back(write(i, generate(i), base_output(output)));
+    for (std::size_t i = 0; i < prompts.size(); ++i) cells[i].push_back(write(i, generate(i, base_output(output)), base_output(output)));
   fold_adapters();
-  for (std::size_t i = 0; i < prompts.size(); ++i) cells[i].push_back(write(i, generate(i), output));
+  for (std::size_t i = 0; i < prompts.size(); ++i) cells[i].push_back(write(i, generate(i, output), output));
 
   if (ctx.has("grid")) {
     report::GridSpec spec;
@@ -423,8 +609,8 @@ int run_sample(CommandContext& ctx) {
 void register_sample_command(Registry& r) {
   Command c;
   c.name = "sample";
-  c.summary = "Generate images, clips or meshes from a base model (optionally with an adapter) and write PNG, MP4, "
-              "frames, GLB or OBJ.";
+  c.summary = "Generate images, clips, meshes or structures from a base model (optionally with an adapter) and write "
+              "PNG, MP4, frames, GLB, OBJ, mmCIF or PDB.";
   c.description =
       "Runs the family plugin's sampling pipeline (for Flux: CLIP + T5 conditioning, flow-match Euler steps with the "
       "dynamic shift, VAE decode). The initial noise is drawn exactly as Diffusers draws it on CPU "
@@ -444,7 +630,11 @@ void register_sample_command(Registry& r) {
       "a .safetensors file hands its tensors to the plugin by name (e.g. cached image tokens 'image_embeds'), one naming "
       "an image file its pixels as 'image' (Hunyuan3D-2.1's image prompt, encoded by the repository's conditioner). An "
       "output ending in .safetensors (or --format safetensors) holds every tensor generate returned, by name (a "
-      "family's latents where no decoder runs here, e.g. NAVA's video and audio latents). The model is --model (model.id); the plugin is the "
+      "family's latents where no decoder runs here, e.g. NAVA's video and audio latents). A "
+      "structure family writes .cif (mmCIF, an atom_site loop) or .pdb (fixed-column ATOM / HETATM records), one model "
+      "per sample; --structure-format both writes both (the same stem). A plugin that runs an external program (AlphaFold "
+      "3) leaves that program's files, exit status and log in the output's path without its extension (fold.cif: "
+      "fold/). The model is --model (model.id); the plugin is the "
       "one its alias names or --diffusion-adapter. model.precision auto samples in float32 on CPU.";
   c.run_config = true;
   c.options = {{"prompt", "TEXT", "Prompt (repeatable).", true},
@@ -461,8 +651,12 @@ void register_sample_command(Registry& r) {
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},
                {"mesh-resolution", "R", "Grid cells per axis of a 3-D family's occupancy field (the plugin's default, "
                                         "256 for Hunyuan3D-2.1; at most 1024)."},
-               {"output", "PATH", "Output: FILE.png, FILE.mp4, DIR/ (frames), or FILE.glb / FILE.obj (meshes) (required)."},
-               {"format", "F", "png, mp4, frames, glb, obj or safetensors (default: from --output)."},
+               {"output", "PATH", "Output: FILE.png, FILE.mp4, DIR/ (frames), FILE.glb / FILE.obj (meshes), FILE.cif / "
+                                  "FILE.pdb (structures) or FILE.safetensors (every generated tensor) (required)."},
+               {"format", "F", "png, mp4, frames, glb, obj, cif, pdb or safetensors (default: from --output)."},
+               {"structure-format", "F", "cif, pdb or both: a structure's files (default: the one --output names; both: "
+                                         "also the other format, same stem). PDB refuses what its columns cannot hold "
+                                         "(over 99999 atoms, 9999 residues or 26 chains): write mmCIF for those."},
                {"compare-base", "", "Render every prompt with the base model too, before the adapters fold in (same seed), as <stem>-base<ext>; needs --adapter-dir."},
                {"grid", "FILE.png", "Also write a labelled grid: one row per prompt, the base model (with --compare-base) and the adapted model side by side (the first frame of a clip)."},
                {"adapter-dir", "DIR", "A LoRA adapter directory or file to apply (needs --diffusion-adapter when it records a plugin); repeatable: each is folded in turn. DIR:COMPONENT folds it into that denoiser (e.g. DIR:transformer_2, the low-noise expert of Wan 2.2), needed with several denoisers for an adapter without yeto_diffusion_adapter.json.", true}};

@@ -221,6 +221,11 @@ std::vector<KeyDef> build_schema() {
       S("launch.volume_claim", "", "Kubernetes: a PersistentVolumeClaim holding data/ and model/ and the run directory, mounted at launch.mount."),
       S("launch.mount", "/yeto", "SkyPilot and Kubernetes: where jobs see the config, data/, model/ and run/."),
       S("launch.syncer_cloud", "", "SkyPilot: infra of the syncer task (e.g. aws/us-east-1); empty: wherever SkyPilot finds capacity."),
+
+      // [alphafold3]
+      B("alphafold3.accept_model_parameter_terms", false, "The AlphaFold 3 guard samples only when this is true: you received the AlphaFold 3 model parameters directly from Google and accept their terms of use (WEIGHTS_TERMS_OF_USE.md of google-deepmind/alphafold3: non-commercial use only, no training of other models on the outputs, the parameters used only as received from Google and never redistributed). Yeto never downloads, packages or copies the parameters; their folder is $YETO_ALPHAFOLD3_MODEL_PARAMETERS_DIR."),
+      S("alphafold3.python", "python3", "The Python interpreter that runs AlphaFold 3's run_alphafold.py (the one of its virtual environment or container; a name is looked up on the PATH)."),
+      L("alphafold3.args", {}, "Flags passed through to run_alphafold.py as given, each --name=value (e.g. --run_data_pipeline=false, --num_diffusion_samples=5, --num_seeds=2, --flash_attention_implementation=xla); --json_path, --input_dir, --model_dir, --db_dir and --output_dir are set by Yeto and refused here."),
   };
   return s;
 }
@@ -242,6 +247,7 @@ const std::vector<SectionDef>& sections() {
       {"sync", "Decoupled DiLoCo synchronisation across islands."},
       {"log", "Console and file logging, metrics sinks."},
       {"launch", "Handing the syncer and the islands to Slurm, SkyPilot or Kubernetes (`yeto-host launch`, docs/FLEET.md)."},
+      {"alphafold3", "The AlphaFold 3 guard: sampling through the official run_alphafold.py, never training (docs/MODELS.md)."},
   };
   return s;
 }

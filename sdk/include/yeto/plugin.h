@@ -544,10 +544,19 @@ typedef struct yeto_plugin_v1 {
    * sends request_json {"prompts": [one string], "seed": uint64, "steps": int >= 1,
    * "guidance": number, "height": int, "width": int, and when the user gave them
    * "guidance_2": number (a second denoiser's), "max_sequence_length": int, "num_frames": int,
-   * "fps": number} and no input tensors; a plugin may accept more keys ("negative_prompts",
+   * "fps": number, and "output_dir": a folder path (not created) where a plugin whose generation
+   * makes files of its own, such as an external program's outputs and log, puts them} and no
+   * input tensors; a plugin may accept more keys ("negative_prompts",
    * "output_type") for its own callers (check-parity sends the recorded pipeline call); keys a
    * family does not use are ignored, a bad value is refused naming its key. Outputs: "images" [B, 3, H, W] or "video"
-   * [B, 3, F, H, W], float32 in [0, 1] on any device; other named tensors may follow (the host
+   * [B, 3, F, H, W], float32 in [0, 1] on any device; or a 3-D family's "occupancy" [B, X, Y, Z]
+   * with "occupancy_bounds" [lo, hi]; or a structure family's "structure_coordinates" float32
+   * [S samples, N atoms, 3] (Å) with "structure_atom_name" uint8 [N, 4] (ASCII, NUL-padded),
+   * "structure_element" int64 [N] (atomic number, 0 unknown), "structure_residue_name" uint8
+   * [N, 3], "structure_residue_index" int64 [N] (1-based), "structure_chain_index" int64 [N]
+   * (0-based: chains A..Z, AA, ...) and optionally "structure_is_hetero" uint8 [N], or
+   * "structure_mmcif" uint8 [bytes] (an mmCIF file, read by the host's parser); "output_files"
+   * int64 [1] counts the files left in output_dir. Other named tensors may follow (the host
    * ignores them). The same request and seed must give the same bytes. */
   yeto_status (*generate)(void* instance, const char* request_json, const yeto_named_tensors* inputs,
                           const yeto_named_tensors_out* outputs, yeto_error* error);
@@ -567,7 +576,9 @@ typedef struct yeto_plugin_v1 {
 
 /* Called once, right after the library is opened. `host` lives for the process. On success
  * *plugin points at a table that lives for the process. The plugin keeps `host` to call
- * back; it must not start threads, open sockets or talk to other processes. */
+ * back; it must not start threads, open sockets or talk to other processes, except that a
+ * family whose sampling is another program (AlphaFold 3's run_alphafold.py) runs it from
+ * generate, waiting for it, through the family kit's run_process (yeto/family/process.hpp). */
 typedef yeto_status (*yeto_plugin_entry_fn)(const yeto_host_api* host, const yeto_plugin_v1** plugin,
                                             yeto_error* error);
 
