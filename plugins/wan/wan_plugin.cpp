@@ -60,7 +60,29 @@ class VaeComponent : public yeto::family::ModelComponent<wan::AutoencoderKLWan, 
                      public yeto::sdk::Vae {
  public:
   VaeComponent(const std::string& config_json, const std::string& dir)
-      : ModelComponent(config_json, dir, {"AutoencoderKLWan", "is this a Wan 2.1 VAE checkpoint?"}) {}
+      : ModelComponent(config_json, dir, {"AutoencoderKLWan", "is this a Wan VAE checkpoint?"}) {}
+
+  // {"vae_call": "encode"}: sample -> mean, logvar and patchified_x (what the encoder sees);
+  // {"vae_call": "decode"}: latents -> sample and decoder_output (before unpatchify and clamp).
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const auto o = family::parse_json(options, "AutoencoderKLWan options");
+    const auto call = o.value("vae_call", std::string());
+    try {
+      if (call == "encode") {
+        at::Tensor patchified;
+        const auto d = model_->encode(yeto::sdk::get(in, "sample"), &patchified);
+        return {{"mean", d.mean}, {"logvar", d.logvar}, {"patchified_x", patchified}};
+      }
+      if (call == "decode") {
+        at::Tensor raw;
+        auto sample = model_->decode(yeto::sdk::get(in, "latents"), &raw);
+        return {{"sample", std::move(sample)}, {"decoder_output", raw}};
+      }
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLWan ") + call + ": " + e.what());
+    }
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "AutoencoderKLWan forward: options need \"vae_call\": \"encode\" or \"decode\"");
+  }
 
   yeto::sdk::Posterior encode(const at::Tensor& pixels) override {
     try {

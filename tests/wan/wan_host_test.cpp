@@ -122,7 +122,7 @@ TEST(WanHost, ExampleConfigsValidate) {
 TEST(WanHost, CheckParityComponentAndSchedulerCases) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto p = kFixtures / "parity";
-  check_parity({p / "wan-transformer", p / "wan-vae", p / "umt5-encoder", p / "scheduler-unipc-default",
+  check_parity({p / "wan-transformer", p / "wan-vae", p / "wan22-vae", p / "umt5-encoder", p / "scheduler-unipc-default",
                 p / "scheduler-unipc-wan"});
   std::printf("  (%.1f s)\n", seconds_since(t0));
 }

@@ -153,15 +153,73 @@ TEST(WanVae, ParityEncodeDecode) {
   EXPECT_EQ(out.size(2), 5);  // 1 + 4 (t - 1) frames from t = 2
 }
 
-TEST(WanVae, ConfigRefusesTheTi2vVae) {
-  auto j = read_json(case_dir("wan-vae") / "config.json");
-  j["is_residual"] = true;
-  try {
-    yeto::wan::WanVaeConfig::from_json(j);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("is_residual"), std::string::npos) << e.what();
+TEST(WanVae, Wan22ParityEncodeDecodeAndImage) {
+  const auto dir = case_dir("wan22-vae");
+  const auto info = read_json(dir / "case.json");
+  const auto& compare = info.at("compare");
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto ex = yeto::io::load_safetensors(dir / "expected.safetensors");
+  const auto cfg = yeto::wan::WanVaeConfig::from_json(read_json(dir / "config.json"));
+  EXPECT_EQ(cfg.spatial_factor(), 16);
+  EXPECT_EQ(cfg.temporal_factor(), 4);
+  yeto::wan::AutoencoderKLWan vae(cfg);
+  const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
+  const auto named = yeto::nn::named_tensors(*vae);
+  EXPECT_EQ(named.size(), weights.size());
+  for (const auto& [k, v] : weights) {
+    ASSERT_TRUE(named.count(k)) << "model lacks " << k;
+    EXPECT_EQ(named.at(k).sizes(), v.sizes()) << k;
   }
+  yeto::nn::load_named_tensors(*vae, weights);
+  torch::NoGradGuard ng;
+  at::Tensor patchified;
+  const auto d = vae->encode(in.at("x"), &patchified);
+  EXPECT_TRUE(at::equal(patchified, ex.at("encode.patchified_x")));  // exact re-indexing
+  EXPECT_TRUE(at::equal(yeto::wan::wan_unpatchify(patchified, 2), in.at("x")));
+  for (const char* f : {"mean", "logvar", "std"}) {
+    const std::string key = std::string("encode.latent_dist.") + f;
+    expect_close(std::string(f) == "std" ? at::exp(0.5 * d.logvar) : std::string(f) == "mean" ? d.mean : d.logvar,
+                 ex.at(key), compare.at(key), "wan22-vae " + key);
+  }
+  const auto img = vae->encode(in.at("x_image"));
+  expect_close(img.mean, ex.at("encode_image.latent_dist.mean"), compare.at("encode_image.latent_dist.mean"),
+               "wan22-vae encode_image mean");
+  expect_close(img.logvar, ex.at("encode_image.latent_dist.logvar"), compare.at("encode_image.latent_dist.logvar"),
+               "wan22-vae encode_image logvar");
+  at::Tensor raw;
+  const auto out = vae->decode(in.at("z"), &raw);
+  expect_close(raw, ex.at("decode.decoder_output"), compare.at("decode.decoder_output"), "wan22-vae decoder_output");
+  expect_close(out, ex.at("decode.sample"), compare.at("decode.sample"), "wan22-vae decode");
+  EXPECT_EQ(out.size(2), 5);  // 1 + 4 (t - 1) frames from t = 2
+}
+
+TEST(WanVae, Wan22ConfigErrorsNameTheKey) {
+  auto expect_refused = [](const nlohmann::json& j, const std::string& key) {
+    try {
+      yeto::wan::WanVaeConfig::from_json(j);
+      ADD_FAILURE() << "accepted a config with a bad '" << key << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  const auto good = read_json(case_dir("wan22-vae") / "config.json");
+  auto j = good;
+  j["scale_factor_spatial"] = 8;  // patch 2 x 2^3 = 16
+  expect_refused(j, "scale_factor_spatial");
+  j = good;
+  j["attn_scales"] = {1.0};
+  expect_refused(j, "attn_scales");
+  j = good;
+  j["dim_mult"] = {1, 3, 2, 2};  // encoder 4 -> 12: 4 x 8 folded channels do not average onto 12
+  expect_refused(j, "dim_mult");
+  j = good;
+  j["patch_size"] = 0;
+  expect_refused(j, "patch_size");
+  // Wan 2.1 configs (no patch size, no residual blocks) still read as before.
+  const auto c21 = yeto::wan::WanVaeConfig::from_json(read_json(case_dir("wan-vae") / "config.json"));
+  EXPECT_FALSE(c21.is_residual);
+  EXPECT_EQ(c21.patch_size, 1);
+  EXPECT_EQ(c21.decoder_base_dim, c21.base_dim);
 }
 
 TEST(WanFamily, PlanFromBothTinyRepositories) {
