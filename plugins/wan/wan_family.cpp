@@ -11,10 +11,16 @@ json plan_from_model_index(const std::string& model_dir, const json& index) {
   const std::string where = model_dir + "/model_index.json";
   json plan = description().plan(model_dir, index);
   const json& components = plan["components"];
-  if (index.contains("expand_timesteps") && index["expand_timesteps"].is_boolean() &&
-      index["expand_timesteps"].get<bool>())
-    family::invalid(
-        where + ": 'expand_timesteps' true (the Wan 2.2 TI2V-5B per-token timesteps) is not supported by this plugin");
+  if (index.contains("expand_timesteps") && !index["expand_timesteps"].is_null()) {
+    if (!index["expand_timesteps"].is_boolean())
+      family::invalid(where + ": 'expand_timesteps' must be true, false or null, got " + index["expand_timesteps"].dump());
+    if (index["expand_timesteps"].get<bool>()) {
+      if (components.contains("transformer_2"))
+        family::invalid(where + ": 'expand_timesteps' true (the Wan 2.2 TI2V-5B layout) takes one denoiser, but "
+                                "'transformer_2' is present");
+      plan["expand_timesteps"] = true;
+    }
+  }
   if (components.contains("transformer_2")) {
     if (!index.contains("boundary_ratio") || !index["boundary_ratio"].is_number())
       family::invalid(where + ": 'transformer_2' is present but 'boundary_ratio' (a number in (0, 1)) is missing");

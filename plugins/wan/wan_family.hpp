@@ -20,9 +20,11 @@ namespace yeto::wan {
 // denoisers, boundary_ratio 0.875) and "mid" (a ~30 M-parameter transformer for CPU benchmarks).
 const family::FamilyDescription& description();
 
-// description().plan plus "boundary_ratio" for a repository with transformer_2. Throws
-// std::invalid_argument naming model_index.json and the key for what plan refuses, a
-// transformer_2 without a boundary_ratio in (0, 1), or expand_timesteps true.
+// description().plan plus "boundary_ratio" for a repository with transformer_2 and
+// "expand_timesteps": true for the Wan 2.2 TI2V-5B layout (one denoiser fed one timestep per
+// latent token). Throws std::invalid_argument naming model_index.json and the key for what plan
+// refuses, a transformer_2 without a boundary_ratio in (0, 1), or expand_timesteps with a
+// transformer_2.
 nlohmann::json plan_from_model_index(const std::string& model_dir, const nlohmann::json& model_index);
 
 // A generation request, validated. Throws std::invalid_argument naming the key.

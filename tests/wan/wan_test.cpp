@@ -90,6 +90,30 @@ TEST(WanTransformer, ActivationCheckpointingKeepsTheGradients) {
       target, yeto::wan::description().lora_targets("auto").patterns, blocks);
 }
 
+// Wan 2.2 TI2V's per-token timesteps: [B, tokens] equal to t everywhere is the per-sample call
+// (up to GEMM rounding); another value on the first frame's tokens changes exactly those tokens'
+// modulation; a wrong token count is refused.
+TEST(WanTransformer, PerTokenTimesteps) {
+  const auto dir = case_dir("wan-transformer");
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  auto m = load_transformer(dir);
+  torch::NoGradGuard ng;
+  const auto& x = in.at("hidden_states");
+  const auto& ctx = in.at("encoder_hidden_states");
+  const auto t = in.at("timestep").to(at::kFloat);
+  const auto& p = m->config().patch_size;
+  const auto frame = (x.size(3) / p[1]) * (x.size(4) / p[2]);
+  const auto tokens = (x.size(2) / p[0]) * frame;
+  const auto per_sample = m->forward(x, t, ctx);
+  auto per_token = t.unsqueeze(1).expand({x.size(0), tokens}).contiguous();
+  const auto same = m->forward(x, per_token, ctx);
+  EXPECT_LE((same - per_sample).abs().max().item<double>(), 1e-5);
+  per_token.narrow(1, 0, frame).zero_();  // WanImageToVideoPipeline's first-frame rule
+  const auto first_zero = m->forward(x, per_token, ctx);
+  EXPECT_GT((first_zero - per_sample).abs().max().item<double>(), 1e-3);
+  EXPECT_THROW(m->forward(x, per_token.narrow(1, 0, tokens - 1), ctx), std::invalid_argument);
+}
+
 TEST(WanTransformer, CheckpointNamesMatchDiffusersExactly) {
   const auto dir = case_dir("wan-transformer");
   const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
@@ -244,9 +268,35 @@ TEST(WanFamily, PlanFromBothTinyRepositories) {
   EXPECT_THROW(yeto::wan::plan_from_model_index("m", bad), std::invalid_argument);
 }
 
+TEST(WanFamily, PlanFromTheTi2vRepository) {
+  // transformer_2 [null, null] is an absent optional component; boundary_ratio null a setting.
+  const auto index = read_json(repo_dir("wan22-ti2v-tiny") / "model_index.json");
+  const auto plan = yeto::wan::plan_from_model_index("m", index);
+  EXPECT_EQ(plan.at("components").size(), 5u);
+  EXPECT_FALSE(plan.at("components").contains("transformer_2"));
+  EXPECT_FALSE(plan.contains("boundary_ratio"));
+  EXPECT_TRUE(plan.value("expand_timesteps", false));
+  auto bad = index;
+  bad["transformer_2"] = {"diffusers", "WanTransformer3DModel"};
+  bad["boundary_ratio"] = 0.875;
+  try {
+    yeto::wan::plan_from_model_index("m", bad);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expand_timesteps"), std::string::npos) << e.what();
+  }
+  bad = index;
+  bad["expand_timesteps"] = "yes";
+  EXPECT_THROW(yeto::wan::plan_from_model_index("m", bad), std::invalid_argument);
+  bad["expand_timesteps"] = false;
+  EXPECT_FALSE(yeto::wan::plan_from_model_index("m", bad).contains("expand_timesteps"));
+}
+
 TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
   const auto p = yeto::wan::description().presets();
-  for (const auto& [preset, repo] : {std::pair{"tiny", "wan21-tiny"}, std::pair{"tiny-a14b", "wan22-tiny"}}) {
+  for (const auto& [preset, repo] : {std::pair{"tiny", "wan21-tiny"}, std::pair{"tiny-a14b", "wan22-tiny"},
+                                     std::pair{"tiny-ti2v", "wan22-ti2v-tiny"}}) {
+    const bool ti2v = std::string(preset) == "tiny-ti2v";
     const auto& comps = p.at(preset).at("components");
     for (const char* name : {"transformer", "transformer_2", "vae", "text_encoder"}) {
       if (!fs::exists(repo_dir(repo) / name)) {
@@ -260,14 +310,18 @@ TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
                                    {"out_channels", 3},           {"patch_size", nullptr}, {"scale_factor_spatial", 8},
                                    {"scale_factor_temporal", 4}};
       for (const auto& [k, v] : v040.items())
-        if (std::string(name) == "vae" && want.contains(k)) {
+        if (!ti2v && std::string(name) == "vae" && want.contains(k)) {
           EXPECT_EQ(want[k], v) << preset << " " << name << " " << k;
           want.erase(k);
         }
       EXPECT_EQ(comps.at(name).at("config"), want) << preset << " " << name;
     }
     const auto index = read_json(repo_dir(repo) / "model_index.json");
-    EXPECT_EQ(p.at(preset).at("model_index").contains("boundary_ratio"), index.contains("boundary_ratio"));
+    EXPECT_EQ(p.at(preset).at("model_index").contains("boundary_ratio"), !index.value("boundary_ratio", nlohmann::json()).is_null());
+    EXPECT_EQ(p.at(preset).at("model_index").value("expand_timesteps", false), index.value("expand_timesteps", false));
+    EXPECT_EQ(comps.at("scheduler").at("config").at("flow_shift"),
+              read_json(repo_dir(repo) / "scheduler" / "scheduler_config.json").at("flow_shift"))
+        << preset;
   }
   // The benchmark preset's configurations are consistent.
   const auto& mid = p.at("mid").at("components");
