@@ -757,7 +757,9 @@ std::string pipeline_request_for_case(const std::string& case_json_text) {
 
 void register_plugin_parity_kinds() {
   register_kind("pipeline_end_to_end", run_pipeline_end_to_end);
-  register_kind("model", run_plugin_model);
+  // Every model class the host does not implement (the shared LTX-2 vocoders are host classes).
+  register_kind("model", parity::class_dispatcher("model"));
+  register_class("model", parity::kAnyClass, run_plugin_model);
   register_kind("lora", run_plugin_lora);
   // Every autoencoder class the host does not implement: the plugin that serves it, through
   // its component's VAE service.

@@ -15,7 +15,8 @@
 namespace yeto::models {
 
 std::vector<std::string> model_component_classes() {
-  return {"AutoencoderKL", "CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel", "UMT5EncoderModel"};
+  return {"AutoencoderKL",   "AutoencoderKLLTX2Audio", "CLIPTextModel",    "CLIPTextModelWithProjection",
+          "LTX2Vocoder",     "LTX2VocoderWithBWE",     "T5EncoderModel",   "UMT5EncoderModel"};
 }
 
 std::shared_ptr<io::ModuleComponent> build_model_component(const std::string& class_name,
@@ -31,6 +32,13 @@ std::shared_ptr<io::ModuleComponent> build_model_component(const std::string& cl
     return std::make_shared<T5EncoderComponent>(
         T5EncoderModel(T5Config::from_json(config, class_name == "UMT5EncoderModel", where)));
   }
+  if (class_name == "AutoencoderKLLTX2Audio")
+    return std::make_shared<LTX2AudioVaeComponent>(
+        AutoencoderKLLTX2Audio(LTX2AudioVaeConfig::from_json(config, where)));
+  if (class_name == "LTX2Vocoder")
+    return std::make_shared<LTX2VocoderComponent>(LTX2Vocoder(LTX2VocoderConfig::from_json(config, where)));
+  if (class_name == "LTX2VocoderWithBWE")
+    return std::make_shared<LTX2VocoderComponent>(LTX2VocoderWithBWE(LTX2VocoderBweConfig::from_json(config, where)));
   throw Error(where + ": class " + class_name + " is not one of the shared models (" +
                   join(model_component_classes(), ", ") + ")",
               ExitCode::bad_input);
@@ -119,7 +127,10 @@ nn::LoadReport load_component_weights(torch::nn::Module& module, const std::stri
 
 void register_model_components(io::ComponentRegistry& registry) {
   for (const auto& cls : model_component_classes()) {
-    const std::string kind = cls == "AutoencoderKL" ? "vae" : "text_encoder";
+    const std::string kind = cls == "AutoencoderKL"                                     ? "vae"
+                             : cls == "AutoencoderKLLTX2Audio"                          ? "audio_vae"
+                             : cls == "LTX2Vocoder" || cls == "LTX2VocoderWithBWE"      ? "vocoder"
+                                                                                        : "text_encoder";
     registry.add(cls, kind, [cls](const io::ComponentSource& src) -> std::shared_ptr<io::Component> {
       const auto where = (src.dir / "config.json").string();
       // With weights to load, built without initialising them (io::DeferredInit).
