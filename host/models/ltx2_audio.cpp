@@ -244,6 +244,64 @@ at::Tensor AutoencoderKLLTX2AudioImpl::decode(const at::Tensor& z) {
   return decoder(z.to(decoder->conv_in->conv->weight.scalar_type()));
 }
 
+at::Tensor AutoencoderKLLTX2AudioImpl::log_mel(const at::Tensor& waveform) const {
+  if (waveform.dim() != 3 || waveform.size(1) != config_.in_channels)
+    throw Error("AutoencoderKLLTX2Audio log_mel: expected waveforms [B, " + std::to_string(config_.in_channels) +
+                    ", samples] at " + std::to_string(config_.sample_rate) + " Hz, got " + c10::str(waveform.sizes()),
+                ExitCode::bad_input);
+  LTX2MelConfig m;
+  m.sample_rate = config_.sample_rate;
+  m.hop_length = config_.mel_hop_length;
+  m.n_mels = config_.mel_bins;
+  return ltx2_log_mel(waveform, m);
+}
+
+namespace {
+// Slaney's mel scale (torchaudio's mel_scale="slaney"): linear below 1 kHz, logarithmic above.
+constexpr double kSlaneySp = 200.0 / 3.0, kMinLogHz = 1000.0, kMinLogMel = kMinLogHz / kSlaneySp;
+const double kLogStep = std::log(6.4) / 27.0;
+double hz_to_slaney_mel(double hz) {
+  return hz >= kMinLogHz ? kMinLogMel + std::log(hz / kMinLogHz) / kLogStep : hz / kSlaneySp;
+}
+}  // namespace
+
+at::Tensor slaney_mel_filterbank(std::int64_t n_freqs, double f_min, double f_max, std::int64_t n_mels,
+                                 std::int64_t sample_rate) {
+  // float32 throughout, in torchaudio's order of operations.
+  const auto all_freqs = at::linspace(0, static_cast<double>(sample_rate / 2), n_freqs, at::kFloat);
+  const auto m_pts = at::linspace(hz_to_slaney_mel(f_min), hz_to_slaney_mel(f_max), n_mels + 2, at::kFloat);
+  auto f_pts = kSlaneySp * m_pts;
+  const auto log_t = m_pts >= kMinLogMel;
+  f_pts = at::where(log_t, kMinLogHz * at::exp(kLogStep * (m_pts - kMinLogMel)), f_pts);
+  const auto f_diff = f_pts.narrow(0, 1, n_mels + 1) - f_pts.narrow(0, 0, n_mels + 1);
+  const auto slopes = f_pts.unsqueeze(0) - all_freqs.unsqueeze(1);  // [n_freqs, n_mels + 2]
+  const auto down = (-1.0 * slopes.narrow(1, 0, n_mels)) / f_diff.narrow(0, 0, n_mels);
+  const auto up = slopes.narrow(1, 2, n_mels) / f_diff.narrow(0, 1, n_mels);
+  auto fb = at::clamp_min(at::min(down, up), 0.0);
+  const auto enorm = 2.0 / (f_pts.narrow(0, 2, n_mels) - f_pts.narrow(0, 0, n_mels));
+  return fb * enorm.unsqueeze(0);
+}
+
+at::Tensor ltx2_log_mel(const at::Tensor& waveform, const LTX2MelConfig& c) {
+  if (waveform.dim() != 3)
+    throw Error("log-mel: expected waveforms [B, channels, samples], got " + c10::str(waveform.sizes()),
+                ExitCode::bad_input);
+  const auto pad = c.n_fft / 2;
+  if (waveform.size(2) <= pad)
+    throw Error("log-mel: a clip of " + std::to_string(waveform.size(2)) + " samples is too short; at least " +
+                    std::to_string(pad + 1) + " samples (" + std::to_string(c.n_fft) + " / 2 + 1) are needed at " +
+                    std::to_string(c.sample_rate) + " Hz",
+                ExitCode::bad_input);
+  const auto b = waveform.size(0), ch = waveform.size(1);
+  auto x = waveform.to(at::kFloat).reshape({b * ch, 1, waveform.size(2)});
+  x = at::reflection_pad1d(x, {pad, pad}).squeeze(1);
+  const auto window = at::hann_window(c.n_fft, true, at::kFloat);
+  const auto spec = at::stft(x, c.n_fft, c.hop_length, c.n_fft, window, false, true, true).abs();  // [N, F, T]
+  const auto fb = slaney_mel_filterbank(c.n_fft / 2 + 1, 0.0, c.sample_rate / 2.0, c.n_mels, c.sample_rate);
+  const auto mel = at::matmul(spec.transpose(1, 2), fb);  // [N, T, n_mels]
+  return at::log(at::clamp_min(mel, 1e-5)).reshape({b, ch, mel.size(1), c.n_mels}).to(waveform.scalar_type());
+}
+
 at::Tensor ltx2_pack_audio_latents(const at::Tensor& latents) {
   if (latents.dim() != 4)
     throw Error("pack audio latents: expected [B, C, T, M], got " + c10::str(latents.sizes()), ExitCode::bad_input);

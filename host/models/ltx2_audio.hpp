@@ -99,6 +99,9 @@ class AutoencoderKLLTX2AudioImpl : public torch::nn::Module {
   AudioLatentDist encode(const at::Tensor& mel);
   // Raw latents [B, latent_channels, T, M] -> mel [B, output_channels, 4 T - 3, mel_bins].
   at::Tensor decode(const at::Tensor& z);
+  // The log-mel this VAE encodes, from waveforms [B, in_channels, samples] at its sample_rate
+  // (ltx2_log_mel with its mel_hop_length and mel_bins, n_fft 1024 as ltx-core).
+  at::Tensor log_mel(const at::Tensor& waveform) const;
   const LTX2AudioVaeConfig& config() const { return config_; }
 
   LTX2AudioEncoder encoder{nullptr};
@@ -109,6 +112,23 @@ class AutoencoderKLLTX2AudioImpl : public torch::nn::Module {
   LTX2AudioVaeConfig config_;
 };
 TORCH_MODULE(AutoencoderKLLTX2Audio);
+
+// LTX-2's audio front end (ltx-core's AudioProcessor, torchaudio's MelSpectrogram): waveforms
+// [B, C, samples] at `sample_rate` -> log-mel [B, C, 1 + samples / hop, n_mels]: periodic Hann
+// window of n_fft samples, centred frames (reflect padding n_fft / 2), STFT magnitude (power 1),
+// Slaney-scale mel filters with Slaney area normalisation over 0 .. sample_rate / 2,
+// log(clamp(., 1e-5)). The clip must be longer than n_fft / 2 samples.
+struct LTX2MelConfig {
+  std::int64_t sample_rate = 16000;
+  std::int64_t n_fft = 1024;
+  std::int64_t hop_length = 160;
+  std::int64_t n_mels = 64;
+};
+at::Tensor ltx2_log_mel(const at::Tensor& waveform, const LTX2MelConfig& config);
+// torchaudio.functional.melscale_fbanks(n_freqs, f_min, f_max, n_mels, sample_rate, norm="slaney",
+// mel_scale="slaney"): [n_freqs, n_mels], float32.
+at::Tensor slaney_mel_filterbank(std::int64_t n_freqs, double f_min, double f_max, std::int64_t n_mels,
+                                 std::int64_t sample_rate);
 
 // LTX2Pipeline's audio-latent helpers. pack: [B, C, T, M] -> [B, T, C * M]; unpack is its
 // inverse for `num_mel_bins` = M; normalize / denormalize act on the packed (last) axis.

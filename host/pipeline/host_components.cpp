@@ -259,7 +259,8 @@ Named vae_forward(models::AutoencoderKLComponent& c, const Named& in, const json
 }
 
 // LTX-2's audio VAE: encode (log-mel "sample" -> "mean", "logvar"), decode ("latents" -> the mel
-// "sample"), and LTX2Pipeline's helpers around it: pack ("latents" [B, C, T, M] -> "packed"
+// "sample"), log_mel ("waveform" [B, 2, samples] at the VAE's sample rate -> the log-mel "sample"
+// it encodes), and LTX2Pipeline's helpers around it: pack ("latents" [B, C, T, M] -> "packed"
 // [B, T, C * M]), unpack ("packed" -> "latents"; option num_mel_bins, default the VAE's latent mel
 // bins), normalize / denormalize ("packed" with the VAE's latents_mean / latents_std buffers, or
 // the given "latents_mean" / "latents_std" tensors).
@@ -271,6 +272,7 @@ Named audio_vae_forward(models::LTX2AudioVaeComponent& c, const Named& in, const
     return {{"mean", d.mean}, {"logvar", d.logvar}};
   }
   if (method == "decode") return {{"sample", vae->decode(need(in, "latents", where + " decode"))}};
+  if (method == "log_mel") return {{"sample", vae->log_mel(need(in, "waveform", where + " log_mel"))}};
   if (method == "pack") return {{"packed", models::ltx2_pack_audio_latents(need(in, "latents", where + " pack"))}};
   if (method == "unpack") {
     const auto bins = option<std::int64_t>(o, "num_mel_bins", vae->config().mel_bins / vae->config().downsample_factor(),
@@ -287,7 +289,7 @@ Named audio_vae_forward(models::LTX2AudioVaeComponent& c, const Named& in, const
     return {{"packed", method == "normalize" ? models::ltx2_normalize_audio_latents(packed, m, s)
                                              : models::ltx2_denormalize_audio_latents(packed, m, s)}};
   }
-  unknown_method(where, method, {"decode", "denormalize", "encode", "normalize", "pack", "unpack"});
+  unknown_method(where, method, {"decode", "denormalize", "encode", "log_mel", "normalize", "pack", "unpack"});
 }
 
 // An LTX-2 vocoder: vocode ("mel" [B, C, frames, mel_bins] -> "waveform" [B, C, samples] and

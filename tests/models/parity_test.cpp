@@ -522,6 +522,30 @@ TEST(LTX2Audio, PipelineChainFromPackedLatentsToWaveforms) {
   EXPECT_LE(wave.abs().max().item<double>(), 1.0);
 }
 
+// The waveform -> log-mel front end against torchaudio's MelSpectrogram with ltx-core's settings
+// (tests/fixtures/audio/README.md): the Slaney filter bank and the log-mel of tones and noise.
+TEST(LTX2Audio, LogMelMatchesTorchaudio) {
+  const auto ref = yeto::io::load_safetensors(fs::path(YETO_SOURCE_DIR) / "tests" / "fixtures" / "audio" /
+                                              "ltx2-log-mel.safetensors");
+  const auto fb = yeto::models::slaney_mel_filterbank(513, 0.0, 8000.0, 64, 16000);
+  const double fb_err = (fb - ref.at("mel_filters")).abs().max().item<double>();
+  EXPECT_LE(fb_err, 1e-7);
+  auto vae_case = load_case("ltx2-audio-vae");
+  yeto::models::AutoencoderKLLTX2Audio vae(yeto::models::LTX2AudioVaeConfig::from_json(vae_case.config));
+  const auto mel = vae->log_mel(ref.at("waveform"));
+  const auto& want = ref.at("log_mel");
+  ASSERT_EQ(mel.sizes(), want.sizes());
+  const double err = (mel - want).abs().max().item<double>();
+  const double atol = 1e-4 * std::max(1.0, want.abs().max().item<double>());
+  std::printf("  log-mel max abs err %.3g (atol %.3g), filter bank %.3g\n", err, atol, fb_err);
+  EXPECT_TRUE(torch::allclose(mel, want, 1e-4, atol));
+  // The frames the VAE encodes: 4000 samples -> 1 + 4000 / 160 = 26 frames -> 7 latent frames.
+  EXPECT_EQ(vae->encode(mel).mean.size(2), 7);
+  // Too short for the centred window, or mono for a stereo VAE: refused, saying why.
+  EXPECT_THROW(vae->log_mel(torch::zeros({1, 2, 400})), yeto::Error);
+  EXPECT_THROW(vae->log_mel(torch::zeros({1, 1, 4000})), yeto::Error);
+}
+
 TEST(LTX2Audio, ConfigErrorsNameTheKey) {
   auto expect_refused = [](const char* case_name, const char* key, const nlohmann::json& value) {
     auto j = load_case(case_name).config;

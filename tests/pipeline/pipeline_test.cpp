@@ -455,6 +455,11 @@ TEST(HostAudioComponents, AudioVaeAndVocoderMethods) {
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "statistics")) << e.what();
   }
+  // A clip's sound -> the log-mel the VAE encodes (1 + samples / 160 frames of 64 mels).
+  const auto lm = find_out(plugin::component_forward(*vae, {{"waveform", torch::randn({1, 2, 1600})}},
+                                                     R"({"method": "log_mel"})"),
+                           "sample");
+  EXPECT_EQ(lm.sizes(), (std::vector<std::int64_t>{1, 2, 11, 64}));
   const auto out = plugin::component_forward(*voc, {{"mel", mel}}, R"({"method": "vocode"})");
   const auto wave = io::load_safetensors(parity / "ltx2-vocoder" / "expected.safetensors").at("sample");
   EXPECT_TRUE(torch::allclose(find_out(out, "waveform"), wave, 1e-4, 1e-4));
