@@ -1,6 +1,7 @@
 #include "models/ltx2_audio.hpp"
 
 #include <cmath>
+#include <regex>
 
 #include <torch/torch.h>
 
@@ -334,6 +335,31 @@ at::Tensor ltx2_normalize_audio_latents(const at::Tensor& packed, const at::Tens
 at::Tensor ltx2_denormalize_audio_latents(const at::Tensor& packed, const at::Tensor& mean, const at::Tensor& std) {
   check_stats(packed, mean, std, "denormalize");
   return packed * std.to(packed) + mean.to(packed);
+}
+
+std::string ltx2_audio_vae_diffusers_name(const std::string& original) {
+  std::string s = original.rfind("audio_vae.", 0) == 0 ? original.substr(10) : original;
+  if (s == "per_channel_statistics.mean-of-means") return "latents_mean";
+  if (s == "per_channel_statistics.std-of-means") return "latents_std";
+  return s;
+}
+
+std::string ltx2_vocoder_diffusers_name(const std::string& original, bool bwe) {
+  std::string s = original;
+  // A combined checkpoint's component prefix (the BWE model's first stage is itself `vocoder`).
+  static const std::regex bwe_prefixed(R"(^vocoder\.((vocoder|bwe_generator|mel_stft|resampler)\..*)$)");
+  static const std::regex plain_prefixed(R"(^vocoder\.((conv_pre|conv_post|ups|resblocks|act_post)\..*)$)");
+  std::smatch m;
+  if (std::regex_match(s, m, bwe ? bwe_prefixed : plain_prefixed)) s = m[1].str();
+  static const std::vector<std::pair<std::regex, std::string>> rules = {
+      {std::regex(R"((^|\.)ups\.(\d+)\.)"), "$1upsamplers.$2."},
+      {std::regex(R"((^|\.)resblocks\.)"), "$1resnets."},
+      {std::regex(R"((^|\.)conv_pre\.)"), "$1conv_in."},
+      {std::regex(R"((^|\.)conv_post\.)"), "$1conv_out."},
+      {std::regex(R"((^|\.)act_post\.)"), "$1act_out."},
+      {std::regex(R"(\.downsample\.lowpass\.)"), ".downsample."}};
+  for (const auto& [re, to] : rules) s = std::regex_replace(s, re, to);
+  return s;
 }
 
 // ---- vocoders ------------------------------------------------------------------------------

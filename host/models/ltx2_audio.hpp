@@ -137,6 +137,12 @@ at::Tensor ltx2_unpack_audio_latents(const at::Tensor& packed, std::int64_t num_
 at::Tensor ltx2_normalize_audio_latents(const at::Tensor& packed, const at::Tensor& mean, const at::Tensor& std);
 at::Tensor ltx2_denormalize_audio_latents(const at::Tensor& packed, const at::Tensor& mean, const at::Tensor& std);
 
+// The Diffusers name of an audio VAE tensor named as ltx-core stores it (LTX-2's release, e.g.
+// `ltx-2.3-22b-dev_audio_vae.safetensors`, or the `audio_vae.` part of a combined checkpoint): the
+// `audio_vae.` prefix goes, per_channel_statistics.mean-of-means / std-of-means become
+// latents_mean / latents_std (Diffusers' conversion); every other name is already Diffusers'.
+std::string ltx2_audio_vae_diffusers_name(const std::string& original);
+
 // ---- vocoders ------------------------------------------------------------------------------
 
 struct LTX2VocoderConfig {
@@ -228,6 +234,12 @@ struct LTX2VocoderBweConfig {
   std::int64_t input_sampling_rate = 16000, output_sampling_rate = 48000;
   static LTX2VocoderBweConfig from_json(const nlohmann::json& j, const std::string& where = "config.json");
 };
+
+// The Diffusers name of a vocoder tensor named as ltx-core stores it (LTX-2.0's Vocoder or LTX-2.3's
+// VocoderWithBWE (`bwe`), standalone or under a combined checkpoint's `vocoder.`): ups ->
+// upsamplers, resblocks -> resnets, conv_pre / conv_post -> conv_in / conv_out, act_post ->
+// act_out, downsample.lowpass -> downsample (Diffusers' LTX-2.0 / 2.3 conversion).
+std::string ltx2_vocoder_diffusers_name(const std::string& original, bool bwe);
 
 class LTX2VocoderWithBWEImpl : public torch::nn::Module {
  public:

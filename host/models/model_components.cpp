@@ -51,6 +51,13 @@ nn::LoadOptions checkpoint_rules(const std::string& class_name) {
   } else if (class_name == "CLIPTextModel" || class_name == "CLIPTextModelWithProjection") {
     o.ignore_unexpected = {"text_model.embeddings.position_ids"};
     if (class_name == "CLIPTextModel") o.ignore_unexpected.push_back("text_projection.weight");
+  } else if (class_name == "AutoencoderKLLTX2Audio") {
+    // ltx-core's names; statistics Diffusers does not keep (the video VAE's are also dropped).
+    o.rename = ltx2_audio_vae_diffusers_name;
+    o.ignore_unexpected = {"per_channel_statistics.*", "audio_vae.per_channel_statistics.*"};
+  } else if (class_name == "LTX2Vocoder" || class_name == "LTX2VocoderWithBWE") {
+    const bool bwe = class_name == "LTX2VocoderWithBWE";
+    o.rename = [bwe](const std::string& n) { return ltx2_vocoder_diffusers_name(n, bwe); };
   } else if (class_name == "T5EncoderModel" || class_name == "UMT5EncoderModel") {
     o.rename = T5EncoderModelImpl::rename;
     o.ignore_unexpected = {"decoder.*", "lm_head.weight"};

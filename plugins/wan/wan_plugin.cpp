@@ -85,6 +85,16 @@ class VaeComponent : public yeto::family::ModelComponent<wan::AutoencoderKLWan, 
     sdk::fail(YETO_ERR_INVALID_ARGUMENT, "AutoencoderKLWan forward: options need \"vae_call\": \"encode\" or \"decode\"");
   }
 
+  // The Wan 2.2 VAE also loads from the original release's names (Wan2.2_VAE.pth), renamed one
+  // tensor at a time.
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    if (!model_->config().is_residual) return ModelComponent::load_weights(weights, strict);
+    NamedTensors renamed;
+    renamed.reserve(weights.size());
+    for (const auto& [name, t] : weights) renamed.emplace_back(wan::wan22_vae_diffusers_name(name), t);
+    ModelComponent::load_weights(renamed, strict);
+  }
+
   yeto::sdk::Posterior encode(const at::Tensor& pixels) override {
     try {
       const auto d = model_->encode(pixels);

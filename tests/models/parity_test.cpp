@@ -3,6 +3,7 @@
 // on CPU float32.
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -544,6 +545,71 @@ TEST(LTX2Audio, LogMelMatchesTorchaudio) {
   // Too short for the centred window, or mono for a stereo VAE: refused, saying why.
   EXPECT_THROW(vae->log_mel(torch::zeros({1, 2, 400})), yeto::Error);
   EXPECT_THROW(vae->log_mel(torch::zeros({1, 1, 4000})), yeto::Error);
+}
+
+// Checkpoints written with ltx-core's names (LTX-2's release: the audio VAE with its
+// per_channel_statistics under `audio_vae.`, the vocoders with ups / resblocks / conv_pre /
+// conv_post / act_post / downsample.lowpass under `vocoder.`) load through the registry into the
+// same tensors as the Diffusers files.
+TEST(LTX2Audio, LtxCoreReleaseNamesLoad) {
+  auto replace_all = [](std::string s, const std::string& a, const std::string& b) {
+    for (auto p = s.find(a); p != std::string::npos; p = s.find(a, p + b.size())) s.replace(p, a.size(), b);
+    return s;
+  };
+  auto ltx_core_vocoder_name = [&](const std::string& d, bool prefixed) {
+    std::string s = d;
+    s = replace_all(s, "upsamplers.", "ups.");
+    s = replace_all(s, "resnets.", "resblocks.");
+    s = replace_all(s, "conv_in.", "conv_pre.");
+    s = replace_all(s, "conv_out.", "conv_post.");
+    s = replace_all(s, "act_out.", "act_post.");
+    s = replace_all(s, ".downsample.filter", ".downsample.lowpass.filter");
+    return prefixed ? "vocoder." + s : s;
+  };
+  yeto::io::ComponentRegistry registry;
+  yeto::models::register_model_components(registry);
+  const auto tmp = fs::temp_directory_path() / ("yeto-ltx2-names-" + std::to_string(::getpid()));
+  struct Variant {
+    const char* name;
+    const char* cls;
+    std::function<std::string(const std::string&)> original;
+  };
+  const std::vector<Variant> variants = {
+      {"ltx2-audio-vae", "AutoencoderKLLTX2Audio",
+       [](const std::string& d) {
+         if (d == "latents_mean") return std::string("audio_vae.per_channel_statistics.mean-of-means");
+         if (d == "latents_std") return std::string("audio_vae.per_channel_statistics.std-of-means");
+         return "audio_vae." + d;
+       }},
+      {"ltx2-vocoder", "LTX2Vocoder", [&](const std::string& d) { return ltx_core_vocoder_name(d, false); }},
+      {"ltx2-vocoder-bwe", "LTX2VocoderWithBWE", [&](const std::string& d) { return ltx_core_vocoder_name(d, true); }}};
+  for (const auto& v : variants) {
+    auto c = load_case(v.name);
+    fs::create_directories(tmp / v.name);
+    std::ofstream(tmp / v.name / "config.json") << c.config.dump();
+    std::vector<std::pair<std::string, at::Tensor>> original;
+    for (const auto& [k, t] : c.weights) {
+      original.emplace_back(v.original(k), t);
+      EXPECT_NE(original.back().first, k) << v.name;
+    }
+    if (std::string(v.cls) == "AutoencoderKLLTX2Audio")  // kept by ltx-core, dropped by Diffusers
+      original.emplace_back("audio_vae.per_channel_statistics.channel", torch::arange(8));
+    yeto::io::save_safetensors(tmp / v.name / "diffusion_pytorch_model.safetensors", original);
+    yeto::io::ComponentSource src{v.cls, tmp / v.name, c.config, ""};
+    auto comp = std::dynamic_pointer_cast<yeto::io::ModuleComponent>(registry.create(src));
+    ASSERT_TRUE(comp) << v.cls;
+    const auto named = yeto::nn::named_tensors(comp->module());
+    for (const auto& [key, t] : c.weights) {
+      ASSERT_TRUE(named.count(key)) << v.cls << " " << key;
+      EXPECT_TRUE(named.at(key).equal(t)) << v.cls << " " << key;
+    }
+  }
+  fs::remove_all(tmp);
+  // Diffusers names pass through; a standalone BWE file's stage-1 `vocoder.` is not a prefix.
+  EXPECT_EQ(yeto::models::ltx2_vocoder_diffusers_name("vocoder.resnets.0.acts1.0.upsample.filter", true),
+            "vocoder.resnets.0.acts1.0.upsample.filter");
+  EXPECT_EQ(yeto::models::ltx2_vocoder_diffusers_name("vocoder.conv_pre.weight", true), "vocoder.conv_in.weight");
+  EXPECT_EQ(yeto::models::ltx2_vocoder_diffusers_name("vocoder.conv_pre.weight", false), "conv_in.weight");
 }
 
 TEST(LTX2Audio, ConfigErrorsNameTheKey) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 
 #include "io/tensors.hpp"
 #include "support/checkpointing_check.hpp"
+#include "support/family_host.hpp"
+#include "support/temp_dir.hpp"
 #include "wan_family.hpp"
 #include "wan_transformer.hpp"
 #include "wan_vae.hpp"
@@ -244,6 +247,91 @@ TEST(WanVae, Wan22ConfigErrorsNameTheKey) {
   EXPECT_FALSE(c21.is_residual);
   EXPECT_EQ(c21.patch_size, 1);
   EXPECT_EQ(c21.decoder_base_dim, c21.base_dim);
+}
+
+namespace {
+// The original Wan2.2_VAE.pth name of a Diffusers AutoencoderKLWan tensor (WanVAE_ of the Wan 2.2
+// release), written independently of the plugin's mapping: the reverse of each rule.
+std::string wan22_original_name(const std::string& d) {
+  auto replace_all = [](std::string s, const std::string& a, const std::string& b) {
+    for (auto p = s.find(a); p != std::string::npos; p = s.find(a, p + b.size())) s.replace(p, a.size(), b);
+    return s;
+  };
+  std::string s = d;
+  if (s.rfind("quant_conv.", 0) == 0) return "conv1." + s.substr(11);
+  if (s.rfind("post_quant_conv.", 0) == 0) return "conv2." + s.substr(16);
+  s = replace_all(s, ".conv_in.", ".conv1.");
+  s = replace_all(s, ".norm_out.", ".head.0.");
+  s = replace_all(s, ".conv_out.", ".head.2.");
+  s = replace_all(s, ".mid_block.attentions.0.", ".middle.1.");
+  s = replace_all(s, ".mid_block.resnets.0.", ".middle.0.");
+  s = replace_all(s, ".mid_block.resnets.1.", ".middle.2.");
+  std::smatch m;
+  static const std::regex down(R"(^encoder\.down_blocks\.(\d+)\.(resnets\.(\d+)|downsampler)\.(.*)$)");
+  static const std::regex up(R"(^decoder\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsampler)\.(.*)$)");
+  if (std::regex_match(s, m, down))
+    s = "encoder.downsamples." + m[1].str() + ".downsamples." + (m[3].matched ? m[3].str() : std::string("2")) + "." +
+        m[4].str();
+  else if (std::regex_match(s, m, up))
+    s = "decoder.upsamples." + m[1].str() + ".upsamples." + (m[3].matched ? m[3].str() : std::string("3")) + "." +
+        m[4].str();
+  s = replace_all(s, ".norm1.", ".residual.0.");
+  s = replace_all(s, ".conv1.weight", ".residual.2.weight");
+  s = replace_all(s, ".conv1.bias", ".residual.2.bias");
+  s = replace_all(s, ".norm2.", ".residual.3.");
+  s = replace_all(s, ".conv2.", ".residual.6.");
+  s = replace_all(s, ".conv_shortcut.", ".shortcut.");
+  // encoder.conv1 / decoder.conv1 (conv_in) were turned into residual names above: restore them.
+  s = replace_all(s, "encoder.residual.2.", "encoder.conv1.");
+  s = replace_all(s, "decoder.residual.2.", "decoder.conv1.");
+  return s;
+}
+}  // namespace
+
+// A state dict written with the original release's names (Wan2.2_VAE.pth) loads through the
+// mapping and reproduces the Diffusers-named model's outputs exactly.
+TEST(WanVae, Wan22OriginalReleaseNamesMapOntoDiffusers) {
+  const auto dir = case_dir("wan22-vae");
+  const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
+  const auto cfg = yeto::wan::WanVaeConfig::from_json(read_json(dir / "config.json"));
+  std::map<std::string, at::Tensor> original;
+  for (const auto& [k, v] : weights) {
+    const auto o = wan22_original_name(k);
+    EXPECT_NE(o, k) << "no original name for " << k;
+    EXPECT_TRUE(original.emplace(o, v).second) << "two tensors named " << o;
+  }
+  EXPECT_TRUE(original.count("encoder.downsamples.0.downsamples.0.residual.0.gamma"));
+  EXPECT_TRUE(original.count("decoder.upsamples.0.upsamples.3.time_conv.weight"));
+  EXPECT_TRUE(original.count("encoder.middle.1.to_qkv.weight"));
+  std::map<std::string, at::Tensor> mapped;
+  for (const auto& [k, v] : original) mapped.emplace(yeto::wan::wan22_vae_diffusers_name(k), v);
+  yeto::wan::AutoencoderKLWan a(cfg), b(cfg);
+  yeto::nn::load_named_tensors(*a, weights);
+  yeto::nn::load_named_tensors(*b, mapped);  // strict: every name must land
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  torch::NoGradGuard ng;
+  EXPECT_TRUE(at::equal(a->decode(in.at("z")), b->decode(in.at("z"))));
+  EXPECT_TRUE(at::equal(a->encode(in.at("x")).mean, b->encode(in.at("x")).mean));
+  EXPECT_EQ(yeto::wan::wan22_vae_diffusers_name("decoder.up_blocks.0.resnets.0.norm1.gamma"),
+            "decoder.up_blocks.0.resnets.0.norm1.gamma");  // Diffusers names pass through
+}
+
+// Through the plugin: the wan22-vae case with its weights file written in the original names
+// passes check-parity (the VAE component renames as it loads).
+TEST(WanVae, Wan22OriginalNamesLoadThroughThePlugin) {
+  yeto::test::TempDir tmp;
+  const auto dir = case_dir("wan22-vae");
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().filename() != "diffusion_pytorch_model.safetensors") fs::copy_file(f.path(), tmp / f.path().filename().string());
+  std::vector<std::pair<std::string, at::Tensor>> original;
+  for (const auto& [k, v] : yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors"))
+    original.emplace_back(wan22_original_name(k), v);
+  yeto::io::save_safetensors(tmp / "diffusion_pytorch_model.safetensors", original);
+  nlohmann::json cases;
+  yeto::test::run_check_parity({tmp.path()}, &cases);
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_TRUE(cases[0].at("pass").get<bool>()) << cases[0].dump(1);
+  EXPECT_EQ(cases[0].at("comparisons").size(), 9u);
 }
 
 TEST(WanFamily, PlanFromBothTinyRepositories) {
