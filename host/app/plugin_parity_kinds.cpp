@@ -617,7 +617,8 @@ void run_plugin_loss(const CaseContext& ctx, CaseResult& result) {
 // ---- autoencoder classes served by a plugin (video VAEs) -----------------------------------
 // The same case layout as the host's AutoencoderKL cases: calls `model.encode(x)` (outputs
 // `...mean`, `...std`, `...logvar`) and `model.decode(z)` (the sample), through the
-// component's typed VAE service.
+// component's typed VAE service; further recorded outputs of a call (`encode.patchified_x`,
+// `decode.decoder_output`) through the component's forward with {"vae_call": ...}.
 void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
   const json& c = ctx.case_json();
   const std::string cls = ctx.class_name();
@@ -656,12 +657,30 @@ void run_plugin_autoencoder(const CaseContext& ctx, CaseResult& result) {
       got["sample"] = plugin::vae_decode(*comp, args.front().second, {args.begin() + 1, args.end()});
     }
     const json outputs = call.value("outputs", json::object());  // named: items() must not outlive it
+    // Outputs other than the posterior / the sample (what the encoder saw, the decoder's raw
+    // output) come from the component's forward with {"vae_call": "encode" | "decode"}, which
+    // returns them by the name after the key's last dot.
+    // A decode call's only output is the sample whatever its name.
+    auto field_of = [&](const std::string& key) {
+      return !encode && outputs.size() == 1 ? std::string("sample") : key.substr(key.rfind('.') + 1);
+    };
+    bool extra = false;
+    for (const auto& [key, _] : outputs.items()) extra = extra || !got.count(field_of(key));
+    std::string why;
+    if (extra) {
+      try {
+        const json options = {{"vae_call", encode ? "encode" : "decode"}};
+        for (auto& [n, t] : plugin::component_forward(*comp, args, options.dump())) got.emplace(n, t);
+      } catch (const Error& e) {
+        why = std::string(" (") + e.what() + ")";
+      }
+    }
     for (const auto& [key, _] : outputs.items()) {
-      const std::string field = encode ? key.substr(key.rfind('.') + 1) : "sample";
+      const std::string field = field_of(key);
       if (!got.count(field)) {
         Comparison cmp;
         cmp.name = key;
-        cmp.note = cls + " " + (encode ? "encode" : "decode") + " returned no '" + field + "'";
+        cmp.note = cls + " " + (encode ? "encode" : "decode") + " returned no '" + field + "'" + why;
         result.comparisons.push_back(cmp);
         continue;
       }
@@ -759,7 +778,9 @@ std::string pipeline_request_for_case(const std::string& case_json_text) {
 
 void register_plugin_parity_kinds() {
   register_kind("pipeline_end_to_end", run_pipeline_end_to_end);
-  register_kind("model", run_plugin_model);
+  // Every model class the host does not implement (the shared LTX-2 vocoders are host classes).
+  register_kind("model", parity::class_dispatcher("model"));
+  register_class("model", parity::kAnyClass, run_plugin_model);
   register_kind("lora", run_plugin_lora);
   // Every autoencoder class the host does not implement: the plugin that serves it, through
   // its component's VAE service.

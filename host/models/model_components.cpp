@@ -15,7 +15,8 @@
 namespace yeto::models {
 
 std::vector<std::string> model_component_classes() {
-  return {"AutoencoderKL", "CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel", "UMT5EncoderModel"};
+  return {"AutoencoderKL",   "AutoencoderKLLTX2Audio", "CLIPTextModel",    "CLIPTextModelWithProjection",
+          "LTX2Vocoder",     "LTX2VocoderWithBWE",     "T5EncoderModel",   "UMT5EncoderModel"};
 }
 
 std::shared_ptr<io::ModuleComponent> build_model_component(const std::string& class_name,
@@ -31,6 +32,13 @@ std::shared_ptr<io::ModuleComponent> build_model_component(const std::string& cl
     return std::make_shared<T5EncoderComponent>(
         T5EncoderModel(T5Config::from_json(config, class_name == "UMT5EncoderModel", where)));
   }
+  if (class_name == "AutoencoderKLLTX2Audio")
+    return std::make_shared<LTX2AudioVaeComponent>(
+        AutoencoderKLLTX2Audio(LTX2AudioVaeConfig::from_json(config, where)));
+  if (class_name == "LTX2Vocoder")
+    return std::make_shared<LTX2VocoderComponent>(LTX2Vocoder(LTX2VocoderConfig::from_json(config, where)));
+  if (class_name == "LTX2VocoderWithBWE")
+    return std::make_shared<LTX2VocoderComponent>(LTX2VocoderWithBWE(LTX2VocoderBweConfig::from_json(config, where)));
   throw Error(where + ": class " + class_name + " is not one of the shared models (" +
                   join(model_component_classes(), ", ") + ")",
               ExitCode::bad_input);
@@ -43,6 +51,13 @@ nn::LoadOptions checkpoint_rules(const std::string& class_name) {
   } else if (class_name == "CLIPTextModel" || class_name == "CLIPTextModelWithProjection") {
     o.ignore_unexpected = {"text_model.embeddings.position_ids"};
     if (class_name == "CLIPTextModel") o.ignore_unexpected.push_back("text_projection.weight");
+  } else if (class_name == "AutoencoderKLLTX2Audio") {
+    // ltx-core's names; statistics Diffusers does not keep (the video VAE's are also dropped).
+    o.rename = ltx2_audio_vae_diffusers_name;
+    o.ignore_unexpected = {"per_channel_statistics.*", "audio_vae.per_channel_statistics.*"};
+  } else if (class_name == "LTX2Vocoder" || class_name == "LTX2VocoderWithBWE") {
+    const bool bwe = class_name == "LTX2VocoderWithBWE";
+    o.rename = [bwe](const std::string& n) { return ltx2_vocoder_diffusers_name(n, bwe); };
   } else if (class_name == "T5EncoderModel" || class_name == "UMT5EncoderModel") {
     o.rename = T5EncoderModelImpl::rename;
     o.ignore_unexpected = {"decoder.*", "lm_head.weight"};
@@ -119,7 +134,10 @@ nn::LoadReport load_component_weights(torch::nn::Module& module, const std::stri
 
 void register_model_components(io::ComponentRegistry& registry) {
   for (const auto& cls : model_component_classes()) {
-    const std::string kind = cls == "AutoencoderKL" ? "vae" : "text_encoder";
+    const std::string kind = cls == "AutoencoderKL"                                     ? "vae"
+                             : cls == "AutoencoderKLLTX2Audio"                          ? "audio_vae"
+                             : cls == "LTX2Vocoder" || cls == "LTX2VocoderWithBWE"      ? "vocoder"
+                                                                                        : "text_encoder";
     registry.add(cls, kind, [cls](const io::ComponentSource& src) -> std::shared_ptr<io::Component> {
       const auto where = (src.dir / "config.json").string();
       // With weights to load, built without initialising them (io::DeferredInit).

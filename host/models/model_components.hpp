@@ -13,6 +13,7 @@
 #include "io/weight_source.hpp"
 #include "models/autoencoder_kl.hpp"
 #include "models/clip_text.hpp"
+#include "models/ltx2_audio.hpp"
 #include "models/t5_encoder.hpp"
 #include "yeto/nn/state_dict.hpp"
 
@@ -44,6 +45,34 @@ class T5EncoderComponent : public io::ModuleComponent {
   }
   torch::nn::Module& module() override { return *model; }
   T5EncoderModel model;
+};
+
+// LTX-2's audio VAE (kind "audio_vae"): log-mel <-> latents [B, 8, T, 16].
+class LTX2AudioVaeComponent : public io::ModuleComponent {
+ public:
+  explicit LTX2AudioVaeComponent(AutoencoderKLLTX2Audio m) : vae(std::move(m)) {}
+  std::string class_name() const override { return "AutoencoderKLLTX2Audio"; }
+  torch::nn::Module& module() override { return *vae; }
+  AutoencoderKLLTX2Audio vae;
+};
+
+// An LTX-2 vocoder (kind "vocoder"): LTX2Vocoder (mel -> 24 kHz) or LTX2VocoderWithBWE (mel ->
+// 48 kHz); exactly one of the two is set.
+class LTX2VocoderComponent : public io::ModuleComponent {
+ public:
+  explicit LTX2VocoderComponent(LTX2Vocoder m) : plain(std::move(m)) {}
+  explicit LTX2VocoderComponent(LTX2VocoderWithBWE m) : bwe(std::move(m)) {}
+  std::string class_name() const override { return bwe ? "LTX2VocoderWithBWE" : "LTX2Vocoder"; }
+  torch::nn::Module& module() override { return bwe ? static_cast<torch::nn::Module&>(*bwe) : *plain; }
+  // Mel [B, C, frames, mel_bins] -> waveform [B, out_channels, samples]; `inter` as the model's.
+  at::Tensor forward(const at::Tensor& mel, Intermediates* inter = nullptr) {
+    return bwe ? bwe->forward(mel, inter) : plain->forward(mel, inter);
+  }
+  std::int64_t sampling_rate() const {
+    return bwe ? bwe->config().output_sampling_rate : plain->config().output_sampling_rate;
+  }
+  LTX2Vocoder plain{nullptr};
+  LTX2VocoderWithBWE bwe{nullptr};
 };
 
 // The classes this area provides, sorted.

@@ -1,4 +1,5 @@
-// Runs `autoencoder` and `text_encoder` parity cases from their case.json alone: the module is
+// Runs `autoencoder`, `text_encoder` and the LTX-2 vocoders' `model` parity cases from their
+// case.json alone: the module is
 // built from the case's config.json and weights, each recorded call is recognised by what it
 // calls (`encode(` / `decode(` / a text-encoder forward), its tensor arguments are taken from
 // inputs.safetensors by name, and each expected output is located from its `from` description
@@ -146,6 +147,124 @@ void run_autoencoder_case(const CaseContext& ctx, CaseResult& result) {
   }
 }
 
+// ---- LTX-2 audio VAE ---------------------------------------------------------------------------
+// Calls: `model.encode(x)` (the posterior), `model.decode(z)` (the mel) and LTX2Pipeline's
+// audio-latent helpers around them, recognised by name: _pack_audio_latents (of the previous
+// encode's mean when the call packs `dist.mean`, else of its first tensor argument),
+// _normalize_audio_latents, _denormalize_audio_latents, _unpack_audio_latents (num_mel_bins from
+// the call, else latent mel bins = mel_bins / 2^(levels - 1)). Each output is the value of the
+// helper its name speaks of: ...unpacked / ...denormalized / ...normalized... / ...packed....
+
+std::string tensor_arg(const CaseContext& ctx, const nlohmann::json& call, const std::string& suffix) {
+  for (const auto& name : tensor_arg_names(call))
+    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return name;
+  throw Error(ctx.case_name() + ": call `" + call.value("python", std::string()) + "` has no tensor argument *" +
+                  suffix,
+              ExitCode::bad_input);
+}
+
+void run_ltx2_audio_vae_case(const CaseContext& ctx, CaseResult& result) {
+  auto comp = load_case_model(ctx);
+  auto& vae = std::dynamic_pointer_cast<LTX2AudioVaeComponent>(comp)->vae;
+  torch::NoGradGuard no_grad;
+  AudioLatentDist last;
+  static const std::regex mel_bins_arg(R"(num_mel_bins\s*=\s*(\d+))");
+  for (const auto& call : ctx.case_json().at("calls")) {
+    const auto python = call.value("python", std::string());
+    const auto keys = output_keys(call);
+    std::map<std::string, at::Tensor> got;  // by what the value is
+    if (python.find("_pack_audio_latents(") != std::string::npos ||
+        python.find("_denormalize_audio_latents(") != std::string::npos ||
+        python.find("_normalize_audio_latents(") != std::string::npos ||
+        python.find("_unpack_audio_latents(") != std::string::npos) {
+      at::Tensor x;
+      if (python.find("_pack_audio_latents(") != std::string::npos) {
+        const auto& source = python.find("dist.mean") != std::string::npos ? last.mean : at::Tensor();
+        if (!source.defined() && python.find("dist.mean") != std::string::npos)
+          throw Error(ctx.case_name() + ": `" + python + "` packs dist.mean before any encode call", ExitCode::bad_input);
+        x = got["packed"] = ltx2_pack_audio_latents(source.defined() ? source : ctx.input(tensor_arg_names(call).front()));
+      } else {
+        x = ctx.input(tensor_arg(ctx, call, "packed_latents"));
+      }
+      const bool stats = python.find("normalize_audio_latents(") != std::string::npos;
+      const auto mean = stats ? ctx.input(tensor_arg(ctx, call, "latents_mean")) : at::Tensor();
+      const auto std = stats ? ctx.input(tensor_arg(ctx, call, "latents_std")) : at::Tensor();
+      if (python.find("_denormalize_audio_latents(") != std::string::npos)
+        x = got["denormalized"] = ltx2_denormalize_audio_latents(x, mean, std);
+      else if (python.find("_normalize_audio_latents(") != std::string::npos)
+        x = got["normalized"] = ltx2_normalize_audio_latents(x, mean, std);
+      if (python.find("_unpack_audio_latents(") != std::string::npos) {
+        std::smatch m;
+        const auto bins = std::regex_search(python, m, mel_bins_arg)
+                              ? std::stoll(m[1])
+                              : vae->config().mel_bins / vae->config().downsample_factor();
+        got["unpacked"] = ltx2_unpack_audio_latents(x, bins);
+      }
+      for (const auto& key : keys) {
+        const auto field = key.substr(key.rfind('.') + 1);
+        const char* which = field.find("unpack") != std::string::npos     ? "unpacked"
+                            : field.find("denormal") != std::string::npos ? "denormalized"
+                            : field.find("normal") != std::string::npos   ? "normalized"
+                            : field.find("pack") != std::string::npos     ? "packed"
+                                                                          : "";
+        if (!got.count(which)) {
+          missing_output(result, key, "the helpers of `" + python + "` produce no value for it");
+          continue;
+        }
+        ctx.compare(key, got[which], result);
+      }
+    } else if (python.find(".encode(") != std::string::npos) {
+      last = vae->encode(ctx.input(tensor_arg_names(call).front()));
+      for (const auto& key : keys) {
+        const auto field = key.substr(key.rfind('.') + 1);
+        const at::Tensor t = field == "mean"     ? last.mean
+                             : field == "logvar" ? last.logvar
+                             : field == "std"    ? at::exp(0.5 * last.logvar)
+                                                 : at::Tensor();
+        if (!t.defined()) missing_output(result, key, "encode() has no `" + field + "`");
+        else ctx.compare(key, t, result);
+      }
+    } else if (python.find(".decode(") != std::string::npos) {
+      const auto mel = vae->decode(ctx.input(tensor_arg_names(call).front()));
+      for (const auto& key : keys) ctx.compare(key, mel, result);
+    } else {
+      throw Error(ctx.case_name() + ": call `" + python + "` is neither encode, decode nor an LTX2Pipeline audio helper",
+                  ExitCode::bad_input);
+    }
+  }
+}
+
+// ---- LTX-2 vocoders ---------------------------------------------------------------------------
+// A `model` case: `sample = model(<mel>)`; compares `sample` and every `intermediate.<module>`
+// the model reports, then loss = mean((sample - loss_target)^2) and every `grad.<name>`.
+void run_ltx2_vocoder_case(const CaseContext& ctx, CaseResult& result) {
+  auto comp = load_case_model(ctx);
+  auto& voc = *std::dynamic_pointer_cast<LTX2VocoderComponent>(comp);
+  const auto& c = ctx.case_json();
+  const nlohmann::json& call = c.contains("call") ? c.at("call") : c.at("calls").at(0);
+  const auto args = tensor_arg_names(call);
+  if (args.empty()) throw Error(ctx.case_name() + ": the call has no tensor argument", ExitCode::bad_input);
+  const auto& mel = ctx.input(args.front());
+  {
+    torch::NoGradGuard no_grad;
+    Intermediates inter;
+    const auto sample = voc.forward(mel, &inter);
+    for (const auto& key : ctx.compare_keys()) {
+      if (key == "sample") {
+        ctx.compare(key, sample, result);
+      } else if (key.rfind("intermediate.", 0) == 0) {
+        const auto it = inter.find(key.substr(13));
+        if (it == inter.end()) missing_output(result, key, voc.class_name() + " reports no `" + key.substr(13) + "`");
+        else ctx.compare(key, it->second, result);
+      }
+    }
+  }
+  if (!wants_backward(ctx)) return;
+  set_trainable(voc.module());
+  compare_gradients(ctx, voc.module(), voc.forward(mel), result);
+}
+
 // ---- text encoders -----------------------------------------------------------------------------
 
 struct TextOutputs {
@@ -243,6 +362,10 @@ void run_text_encoder_case(const CaseContext& ctx, CaseResult& result) {
 void register_model_parity_kinds() {
   parity::register_kind("autoencoder", parity::class_dispatcher("autoencoder"));
   parity::register_class("autoencoder", "AutoencoderKL", run_autoencoder_case);
+  parity::register_class("autoencoder", "AutoencoderKLLTX2Audio", run_ltx2_audio_vae_case);
+  // `model` cases are dispatched by class too (plugins serve the others).
+  parity::register_kind("model", parity::class_dispatcher("model"));
+  for (const char* cls : {"LTX2Vocoder", "LTX2VocoderWithBWE"}) parity::register_class("model", cls, run_ltx2_vocoder_case);
   parity::register_kind("text_encoder", parity::class_dispatcher("text_encoder"));
   for (const char* cls : {"CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel", "UMT5EncoderModel"}) {
     parity::register_class("text_encoder", cls, run_text_encoder_case);

@@ -258,6 +258,49 @@ Named vae_forward(models::AutoencoderKLComponent& c, const Named& in, const json
   unknown_method(where, method, {"decode", "encode"});
 }
 
+// LTX-2's audio VAE: encode (log-mel "sample" -> "mean", "logvar"), decode ("latents" -> the mel
+// "sample"), log_mel ("waveform" [B, 2, samples] at the VAE's sample rate -> the log-mel "sample"
+// it encodes), and LTX2Pipeline's helpers around it: pack ("latents" [B, C, T, M] -> "packed"
+// [B, T, C * M]), unpack ("packed" -> "latents"; option num_mel_bins, default the VAE's latent mel
+// bins), normalize / denormalize ("packed" with the VAE's latents_mean / latents_std buffers, or
+// the given "latents_mean" / "latents_std" tensors).
+Named audio_vae_forward(models::LTX2AudioVaeComponent& c, const Named& in, const json& o, const std::string& where) {
+  const std::string method = method_of(o, "", where);
+  auto& vae = c.vae;
+  if (method == "encode") {
+    const auto d = vae->encode(need(in, "sample", where + " encode"));
+    return {{"mean", d.mean}, {"logvar", d.logvar}};
+  }
+  if (method == "decode") return {{"sample", vae->decode(need(in, "latents", where + " decode"))}};
+  if (method == "log_mel") return {{"sample", vae->log_mel(need(in, "waveform", where + " log_mel"))}};
+  if (method == "pack") return {{"packed", models::ltx2_pack_audio_latents(need(in, "latents", where + " pack"))}};
+  if (method == "unpack") {
+    const auto bins = option<std::int64_t>(o, "num_mel_bins", vae->config().mel_bins / vae->config().downsample_factor(),
+                                           where);
+    return {{"latents", models::ltx2_unpack_audio_latents(need(in, "packed", where + " unpack"), bins)}};
+  }
+  if (method == "normalize" || method == "denormalize") {
+    const std::string w = where + " " + method;
+    const at::Tensor* mean = find(in, "latents_mean");
+    const at::Tensor* std = find(in, "latents_std");
+    const auto& packed = need(in, "packed", w);
+    const auto& m = mean ? *mean : vae->latents_mean;
+    const auto& s = std ? *std : vae->latents_std;
+    return {{"packed", method == "normalize" ? models::ltx2_normalize_audio_latents(packed, m, s)
+                                             : models::ltx2_denormalize_audio_latents(packed, m, s)}};
+  }
+  unknown_method(where, method, {"decode", "denormalize", "encode", "log_mel", "normalize", "pack", "unpack"});
+}
+
+// An LTX-2 vocoder: vocode ("mel" [B, C, frames, mel_bins] -> "waveform" [B, C, samples] and
+// "sample_rate", an int64 scalar).
+Named vocoder_forward(models::LTX2VocoderComponent& c, const Named& in, const json& o, const std::string& where) {
+  const std::string method = method_of(o, "vocode", where);
+  if (method != "vocode") unknown_method(where, method, {"vocode"});
+  return {{"waveform", c.forward(need(in, "mel", where + " vocode"))},
+          {"sample_rate", at::scalar_tensor(c.sampling_rate(), at::kLong)}};
+}
+
 Named text_encoder_forward(io::Component& c, const Named& in, const json& o, bool grad, const std::string& where) {
   const std::string method = method_of(o, "encode", where);
   if (method != "encode") unknown_method(where, method, {"encode"});
@@ -357,6 +400,8 @@ Named dispatch(HostBox& box, const Named& in, const json& o) {
   const bool grad = option<bool>(o, "grad", false, where);
   GradMode g(grad);
   if (auto* v = dynamic_cast<models::AutoencoderKLComponent*>(c)) return vae_forward(*v, in, o, grad, where);
+  if (auto* a = dynamic_cast<models::LTX2AudioVaeComponent*>(c)) return audio_vae_forward(*a, in, o, where);
+  if (auto* v = dynamic_cast<models::LTX2VocoderComponent*>(c)) return vocoder_forward(*v, in, o, where);
   if (box.table.text_encoder) return text_encoder_forward(*c, in, o, grad, where);
   if (auto* t = dynamic_cast<text::TokenizerComponent*>(c)) return tokenizer_forward(*t, o, where);
   if (auto* s = dynamic_cast<schedulers::Scheduler*>(c)) return scheduler_forward(*s, in, o, where);
@@ -664,6 +709,8 @@ void load_model_classes(const config::Config& cfg, const io::DiffusersRepo& repo
 std::string kind_for_component_name(const std::string& name) {
   auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
   if (starts("transformer") || starts("unet") || name == "prior" || name == "model") return "denoiser";
+  if (starts("audio_vae")) return "audio_vae";
+  if (starts("vocoder")) return "vocoder";
   if (starts("vae")) return "vae";
   if (starts("text_encoder")) return "text_encoder";
   if (starts("tokenizer")) return "tokenizer";

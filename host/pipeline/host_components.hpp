@@ -30,7 +30,7 @@ namespace yeto::pipeline {
 void ensure_builtin_components();
 
 // A C component table over a host built-in (AutoencoderKL, CLIPTextModel(WithProjection),
-// T5EncoderModel, UMT5EncoderModel, a tokenizer or a scheduler). The caller owns the table
+// T5EncoderModel, UMT5EncoderModel, LTX-2's audio VAE and vocoders, a tokenizer or a scheduler). The caller owns the table
 // (destroy()); the table shares ownership of `component`.
 const yeto_component_v1* wrap_host_component(std::shared_ptr<io::Component> component);
 // The host object behind a table made by wrap_host_component; nullptr for any other table.

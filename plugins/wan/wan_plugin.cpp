@@ -1,4 +1,5 @@
-// The Wan family plugin (Wan 2.1 T2V, Wan 2.2 A14B T2V with two denoisers): the
+// The Wan family plugin (Wan 2.1 T2V, Wan 2.2 A14B T2V with two denoisers, Wan 2.2 TI2V-5B
+// text-to-video with 48-channel latents and per-token timesteps): the
 // WanTransformer3DModel and AutoencoderKLWan component classes and the WanPipeline semantics
 // as plugin hooks, written against the SDK only (yeto/plugin.hpp, sdk/nn, sdk/family). The host loads the
 // UMT5 encoder, the tokenizer and the UniPC scheduler from the plan; this plugin reaches them
@@ -60,7 +61,39 @@ class VaeComponent : public yeto::family::ModelComponent<wan::AutoencoderKLWan, 
                      public yeto::sdk::Vae {
  public:
   VaeComponent(const std::string& config_json, const std::string& dir)
-      : ModelComponent(config_json, dir, {"AutoencoderKLWan", "is this a Wan 2.1 VAE checkpoint?"}) {}
+      : ModelComponent(config_json, dir, {"AutoencoderKLWan", "is this a Wan VAE checkpoint?"}) {}
+
+  // {"vae_call": "encode"}: sample -> mean, logvar and patchified_x (what the encoder sees);
+  // {"vae_call": "decode"}: latents -> sample and decoder_output (before unpatchify and clamp).
+  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
+    const auto o = family::parse_json(options, "AutoencoderKLWan options");
+    const auto call = o.value("vae_call", std::string());
+    try {
+      if (call == "encode") {
+        at::Tensor patchified;
+        const auto d = model_->encode(yeto::sdk::get(in, "sample"), &patchified);
+        return {{"mean", d.mean}, {"logvar", d.logvar}, {"patchified_x", patchified}};
+      }
+      if (call == "decode") {
+        at::Tensor raw;
+        auto sample = model_->decode(yeto::sdk::get(in, "latents"), &raw);
+        return {{"sample", std::move(sample)}, {"decoder_output", raw}};
+      }
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLWan ") + call + ": " + e.what());
+    }
+    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "AutoencoderKLWan forward: options need \"vae_call\": \"encode\" or \"decode\"");
+  }
+
+  // The Wan 2.2 VAE also loads from the original release's names (Wan2.2_VAE.pth), renamed one
+  // tensor at a time.
+  void load_weights(const NamedTensors& weights, bool strict) override {
+    if (!model_->config().is_residual) return ModelComponent::load_weights(weights, strict);
+    NamedTensors renamed;
+    renamed.reserve(weights.size());
+    for (const auto& [name, t] : weights) renamed.emplace_back(wan::wan22_vae_diffusers_name(name), t);
+    ModelComponent::load_weights(renamed, strict);
+  }
 
   yeto::sdk::Posterior encode(const at::Tensor& pixels) override {
     try {
@@ -107,6 +140,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     denoisers_ = {"transformer"};
     if (plan["components"].contains("transformer_2")) denoisers_.push_back("transformer_2");
     boundary_ratio_ = plan.contains("boundary_ratio") ? plan["boundary_ratio"].get<double>() : 0.0;
+    expand_timesteps_ = plan.value("expand_timesteps", false);
     num_train_timesteps_ = configs_.scheduler_int("num_train_timesteps", 1000);
   }
 
@@ -222,7 +256,10 @@ class WanPlugin : public yeto::family::DiffusersFamily {
       const bool high = !two || static_cast<double>(t.item<std::int64_t>()) >= boundary;
       const std::string name = high ? "transformer" : "transformer_2";
       const double g = high ? g_high : g_low;
-      const auto timestep = t.expand({batch});
+      // expand_timesteps (Wan 2.2 TI2V): one float32 value per latent token (here all t, as
+      // WanPipeline's text-to-video call), else t per sample.
+      const auto timestep = expand_timesteps_ ? per_token_timesteps(t, latents, tcfg.patch_size)
+                                              : t.expand({batch});
       record(p + "latents", latents);
       record(p + "timestep", timestep);
       if (two) {
@@ -308,6 +345,15 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     return c;
   }
 
+  // WanPipeline's expand_timesteps rule: ones over the first latent channel subsampled by the
+  // transformer's spatial patch, times t, flattened: [B, F' H' W'] float32.
+  static at::Tensor per_token_timesteps(const at::Tensor& t, const at::Tensor& latents,
+                                        const std::vector<std::int64_t>& patch) {
+    const auto tokens = (latents.size(2) / patch[0]) * ((latents.size(3) + patch[1] - 1) / patch[1]) *
+                        ((latents.size(4) + patch[2] - 1) / patch[2]);
+    return (at::ones({latents.size(0), tokens}, at::kFloat) * t.to(at::kFloat)).contiguous();
+  }
+
   at::Tensor latents_mean(const at::Tensor& like) const {
     return at::tensor(vae_config_.latents_mean, at::kDouble).to(at::kFloat).to(like.device()).view({1, -1, 1, 1, 1});
   }
@@ -318,6 +364,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
   wan::WanVaeConfig vae_config_;
   std::vector<std::string> denoisers_ = {"transformer"};
   double boundary_ratio_ = 0.0;
+  bool expand_timesteps_ = false;
   std::int64_t num_train_timesteps_ = 1000;
 };
 

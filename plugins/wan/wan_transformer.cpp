@@ -139,7 +139,15 @@ WanTransformerBlockImpl::WanTransformerBlockImpl(std::int64_t dim, std::int64_t 
 at::Tensor WanTransformerBlockImpl::forward(const at::Tensor& x_in, const at::Tensor& context, const at::Tensor& temb,
                                             const at::Tensor& rope_cos, const at::Tensor& rope_sin) {
   const auto dtype = x_in.scalar_type();
-  const auto mod = (scale_shift_table.to(at::kFloat) + temb.to(at::kFloat)).chunk(6, 1);
+  // temb [B, 6, dim] (one timestep per sample) or [B, S, 6, dim] (one per token, Wan 2.2 TI2V):
+  // each modulation broadcasts as [B, 1, dim] or is [B, S, dim].
+  std::vector<at::Tensor> mod;
+  if (temb.dim() == 4) {
+    const auto all = scale_shift_table.to(at::kFloat).unsqueeze(0) + temb.to(at::kFloat);
+    for (std::int64_t i = 0; i < 6; ++i) mod.push_back(all.select(2, i));
+  } else {
+    mod = (scale_shift_table.to(at::kFloat) + temb.to(at::kFloat)).chunk(6, 1);
+  }
   const auto &shift_msa = mod[0], &scale_msa = mod[1], &gate_msa = mod[2];
   const auto &c_shift = mod[3], &c_scale = mod[4], &c_gate = mod[5];
   auto x = x_in;
@@ -196,18 +204,22 @@ at::Tensor WanTransformer3DModelImpl::forward(const at::Tensor& hidden_states, c
                                 ", T, " + std::to_string(c.text_dim) + "], got " +
                                 c10::str(encoder_hidden_states.sizes()));
   auto t = timestep.dim() == 0 ? timestep.expand({b}) : timestep;
-  if (t.dim() != 1 || t.size(0) != b)
-    throw std::invalid_argument("WanTransformer3DModel: timestep must be [B], got " + c10::str(timestep.sizes()));
-
+  const auto seq = pf * ph * pw;
+  // One timestep per sample [B], or one per token [B, F' H' W'] (Wan 2.2 TI2V's expand_timesteps).
+  const bool per_token = t.dim() == 2;
+  if (!(t.dim() == 1 && t.size(0) == b) && !(per_token && t.size(0) == b && t.size(1) == seq))
+    throw std::invalid_argument("WanTransformer3DModel: timestep must be [B] or [B, " + std::to_string(seq) +
+                                "] (one per token), got " + c10::str(timestep.sizes()));
   const auto [rope_cos, rope_sin] = wan_rope_tables(c.attention_head_dim, pf, ph, pw, c.rope_max_seq_len);
   const auto dtype = patch_embedding->weight.scalar_type();
   auto x = patch_embedding(hidden_states.to(dtype)).flatten(2).transpose(1, 2);
 
   auto& ce = *condition_embedder;
-  auto tproj = ce.timesteps_proj(t.to(hidden_states.device()));
+  auto tproj = ce.timesteps_proj(t.flatten().to(hidden_states.device()));
+  if (per_token) tproj = tproj.unflatten(0, {b, seq});
   tproj = tproj.to(ce.time_embedder->linear_1->compute_dtype());
   const auto temb = ce.time_embedder(tproj).to(encoder_hidden_states.scalar_type());
-  const auto timestep_proj = ce.time_proj(at::silu(temb)).unflatten(1, {6, -1});
+  const auto timestep_proj = ce.time_proj(at::silu(temb)).unflatten(per_token ? 2 : 1, {6, -1});
   const auto context = ce.text_embedder(encoder_hidden_states.to(dtype));
 
   const auto cos = rope_cos, sin = rope_sin;  // structured bindings cannot be captured in C++20
@@ -222,8 +234,17 @@ at::Tensor WanTransformer3DModelImpl::forward(const at::Tensor& hidden_states, c
         {x, context, timestep_proj})[0];
   }
 
-  const auto mod = (scale_shift_table.to(at::kFloat) + temb.to(at::kFloat).unsqueeze(1)).chunk(2, 1);
-  x = (fp32_layer_norm(norm_out, x) * (1 + mod[1]) + mod[0]).to(x.scalar_type());
+  at::Tensor shift, scale;
+  if (per_token) {  // temb [B, S, dim]
+    const auto all = scale_shift_table.to(at::kFloat).unsqueeze(0) + temb.to(at::kFloat).unsqueeze(2);
+    shift = all.select(2, 0);
+    scale = all.select(2, 1);
+  } else {
+    const auto mod = (scale_shift_table.to(at::kFloat) + temb.to(at::kFloat).unsqueeze(1)).chunk(2, 1);
+    shift = mod[0];
+    scale = mod[1];
+  }
+  x = (fp32_layer_norm(norm_out, x) * (1 + scale) + shift).to(x.scalar_type());
   x = proj_out(x);
   x = x.reshape({b, pf, ph, pw, p[0], p[1], p[2], -1}).permute({0, 7, 1, 4, 2, 5, 3, 6});
   return x.reshape({b, c.out_channels, pf * p[0], ph * p[1], pw * p[2]});

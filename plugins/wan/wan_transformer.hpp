@@ -94,7 +94,9 @@ class WanTransformer3DModelImpl : public torch::nn::Module, public nn::Checkpoin
   explicit WanTransformer3DModelImpl(const WanTransformerConfig& config);
 
   // hidden_states [B, in_channels, F, H, W] (F, H, W divisible by the patch size), timestep [B]
-  // on the 0..1000 scale (int64 or float), encoder_hidden_states [B, T, text_dim].
+  // on the 0..1000 scale (int64 or float), or [B, F' H' W'] with one value per token (Wan 2.2
+  // TI2V: the time embedding and every adaLN modulation per token), encoder_hidden_states
+  // [B, T, text_dim].
   // Returns [B, out_channels, F, H, W].
   at::Tensor forward(const at::Tensor& hidden_states, const at::Tensor& timestep,
                      const at::Tensor& encoder_hidden_states);

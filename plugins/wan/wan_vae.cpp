@@ -50,12 +50,13 @@ std::int64_t WanVaeConfig::temporal_factor() const {
   return f;
 }
 
-std::int64_t WanVaeConfig::spatial_factor() const { return std::int64_t{1} << (dim_mult.size() - 1); }
+std::int64_t WanVaeConfig::spatial_factor() const { return (std::int64_t{1} << (dim_mult.size() - 1)) * patch_size; }
 
 WanVaeConfig WanVaeConfig::from_json(const nlohmann::json& j) {
   const family::ConfigReader in(j, kClass);
   WanVaeConfig c;
   c.base_dim = in.integer("base_dim", c.base_dim);
+  c.decoder_base_dim = in.integer("decoder_base_dim", c.base_dim);
   c.z_dim = in.integer("z_dim", c.z_dim);
   c.dim_mult = in.integers("dim_mult", c.dim_mult);
   c.num_res_blocks = in.integer("num_res_blocks", c.num_res_blocks);
@@ -63,21 +64,52 @@ WanVaeConfig WanVaeConfig::from_json(const nlohmann::json& j) {
   c.temperal_downsample = in.booleans("temperal_downsample", c.temperal_downsample);
   c.latents_mean = in.numbers("latents_mean", {});
   c.latents_std = in.numbers("latents_std", {});
-  if (j.contains("is_residual") && j["is_residual"].is_boolean() && j["is_residual"].get<bool>())
+  c.is_residual = in.boolean("is_residual", false);
+  c.in_channels = in.integer("in_channels", 3);
+  c.out_channels = in.integer("out_channels", 3);
+  c.patch_size = in.integer("patch_size", 1);
+  if (c.base_dim <= 0 || c.decoder_base_dim <= 0 || c.z_dim <= 0 || c.num_res_blocks <= 0 || c.dim_mult.empty())
     throw std::invalid_argument(std::string(kClass) +
-                                ": 'is_residual' true is the Wan 2.2 TI2V VAE, which this plugin does not serve");
-  if (j.contains("patch_size") && !j["patch_size"].is_null())
-    throw std::invalid_argument(std::string(kClass) + ": 'patch_size' is set (the Wan 2.2 TI2V VAE), not supported");
-  if (j.contains("decoder_base_dim") && !j["decoder_base_dim"].is_null() &&
-      in.integer("decoder_base_dim", c.base_dim) != c.base_dim)
-    throw std::invalid_argument(std::string(kClass) + ": 'decoder_base_dim' other than base_dim is not supported");
-  for (const char* k : {"in_channels", "out_channels"})
-    if (in.integer(k, 3) != 3) throw std::invalid_argument(std::string(kClass) + ": '" + k + "' must be 3");
-  if (c.base_dim <= 0 || c.z_dim <= 0 || c.num_res_blocks <= 0 || c.dim_mult.empty())
-    throw std::invalid_argument(std::string(kClass) + ": base_dim, z_dim, num_res_blocks and dim_mult must be positive");
+                                ": base_dim, decoder_base_dim, z_dim, num_res_blocks and dim_mult must be positive");
+  for (auto m : c.dim_mult)
+    if (m <= 0) in.fail("dim_mult", "entries must be positive");
+  if (c.patch_size <= 0) in.fail("patch_size", "must be a positive integer or null");
+  if (c.in_channels <= 0 || c.out_channels <= 0)
+    throw std::invalid_argument(std::string(kClass) + ": 'in_channels' and 'out_channels' must be positive");
+  const auto p2 = c.patch_size * c.patch_size;
+  if (c.in_channels % p2 != 0) in.fail("in_channels", "must be a multiple of patch_size^2 (the patchified pixels)");
+  if (c.out_channels % p2 != 0) in.fail("out_channels", "must be a multiple of patch_size^2 (the patchified pixels)");
   if (c.temperal_downsample.size() + 1 != c.dim_mult.size())
     throw std::invalid_argument(std::string(kClass) + ": 'temperal_downsample' must have len(dim_mult) - 1 = " +
                                 std::to_string(c.dim_mult.size() - 1) + " entries");
+  if (c.is_residual && !c.attn_scales.empty())
+    in.fail("attn_scales", "must be empty with 'is_residual' true (the residual blocks have no attention)");
+  // The residual shortcuts fold / repeat channels in whole groups.
+  if (c.is_residual) {
+    std::vector<std::int64_t> enc = {c.base_dim}, dec = {c.decoder_base_dim * c.dim_mult.back()};
+    for (auto m : c.dim_mult) enc.push_back(c.base_dim * m);
+    for (auto it = c.dim_mult.rbegin(); it != c.dim_mult.rend(); ++it) dec.push_back(c.decoder_base_dim * *it);
+    for (std::size_t i = 0; i + 1 < enc.size(); ++i) {
+      const bool last = i + 1 == c.dim_mult.size();
+      const std::int64_t f = (last ? 1 : 4) * (!last && c.temperal_downsample[i] ? 2 : 1);
+      if ((enc[i] * f) % enc[i + 1] != 0)
+        in.fail("dim_mult", "gives encoder widths " + std::to_string(enc[i]) + " -> " + std::to_string(enc[i + 1]) +
+                                " that AvgDown3D cannot average (in x factor must be a multiple of out)");
+      const bool tu = !last && c.temperal_downsample[c.temperal_downsample.size() - 1 - i];
+      const std::int64_t fu = last ? 0 : 4 * (tu ? 2 : 1);
+      if (fu > 0 && (dec[i + 1] * fu) % dec[i] != 0)
+        in.fail("decoder_base_dim", "gives decoder widths " + std::to_string(dec[i]) + " -> " +
+                                        std::to_string(dec[i + 1]) + " that DupUp3D cannot repeat");
+    }
+  }
+  if (in.present("scale_factor_spatial") && in.integer("scale_factor_spatial", 0) != c.spatial_factor())
+    in.fail("scale_factor_spatial", "is " + std::to_string(in.integer("scale_factor_spatial", 0)) +
+                                        " but patch_size x 2^(len(dim_mult) - 1) is " +
+                                        std::to_string(c.spatial_factor()));
+  if (in.present("scale_factor_temporal") && in.integer("scale_factor_temporal", 0) != c.temporal_factor())
+    in.fail("scale_factor_temporal", "is " + std::to_string(in.integer("scale_factor_temporal", 0)) +
+                                         " but 2^(number of temperal_downsample) is " +
+                                         std::to_string(c.temporal_factor()));
   if (c.latents_mean.empty()) c.latents_mean.assign(static_cast<std::size_t>(c.z_dim), 0.0);
   if (c.latents_std.empty()) c.latents_std.assign(static_cast<std::size_t>(c.z_dim), 1.0);
   if (static_cast<std::int64_t>(c.latents_mean.size()) != c.z_dim ||
@@ -156,11 +188,13 @@ at::Tensor WanAttentionBlockImpl::forward(const at::Tensor& x) {
   return y + x;
 }
 
-WanResampleImpl::WanResampleImpl(std::int64_t dim, std::string m) : mode(std::move(m)) {
+WanResampleImpl::WanResampleImpl(std::int64_t dim, std::string m, std::int64_t upsample_out_dim)
+    : mode(std::move(m)) {
   auto resample = register_module("resample", torch::nn::ModuleList());
   resample->push_back(std::make_shared<torch::nn::Module>());  // upsampler / zero pad: no parameters
   const bool up = mode.rfind("upsample", 0) == 0;
-  conv = up ? torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim / 2, 3).padding(1))
+  conv = up ? torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, upsample_out_dim > 0 ? upsample_out_dim : dim / 2, 3)
+                                  .padding(1))
             : torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim, 3).stride(2));
   resample->push_back(conv);
   if (mode == "upsample3d")
@@ -225,13 +259,93 @@ at::Tensor WanMidBlockImpl::forward(const at::Tensor& x_in, FeatureCache& cache)
   return x;
 }
 
+namespace {
+
+// AvgDown3D: front zero-pad of time to a multiple of ft, (t, h, w) offsets folded into channels
+// (c * f + (t_off * fs + h_off) * fs + w_off), then the mean of groups of in * f / out channels.
+at::Tensor avg_down_3d(const at::Tensor& x_in, std::int64_t out, std::int64_t ft, std::int64_t fs) {
+  const auto pad_t = (ft - x_in.size(2) % ft) % ft;
+  const auto x = pad_t > 0 ? at::constant_pad_nd(x_in, {0, 0, 0, 0, pad_t, 0}) : x_in;
+  const auto b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
+  const auto f = ft * fs * fs;
+  auto y = x.reshape({b, c, t / ft, ft, h / fs, fs, w / fs, fs}).permute({0, 1, 3, 5, 7, 2, 4, 6});
+  y = y.reshape({b, out, c * f / out, t / ft, h / fs, w / fs});
+  return y.mean(2);
+}
+
+// DupUp3D: channels repeated out * f / in times (each in turn), unfolded into (t, h, w) offsets;
+// the first chunk drops its first ft - 1 frames.
+at::Tensor dup_up_3d(const at::Tensor& x_in, std::int64_t out, std::int64_t ft, std::int64_t fs, bool first_chunk) {
+  const auto f = ft * fs * fs;
+  const auto x = x_in.repeat_interleave(out * f / x_in.size(1), 1);
+  const auto b = x.size(0), t = x.size(2), h = x.size(3), w = x.size(4);
+  auto y = x.reshape({b, out, ft, fs, fs, t, h, w}).permute({0, 1, 5, 2, 6, 3, 7, 4});
+  y = y.reshape({b, out, t * ft, h * fs, w * fs});
+  if (first_chunk && ft > 1) y = y.narrow(2, ft - 1, y.size(2) - (ft - 1));
+  return y;
+}
+
+}  // namespace
+
+at::Tensor wan_patchify(const at::Tensor& x, std::int64_t p) {
+  if (p == 1) return x;
+  const auto b = x.size(0), c = x.size(1), f = x.size(2), h = x.size(3), w = x.size(4);
+  if (x.dim() != 5 || h % p != 0 || w % p != 0)
+    throw std::invalid_argument("patchify: expected [B, C, T, H, W] with H and W multiples of " + std::to_string(p) +
+                                ", got " + c10::str(x.sizes()));
+  return x.reshape({b, c, f, h / p, p, w / p, p}).permute({0, 1, 6, 4, 2, 3, 5}).reshape({b, c * p * p, f, h / p, w / p});
+}
+
+at::Tensor wan_unpatchify(const at::Tensor& x, std::int64_t p) {
+  if (p == 1) return x;
+  const auto b = x.size(0), c = x.size(1) / (p * p), f = x.size(2), h = x.size(3), w = x.size(4);
+  return x.reshape({b, c, p, p, f, h, w}).permute({0, 1, 4, 5, 3, 6, 2}).reshape({b, c, f, h * p, w * p});
+}
+
+WanResidualDownBlockImpl::WanResidualDownBlockImpl(std::int64_t in, std::int64_t out, std::int64_t num_res_blocks,
+                                                   bool temporal, bool down)
+    : in_dim(in), out_dim(out), factor_t(temporal ? 2 : 1), factor_s(down ? 2 : 1) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  for (std::int64_t r = 0; r < num_res_blocks; ++r) resnets->push_back(WanResidualBlock(r == 0 ? in : out, out));
+  if (down) downsampler = register_module("downsampler", WanResample(out, temporal ? "downsample3d" : "downsample2d"));
+}
+
+at::Tensor WanResidualDownBlockImpl::forward(const at::Tensor& x_in, FeatureCache& cache) {
+  auto x = x_in;
+  for (const auto& r : *resnets) x = r->as<WanResidualBlockImpl>()->forward(x, cache);
+  if (downsampler) x = downsampler(x, cache);
+  return x + avg_down_3d(x_in, out_dim, factor_t, factor_s);
+}
+
+WanResidualUpBlockImpl::WanResidualUpBlockImpl(std::int64_t in, std::int64_t out, std::int64_t num_res_blocks,
+                                               bool temporal, bool up)
+    : in_dim(in), out_dim(out), factor_t(temporal ? 2 : 1), factor_s(up ? 2 : 1) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  for (std::int64_t r = 0; r < num_res_blocks + 1; ++r) resnets->push_back(WanResidualBlock(r == 0 ? in : out, out));
+  if (up) upsampler = register_module("upsampler", WanResample(out, temporal ? "upsample3d" : "upsample2d", out));
+}
+
+at::Tensor WanResidualUpBlockImpl::forward(const at::Tensor& x_in, FeatureCache& cache, bool first_chunk) {
+  auto x = x_in;
+  for (const auto& r : *resnets) x = r->as<WanResidualBlockImpl>()->forward(x, cache);
+  if (!upsampler) return x;
+  x = upsampler(x, cache);
+  return x + dup_up_3d(x_in, out_dim, factor_t, factor_s, first_chunk);
+}
+
 WanEncoder3dImpl::WanEncoder3dImpl(const WanVaeConfig& c) {
   std::vector<std::int64_t> dims = {c.base_dim};
   for (auto m : c.dim_mult) dims.push_back(c.base_dim * m);
-  conv_in = register_module("conv_in", CausalConv3d(3, dims[0], 3, 3, 1, 1, 1));
+  conv_in = register_module("conv_in", CausalConv3d(c.in_channels, dims[0], 3, 3, 1, 1, 1));
   down_blocks = register_module("down_blocks", torch::nn::ModuleList());
   double scale = 1.0;
   for (std::size_t i = 0; i + 1 < dims.size(); ++i) {
+    if (c.is_residual) {
+      const bool last = i + 1 == c.dim_mult.size();
+      down_blocks->push_back(
+          WanResidualDownBlock(dims[i], dims[i + 1], c.num_res_blocks, !last && c.temperal_downsample[i], !last));
+      continue;
+    }
     auto in = dims[i];
     const auto out = dims[i + 1];
     for (std::int64_t r = 0; r < c.num_res_blocks; ++r) {
@@ -254,6 +368,7 @@ at::Tensor WanEncoder3dImpl::forward(const at::Tensor& x_in, FeatureCache& cache
   auto x = cached_conv(conv_in, x_in, cache);
   for (const auto& layer : *down_blocks) {
     if (auto* r = layer->as<WanResidualBlockImpl>()) x = r->forward(x, cache);
+    else if (auto* d = layer->as<WanResidualDownBlockImpl>()) x = d->forward(x, cache);
     else if (auto* a = layer->as<WanAttentionBlockImpl>()) x = a->forward(x);
     else x = layer->as<WanResampleImpl>()->forward(x, cache);
   }
@@ -263,13 +378,18 @@ at::Tensor WanEncoder3dImpl::forward(const at::Tensor& x_in, FeatureCache& cache
 }
 
 WanDecoder3dImpl::WanDecoder3dImpl(const WanVaeConfig& c) {
-  std::vector<std::int64_t> dims = {c.base_dim * c.dim_mult.back()};
-  for (auto it = c.dim_mult.rbegin(); it != c.dim_mult.rend(); ++it) dims.push_back(c.base_dim * *it);
+  std::vector<std::int64_t> dims = {c.decoder_base_dim * c.dim_mult.back()};
+  for (auto it = c.dim_mult.rbegin(); it != c.dim_mult.rend(); ++it) dims.push_back(c.decoder_base_dim * *it);
   std::vector<bool> temperal_upsample(c.temperal_downsample.rbegin(), c.temperal_downsample.rend());
   conv_in = register_module("conv_in", CausalConv3d(c.z_dim, dims[0], 3, 3, 1, 1, 1));
   mid_block = register_module("mid_block", WanMidBlock(dims[0]));
   up_blocks = register_module("up_blocks", torch::nn::ModuleList());
   for (std::size_t i = 0; i + 1 < dims.size(); ++i) {
+    if (c.is_residual) {
+      const bool up = i + 1 != c.dim_mult.size();
+      up_blocks->push_back(WanResidualUpBlock(dims[i], dims[i + 1], c.num_res_blocks, up && temperal_upsample[i], up));
+      continue;
+    }
     auto in = i > 0 ? dims[i] / 2 : dims[i];
     const auto out = dims[i + 1];
     auto block = std::make_shared<torch::nn::Module>();
@@ -285,13 +405,18 @@ WanDecoder3dImpl::WanDecoder3dImpl(const WanVaeConfig& c) {
     up_blocks->push_back(block);
   }
   norm_out = register_module("norm_out", WanRMSNorm(dims.back(), false));
-  conv_out = register_module("conv_out", CausalConv3d(dims.back(), 3, 3, 3, 1, 1, 1));
+  conv_out = register_module("conv_out",
+                             CausalConv3d(dims.back(), c.out_channels, 3, 3, 1, 1, 1));
 }
 
-at::Tensor WanDecoder3dImpl::forward(const at::Tensor& x_in, FeatureCache& cache) {
+at::Tensor WanDecoder3dImpl::forward(const at::Tensor& x_in, FeatureCache& cache, bool first_chunk) {
   auto x = cached_conv(conv_in, x_in, cache);
   x = mid_block(x, cache);
   for (const auto& block : *up_blocks) {
+    if (auto* r = block->as<WanResidualUpBlockImpl>()) {
+      x = r->forward(x, cache, first_chunk);
+      continue;
+    }
     for (const auto& child : block->named_children()) {
       auto list = std::dynamic_pointer_cast<torch::nn::ModuleListImpl>(child.value());
       if (child.key() == "resnets")
@@ -313,16 +438,20 @@ AutoencoderKLWanImpl::AutoencoderKLWanImpl(const WanVaeConfig& config) : config_
   decoder = register_module("decoder", WanDecoder3d(config));
 }
 
-WanLatentDist AutoencoderKLWanImpl::encode(const at::Tensor& x_in) {
+WanLatentDist AutoencoderKLWanImpl::encode(const at::Tensor& x_in, at::Tensor* patchified) {
   const auto x = x_in.dim() == 4 ? x_in.unsqueeze(2) : x_in;
-  if (x.dim() != 5 || x.size(1) != 3)
-    throw std::invalid_argument("AutoencoderKLWan encode: expected [B, 3, T, H, W], got " + c10::str(x_in.sizes()));
+  const auto pixel_channels = config_.in_channels / (config_.patch_size * config_.patch_size);
+  if (x.dim() != 5 || x.size(1) != pixel_channels)
+    throw std::invalid_argument("AutoencoderKLWan encode: expected [B, " + std::to_string(pixel_channels) +
+                                ", T, H, W], got " + c10::str(x_in.sizes()));
   const auto sf = config_.spatial_factor();
   if (x.size(3) % sf != 0 || x.size(4) % sf != 0)
     throw std::invalid_argument("AutoencoderKLWan encode: height and width must be multiples of " +
                                 std::to_string(sf) + ", got " + c10::str(x.sizes()));
   const auto dtype = quant_conv->weight.scalar_type();
-  const auto t = x.size(2);
+  const auto p = wan_patchify(x.to(dtype), config_.patch_size);
+  if (patchified) *patchified = p;
+  const auto t = p.size(2);
   const auto tf = config_.temporal_factor();
   FeatureCache cache;
   std::vector<at::Tensor> chunks;
@@ -330,13 +459,13 @@ WanLatentDist AutoencoderKLWanImpl::encode(const at::Tensor& x_in) {
     cache.idx = 0;
     const auto start = i == 0 ? 0 : 1 + tf * (i - 1);
     const auto len = i == 0 ? 1 : std::min(tf, t - start);
-    chunks.push_back(encoder(x.narrow(2, start, len).to(dtype), cache));
+    chunks.push_back(encoder(p.narrow(2, start, len), cache));
   }
   const auto enc = quant_conv(at::cat(chunks, 2));
   return {enc.narrow(1, 0, config_.z_dim), enc.narrow(1, config_.z_dim, config_.z_dim).clamp(-30.0, 20.0)};
 }
 
-at::Tensor AutoencoderKLWanImpl::decode(const at::Tensor& z_in) {
+at::Tensor AutoencoderKLWanImpl::decode(const at::Tensor& z_in, at::Tensor* decoder_output) {
   if (z_in.dim() != 5 || z_in.size(1) != config_.z_dim)
     throw std::invalid_argument("AutoencoderKLWan decode: expected latents [B, " + std::to_string(config_.z_dim) +
                                 ", t, h, w], got " + c10::str(z_in.sizes()));
@@ -345,9 +474,11 @@ at::Tensor AutoencoderKLWanImpl::decode(const at::Tensor& z_in) {
   std::vector<at::Tensor> frames;
   for (std::int64_t i = 0; i < x.size(2); ++i) {
     cache.idx = 0;
-    frames.push_back(decoder(x.narrow(2, i, 1), cache));
+    frames.push_back(decoder(x.narrow(2, i, 1), cache, i == 0));
   }
-  return at::cat(frames, 2).clamp(-1.0, 1.0);
+  const auto out = at::cat(frames, 2);
+  if (decoder_output) *decoder_output = out;
+  return wan_unpatchify(out, config_.patch_size).clamp(-1.0, 1.0);
 }
 
 }  // namespace yeto::wan

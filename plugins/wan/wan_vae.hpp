@@ -1,10 +1,18 @@
-// AutoencoderKLWan (the Wan 2.1 causal 3D VAE) in LibTorch, with Diffusers' parameter names.
+// AutoencoderKLWan (the Wan 2.1 causal 3D VAE and the Wan 2.2 TI2V-5B one) in LibTorch, with
+// Diffusers' parameter names.
 //
 // Video is encoded causally in chunks of 1, 4, 4, ... frames and decoded one latent frame at a
 // time, each causal convolution keeping the last two frames of the previous chunk (Diffusers'
 // feature cache), so T frames map to 1 + (T - 1) / 4 latent frames and back to 1 + 4 (t - 1).
-// The decoder clamps its output to [-1, 1] as upstream. Only the Wan 2.1 layout is served
-// (the Wan 2.2 TI2V VAE's residual blocks and patchify are refused by config key).
+// The decoder clamps its output to [-1, 1] as upstream.
+//
+// The Wan 2.2 layout (`is_residual`, `patch_size` 2, `decoder_base_dim`): pixels are patchified
+// 2x2 into 12 channels (channel c * 4 + w_off * 2 + h_off) before the encoder and unpatchified
+// after the decoder; every encoder level is a residual down block whose shortcut is AvgDown3D
+// (space / time offsets folded into channels, then averaged in groups), every decoder level a
+// residual up block (num_res_blocks + 1 resnets, an upsampler that keeps the width) whose shortcut
+// is DupUp3D (channels repeated, then unfolded; the first chunk drops its first factor_t - 1
+// frames); the decoder's widths follow decoder_base_dim.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +29,7 @@ namespace yeto::wan {
 
 struct WanVaeConfig {
   std::int64_t base_dim = 96;
+  std::int64_t decoder_base_dim = 96;  // null in config.json: base_dim
   std::int64_t z_dim = 16;
   std::vector<std::int64_t> dim_mult = {1, 2, 4, 4};
   std::int64_t num_res_blocks = 2;
@@ -28,11 +37,15 @@ struct WanVaeConfig {
   std::vector<bool> temperal_downsample = {false, true, true};
   std::vector<double> latents_mean;  // z_dim values
   std::vector<double> latents_std;
+  bool is_residual = false;      // Wan 2.2: residual down / up blocks with AvgDown3D / DupUp3D
+  std::int64_t in_channels = 3;  // the encoder's input channels: pixel channels x patch_size^2
+  std::int64_t out_channels = 3;  // the decoder's output channels, likewise
+  std::int64_t patch_size = 1;   // null in config.json: 1 (no patchify)
 
   // Frames of a clip the causal VAE can encode exactly: 1 + 4k (the temporal factor is
   // 2^(number of temporal downsamples)).
   std::int64_t temporal_factor() const;
-  std::int64_t spatial_factor() const;  // 2^(len(dim_mult) - 1)
+  std::int64_t spatial_factor() const;  // 2^(len(dim_mult) - 1) x patch_size
 
   static WanVaeConfig from_json(const nlohmann::json& j);
 };
@@ -98,10 +111,11 @@ class WanAttentionBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WanAttentionBlock);
 
-// WanResample: "upsample2d", "upsample3d", "downsample2d", "downsample3d".
+// WanResample: "upsample2d", "upsample3d", "downsample2d", "downsample3d". An upsampler's 2D
+// conv maps dim to upsample_out_dim (Wan 2.1: dim / 2; the Wan 2.2 residual up blocks: dim).
 class WanResampleImpl : public torch::nn::Module {
  public:
-  WanResampleImpl(std::int64_t dim, std::string mode);
+  WanResampleImpl(std::int64_t dim, std::string mode, std::int64_t upsample_out_dim = -1);
   at::Tensor forward(const at::Tensor& x, FeatureCache& cache);
   std::string mode;
   torch::nn::Conv2d conv{nullptr};  // resample.1
@@ -117,6 +131,33 @@ class WanMidBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WanMidBlock);
 
+// Wan 2.2's encoder level: resnets, an optional downsampler, plus AvgDown3D(block input).
+class WanResidualDownBlockImpl : public torch::nn::Module {
+ public:
+  WanResidualDownBlockImpl(std::int64_t in, std::int64_t out, std::int64_t num_res_blocks, bool temporal, bool down);
+  at::Tensor forward(const at::Tensor& x, FeatureCache& cache);
+  torch::nn::ModuleList resnets{nullptr};
+  WanResample downsampler{nullptr};
+  std::int64_t in_dim, out_dim, factor_t, factor_s;
+};
+TORCH_MODULE(WanResidualDownBlock);
+
+// Wan 2.2's decoder level: num_res_blocks + 1 resnets, an optional upsampler, plus DupUp3D(block
+// input) when it upsamples.
+class WanResidualUpBlockImpl : public torch::nn::Module {
+ public:
+  WanResidualUpBlockImpl(std::int64_t in, std::int64_t out, std::int64_t num_res_blocks, bool temporal, bool up);
+  at::Tensor forward(const at::Tensor& x, FeatureCache& cache, bool first_chunk);
+  torch::nn::ModuleList resnets{nullptr};
+  WanResample upsampler{nullptr};
+  std::int64_t in_dim, out_dim, factor_t, factor_s;
+};
+TORCH_MODULE(WanResidualUpBlock);
+
+// Diffusers' patchify / unpatchify of [B, C, T, H, W] (channel c * p^2 + w_off * p + h_off).
+at::Tensor wan_patchify(const at::Tensor& x, std::int64_t p);
+at::Tensor wan_unpatchify(const at::Tensor& x, std::int64_t p);
+
 class WanEncoder3dImpl : public torch::nn::Module {
  public:
   explicit WanEncoder3dImpl(const WanVaeConfig& c);
@@ -131,7 +172,7 @@ TORCH_MODULE(WanEncoder3d);
 class WanDecoder3dImpl : public torch::nn::Module {
  public:
   explicit WanDecoder3dImpl(const WanVaeConfig& c);
-  at::Tensor forward(const at::Tensor& x, FeatureCache& cache);
+  at::Tensor forward(const at::Tensor& x, FeatureCache& cache, bool first_chunk = false);
   CausalConv3d conv_in{nullptr}, conv_out{nullptr};
   WanMidBlock mid_block{nullptr};
   torch::nn::ModuleList up_blocks{nullptr};
@@ -147,10 +188,12 @@ class AutoencoderKLWanImpl : public torch::nn::Module {
  public:
   explicit AutoencoderKLWanImpl(const WanVaeConfig& config);
   // x [B, 3, T, H, W] in [-1, 1] (a 4-D image batch is one frame) -> the raw latent distribution
-  // [B, z_dim, 1 + (T - 1) / 4, H / 8, W / 8].
-  WanLatentDist encode(const at::Tensor& x);
-  // Raw latents [B, z_dim, t, h, w] -> [B, 3, 1 + 4 (t - 1), 8h, 8w], clamped to [-1, 1].
-  at::Tensor decode(const at::Tensor& z);
+  // [B, z_dim, 1 + (T - 1) / 4, H / s, W / s] (s = spatial_factor()). `patchified`, when given,
+  // receives what the encoder sees (x itself without a patch size).
+  WanLatentDist encode(const at::Tensor& x, at::Tensor* patchified = nullptr);
+  // Raw latents [B, z_dim, t, h, w] -> [B, 3, 1 + 4 (t - 1), s h, s w], clamped to [-1, 1].
+  // `decoder_output`, when given, receives the decoder's output before unpatchify and clamp.
+  at::Tensor decode(const at::Tensor& z, at::Tensor* decoder_output = nullptr);
   const WanVaeConfig& config() const { return config_; }
 
   WanEncoder3d encoder{nullptr};

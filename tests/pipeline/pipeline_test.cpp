@@ -407,6 +407,71 @@ TEST_F(PipelineTest, PluginReachesHostComponentsThroughComponentGet) {
   EXPECT_TRUE(torch::equal(find(again, "mean"), direct.mean));
 }
 
+// LTX-2's audio VAE and vocoder as host components behind the C ABI (what a family plugin
+// reaches through component_get): the pipeline's latent helpers, decode and vocode compose into
+// the recorded mel and waveform of the parity cases.
+TEST(HostAudioComponents, AudioVaeAndVocoderMethods) {
+  pipeline::ensure_builtin_components();
+  const fs::path parity = fs::path(YETO_TEST_FIXTURES) / "parity";
+  auto make = [&](const std::string& name, const std::string& cls) {
+    std::ifstream in(parity / name / "config.json");
+    io::ComponentSource src{cls, parity / name, json::parse(in), ""};
+    return pipeline::wrap_host_component(io::ComponentRegistry::global().create(src));
+  };
+  const plugin::ComponentPtr vae_table(make("ltx2-audio-vae", "AutoencoderKLLTX2Audio"));
+  const plugin::ComponentPtr voc_table(make("ltx2-vocoder", "LTX2Vocoder"));
+  const auto* vae = vae_table.get();
+  const auto* voc = voc_table.get();
+  const auto in = io::load_safetensors(parity / "ltx2-audio-vae" / "inputs.safetensors");
+  const auto ex = io::load_safetensors(parity / "ltx2-audio-vae" / "expected.safetensors");
+  const auto find_out = [](const plugin::NamedTensors& out, const std::string& name) {
+    for (const auto& [n, t] : out)
+      if (n == name) return t;
+    ADD_FAILURE() << "no output " << name;
+    return at::Tensor();
+  };
+  const plugin::NamedTensors stats = {{"latents_mean", in.at("pipeline.latents_mean")},
+                                      {"latents_std", in.at("pipeline.latents_std")}};
+  auto with = [&](plugin::NamedTensors a, const std::string& name, const at::Tensor& t) {
+    a.emplace_back(name, t);
+    return a;
+  };
+  const auto den = find_out(
+      plugin::component_forward(*vae, with(stats, "packed", in.at("pipeline.packed_latents")), R"({"method": "denormalize"})"),
+      "packed");
+  const auto z = find_out(plugin::component_forward(*vae, {{"packed", den}}, R"({"method": "unpack"})"), "latents");
+  EXPECT_TRUE(torch::allclose(z, ex.at("pipeline.unpacked"), 1e-5, 1e-5));
+  const auto mel = find_out(plugin::component_forward(*vae, {{"latents", z}}, R"({"method": "decode"})"), "sample");
+  EXPECT_TRUE(torch::allclose(mel, ex.at("decode.sample"), 1e-4, 1e-4));
+  // pack inverts unpack; normalize inverts denormalize.
+  EXPECT_TRUE(torch::equal(find_out(plugin::component_forward(*vae, {{"latents", z}}, R"({"method": "pack"})"), "packed"), den));
+  const auto back =
+      find_out(plugin::component_forward(*vae, with(stats, "packed", den), R"({"method": "normalize"})"), "packed");
+  EXPECT_TRUE(torch::allclose(back, in.at("pipeline.packed_latents"), 1e-5, 1e-5));
+  // The VAE's own statistics have base_channels (8) entries here, not the packed 128: refused.
+  try {
+    plugin::component_forward(*vae, {{"packed", den}}, R"({"method": "normalize"})");
+    FAIL() << "normalised 128 features with 8 statistics";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "statistics")) << e.what();
+  }
+  // A clip's sound -> the log-mel the VAE encodes (1 + samples / 160 frames of 64 mels).
+  const auto lm = find_out(plugin::component_forward(*vae, {{"waveform", torch::randn({1, 2, 1600})}},
+                                                     R"({"method": "log_mel"})"),
+                           "sample");
+  EXPECT_EQ(lm.sizes(), (std::vector<std::int64_t>{1, 2, 11, 64}));
+  const auto out = plugin::component_forward(*voc, {{"mel", mel}}, R"({"method": "vocode"})");
+  const auto wave = io::load_safetensors(parity / "ltx2-vocoder" / "expected.safetensors").at("sample");
+  EXPECT_TRUE(torch::allclose(find_out(out, "waveform"), wave, 1e-4, 1e-4));
+  EXPECT_EQ(find_out(out, "sample_rate").item<std::int64_t>(), 24000);
+  try {
+    plugin::component_forward(*voc, {{"mel", mel}}, R"({"method": "vocdoe"})");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "did you mean 'vocode'")) << e.what();
+  }
+}
+
 TEST_F(PipelineTest, OpenWithoutWeightsOrPrepare) {
   const fs::path model = write_model(tmp_.path() / "shapes", "YetoProbeDenoiser", at::kFloat, false);
   pipeline::OpenOptions o;

@@ -122,7 +122,7 @@ TEST(WanHost, ExampleConfigsValidate) {
 TEST(WanHost, CheckParityComponentAndSchedulerCases) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto p = kFixtures / "parity";
-  check_parity({p / "wan-transformer", p / "wan-vae", p / "umt5-encoder", p / "scheduler-unipc-default",
+  check_parity({p / "wan-transformer", p / "wan-vae", p / "wan22-vae", p / "umt5-encoder", p / "scheduler-unipc-default",
                 p / "scheduler-unipc-wan"});
   std::printf("  (%.1f s)\n", seconds_since(t0));
 }
@@ -130,6 +130,14 @@ TEST(WanHost, CheckParityComponentAndSchedulerCases) {
 TEST(WanHost, CheckParityReproducesTheRecordedWan21Run) {
   const auto cases = check_parity({kFixtures / "repos" / "wan21-tiny-reference"});
   const auto info = read_json(kFixtures / "repos" / "wan21-tiny-reference" / "case.json");
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].at("comparisons").size(), info.at("compare").size());
+}
+
+// Wan 2.2 TI2V-5B (48-channel VAE, one timestep per latent token, flow shift 5.0).
+TEST(WanHost, CheckParityReproducesTheRecordedTi2vRun) {
+  const auto cases = check_parity({kFixtures / "repos" / "wan22-ti2v-tiny-reference"});
+  const auto info = read_json(kFixtures / "repos" / "wan22-ti2v-tiny-reference" / "case.json");
   ASSERT_EQ(cases.size(), 1u);
   EXPECT_EQ(cases[0].at("comparisons").size(), info.at("compare").size());
 }
@@ -151,7 +159,7 @@ TEST(WanHost, PromptIsCleanedAsWanPipelineDoes) {
 
 TEST(WanHost, InitModelPresetsLoadAndSample) {
   yeto::test::TempDir tmp;
-  for (const auto& [preset, denoisers] : {std::pair{"tiny", 1}, std::pair{"tiny-a14b", 2}}) {
+  for (const auto& [preset, denoisers] : {std::pair{"tiny", 1}, std::pair{"tiny-a14b", 2}, std::pair{"tiny-ti2v", 1}}) {
     const fs::path out = tmp / preset;
     const auto r = yeto::test::run_host(
         {"init-model", "--family", "wan", "--preset", preset, "--out", out.string(), "--seed", "3"});
@@ -338,4 +346,36 @@ TEST(WanHost, Wan22LoraTrainsBothDenoisers) {
   const auto low = sample("low.png", {"transformer_2"});
   const auto both = sample("both.png", {"transformer", "transformer_2"});
   EXPECT_NE(low, both);
+}
+
+// The TI2V-5B layout trains on raw clips (32x32: the 16x VAE and the 2x2 patches) and samples
+// an MP4 from the trained adapter.
+TEST(WanHost, Ti2vLoraOnRawVideoTrainsAndSamples) {
+  const auto t0 = std::chrono::steady_clock::now();
+  yeto::test::TempDir tmp;
+  write_video_dataset(tmp / "data");
+  tmp.write("run.toml", train_toml(kFixtures / "repos" / "wan22-ti2v-tiny", 4, 0.03));
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto [moved, total] = yeto::test::lora_b_moved(tmp / "run" / "lora.safetensors");
+  std::printf("  wan22-ti2v-tiny lora_B moved: %d/%d in %.1f s\n", moved, total, seconds_since(t0));
+  EXPECT_EQ(total, 16);
+  EXPECT_EQ(moved, total);
+  const auto e = yeto::test::export_adapter(tmp / "run", tmp / "adapter");
+  ASSERT_EQ(e.exit_code, 0) << e.all();
+  const auto out = tmp / "clip.mp4";
+  const auto s = yeto::test::run_host({"sample", "--model", (kFixtures / "repos" / "wan22-ti2v-tiny").string(),
+                                       "--diffusion-adapter", "wan", "--adapter-dir", (tmp / "adapter").string(),
+                                       "--prompt", "a boat", "--seed", "3", "--steps", "2", "--height", "32",
+                                       "--width", "64", "--num-frames", "5", "--fps", "8",
+                                       "--max-sequence-length", "16", "--output", out.string()});
+  ASSERT_EQ(s.exit_code, 0) << s.all();
+  const auto probe = yeto::test::run_process({"/usr/bin/ffprobe", "-v", "error", "-count_frames", "-select_streams",
+                                              "v:0", "-show_entries", "stream=nb_read_frames,width,height", "-of",
+                                              "json", out.string()});
+  ASSERT_EQ(probe.exit_code, 0) << probe.all();
+  const auto st = nlohmann::json::parse(probe.out).at("streams").at(0);
+  EXPECT_EQ(st.at("nb_read_frames"), "5");
+  EXPECT_EQ(st.at("width"), 64);
+  EXPECT_EQ(st.at("height"), 32);
 }

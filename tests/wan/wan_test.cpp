@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 
 #include "io/tensors.hpp"
 #include "support/checkpointing_check.hpp"
+#include "support/family_host.hpp"
+#include "support/temp_dir.hpp"
 #include "wan_family.hpp"
 #include "wan_transformer.hpp"
 #include "wan_vae.hpp"
@@ -90,6 +93,30 @@ TEST(WanTransformer, ActivationCheckpointingKeepsTheGradients) {
       target, yeto::wan::description().lora_targets("auto").patterns, blocks);
 }
 
+// Wan 2.2 TI2V's per-token timesteps: [B, tokens] equal to t everywhere is the per-sample call
+// (up to GEMM rounding); another value on the first frame's tokens changes exactly those tokens'
+// modulation; a wrong token count is refused.
+TEST(WanTransformer, PerTokenTimesteps) {
+  const auto dir = case_dir("wan-transformer");
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  auto m = load_transformer(dir);
+  torch::NoGradGuard ng;
+  const auto& x = in.at("hidden_states");
+  const auto& ctx = in.at("encoder_hidden_states");
+  const auto t = in.at("timestep").to(at::kFloat);
+  const auto& p = m->config().patch_size;
+  const auto frame = (x.size(3) / p[1]) * (x.size(4) / p[2]);
+  const auto tokens = (x.size(2) / p[0]) * frame;
+  const auto per_sample = m->forward(x, t, ctx);
+  auto per_token = t.unsqueeze(1).expand({x.size(0), tokens}).contiguous();
+  const auto same = m->forward(x, per_token, ctx);
+  EXPECT_LE((same - per_sample).abs().max().item<double>(), 1e-5);
+  per_token.narrow(1, 0, frame).zero_();  // WanImageToVideoPipeline's first-frame rule
+  const auto first_zero = m->forward(x, per_token, ctx);
+  EXPECT_GT((first_zero - per_sample).abs().max().item<double>(), 1e-3);
+  EXPECT_THROW(m->forward(x, per_token.narrow(1, 0, tokens - 1), ctx), std::invalid_argument);
+}
+
 TEST(WanTransformer, CheckpointNamesMatchDiffusersExactly) {
   const auto dir = case_dir("wan-transformer");
   const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
@@ -153,15 +180,158 @@ TEST(WanVae, ParityEncodeDecode) {
   EXPECT_EQ(out.size(2), 5);  // 1 + 4 (t - 1) frames from t = 2
 }
 
-TEST(WanVae, ConfigRefusesTheTi2vVae) {
-  auto j = read_json(case_dir("wan-vae") / "config.json");
-  j["is_residual"] = true;
-  try {
-    yeto::wan::WanVaeConfig::from_json(j);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("is_residual"), std::string::npos) << e.what();
+TEST(WanVae, Wan22ParityEncodeDecodeAndImage) {
+  const auto dir = case_dir("wan22-vae");
+  const auto info = read_json(dir / "case.json");
+  const auto& compare = info.at("compare");
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  const auto ex = yeto::io::load_safetensors(dir / "expected.safetensors");
+  const auto cfg = yeto::wan::WanVaeConfig::from_json(read_json(dir / "config.json"));
+  EXPECT_EQ(cfg.spatial_factor(), 16);
+  EXPECT_EQ(cfg.temporal_factor(), 4);
+  yeto::wan::AutoencoderKLWan vae(cfg);
+  const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
+  const auto named = yeto::nn::named_tensors(*vae);
+  EXPECT_EQ(named.size(), weights.size());
+  for (const auto& [k, v] : weights) {
+    ASSERT_TRUE(named.count(k)) << "model lacks " << k;
+    EXPECT_EQ(named.at(k).sizes(), v.sizes()) << k;
   }
+  yeto::nn::load_named_tensors(*vae, weights);
+  torch::NoGradGuard ng;
+  at::Tensor patchified;
+  const auto d = vae->encode(in.at("x"), &patchified);
+  EXPECT_TRUE(at::equal(patchified, ex.at("encode.patchified_x")));  // exact re-indexing
+  EXPECT_TRUE(at::equal(yeto::wan::wan_unpatchify(patchified, 2), in.at("x")));
+  for (const char* f : {"mean", "logvar", "std"}) {
+    const std::string key = std::string("encode.latent_dist.") + f;
+    expect_close(std::string(f) == "std" ? at::exp(0.5 * d.logvar) : std::string(f) == "mean" ? d.mean : d.logvar,
+                 ex.at(key), compare.at(key), "wan22-vae " + key);
+  }
+  const auto img = vae->encode(in.at("x_image"));
+  expect_close(img.mean, ex.at("encode_image.latent_dist.mean"), compare.at("encode_image.latent_dist.mean"),
+               "wan22-vae encode_image mean");
+  expect_close(img.logvar, ex.at("encode_image.latent_dist.logvar"), compare.at("encode_image.latent_dist.logvar"),
+               "wan22-vae encode_image logvar");
+  at::Tensor raw;
+  const auto out = vae->decode(in.at("z"), &raw);
+  expect_close(raw, ex.at("decode.decoder_output"), compare.at("decode.decoder_output"), "wan22-vae decoder_output");
+  expect_close(out, ex.at("decode.sample"), compare.at("decode.sample"), "wan22-vae decode");
+  EXPECT_EQ(out.size(2), 5);  // 1 + 4 (t - 1) frames from t = 2
+}
+
+TEST(WanVae, Wan22ConfigErrorsNameTheKey) {
+  auto expect_refused = [](const nlohmann::json& j, const std::string& key) {
+    try {
+      yeto::wan::WanVaeConfig::from_json(j);
+      ADD_FAILURE() << "accepted a config with a bad '" << key << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  const auto good = read_json(case_dir("wan22-vae") / "config.json");
+  auto j = good;
+  j["scale_factor_spatial"] = 8;  // patch 2 x 2^3 = 16
+  expect_refused(j, "scale_factor_spatial");
+  j = good;
+  j["attn_scales"] = {1.0};
+  expect_refused(j, "attn_scales");
+  j = good;
+  j["dim_mult"] = {1, 3, 2, 2};  // encoder 4 -> 12: 4 x 8 folded channels do not average onto 12
+  expect_refused(j, "dim_mult");
+  j = good;
+  j["patch_size"] = 0;
+  expect_refused(j, "patch_size");
+  // Wan 2.1 configs (no patch size, no residual blocks) still read as before.
+  const auto c21 = yeto::wan::WanVaeConfig::from_json(read_json(case_dir("wan-vae") / "config.json"));
+  EXPECT_FALSE(c21.is_residual);
+  EXPECT_EQ(c21.patch_size, 1);
+  EXPECT_EQ(c21.decoder_base_dim, c21.base_dim);
+}
+
+namespace {
+// The original Wan2.2_VAE.pth name of a Diffusers AutoencoderKLWan tensor (WanVAE_ of the Wan 2.2
+// release), written independently of the plugin's mapping: the reverse of each rule.
+std::string wan22_original_name(const std::string& d) {
+  auto replace_all = [](std::string s, const std::string& a, const std::string& b) {
+    for (auto p = s.find(a); p != std::string::npos; p = s.find(a, p + b.size())) s.replace(p, a.size(), b);
+    return s;
+  };
+  std::string s = d;
+  if (s.rfind("quant_conv.", 0) == 0) return "conv1." + s.substr(11);
+  if (s.rfind("post_quant_conv.", 0) == 0) return "conv2." + s.substr(16);
+  s = replace_all(s, ".conv_in.", ".conv1.");
+  s = replace_all(s, ".norm_out.", ".head.0.");
+  s = replace_all(s, ".conv_out.", ".head.2.");
+  s = replace_all(s, ".mid_block.attentions.0.", ".middle.1.");
+  s = replace_all(s, ".mid_block.resnets.0.", ".middle.0.");
+  s = replace_all(s, ".mid_block.resnets.1.", ".middle.2.");
+  std::smatch m;
+  static const std::regex down(R"(^encoder\.down_blocks\.(\d+)\.(resnets\.(\d+)|downsampler)\.(.*)$)");
+  static const std::regex up(R"(^decoder\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsampler)\.(.*)$)");
+  if (std::regex_match(s, m, down))
+    s = "encoder.downsamples." + m[1].str() + ".downsamples." + (m[3].matched ? m[3].str() : std::string("2")) + "." +
+        m[4].str();
+  else if (std::regex_match(s, m, up))
+    s = "decoder.upsamples." + m[1].str() + ".upsamples." + (m[3].matched ? m[3].str() : std::string("3")) + "." +
+        m[4].str();
+  s = replace_all(s, ".norm1.", ".residual.0.");
+  s = replace_all(s, ".conv1.weight", ".residual.2.weight");
+  s = replace_all(s, ".conv1.bias", ".residual.2.bias");
+  s = replace_all(s, ".norm2.", ".residual.3.");
+  s = replace_all(s, ".conv2.", ".residual.6.");
+  s = replace_all(s, ".conv_shortcut.", ".shortcut.");
+  // encoder.conv1 / decoder.conv1 (conv_in) were turned into residual names above: restore them.
+  s = replace_all(s, "encoder.residual.2.", "encoder.conv1.");
+  s = replace_all(s, "decoder.residual.2.", "decoder.conv1.");
+  return s;
+}
+}  // namespace
+
+// A state dict written with the original release's names (Wan2.2_VAE.pth) loads through the
+// mapping and reproduces the Diffusers-named model's outputs exactly.
+TEST(WanVae, Wan22OriginalReleaseNamesMapOntoDiffusers) {
+  const auto dir = case_dir("wan22-vae");
+  const auto weights = yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors");
+  const auto cfg = yeto::wan::WanVaeConfig::from_json(read_json(dir / "config.json"));
+  std::map<std::string, at::Tensor> original;
+  for (const auto& [k, v] : weights) {
+    const auto o = wan22_original_name(k);
+    EXPECT_NE(o, k) << "no original name for " << k;
+    EXPECT_TRUE(original.emplace(o, v).second) << "two tensors named " << o;
+  }
+  EXPECT_TRUE(original.count("encoder.downsamples.0.downsamples.0.residual.0.gamma"));
+  EXPECT_TRUE(original.count("decoder.upsamples.0.upsamples.3.time_conv.weight"));
+  EXPECT_TRUE(original.count("encoder.middle.1.to_qkv.weight"));
+  std::map<std::string, at::Tensor> mapped;
+  for (const auto& [k, v] : original) mapped.emplace(yeto::wan::wan22_vae_diffusers_name(k), v);
+  yeto::wan::AutoencoderKLWan a(cfg), b(cfg);
+  yeto::nn::load_named_tensors(*a, weights);
+  yeto::nn::load_named_tensors(*b, mapped);  // strict: every name must land
+  const auto in = yeto::io::load_safetensors(dir / "inputs.safetensors");
+  torch::NoGradGuard ng;
+  EXPECT_TRUE(at::equal(a->decode(in.at("z")), b->decode(in.at("z"))));
+  EXPECT_TRUE(at::equal(a->encode(in.at("x")).mean, b->encode(in.at("x")).mean));
+  EXPECT_EQ(yeto::wan::wan22_vae_diffusers_name("decoder.up_blocks.0.resnets.0.norm1.gamma"),
+            "decoder.up_blocks.0.resnets.0.norm1.gamma");  // Diffusers names pass through
+}
+
+// Through the plugin: the wan22-vae case with its weights file written in the original names
+// passes check-parity (the VAE component renames as it loads).
+TEST(WanVae, Wan22OriginalNamesLoadThroughThePlugin) {
+  yeto::test::TempDir tmp;
+  const auto dir = case_dir("wan22-vae");
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().filename() != "diffusion_pytorch_model.safetensors") fs::copy_file(f.path(), tmp / f.path().filename().string());
+  std::vector<std::pair<std::string, at::Tensor>> original;
+  for (const auto& [k, v] : yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors"))
+    original.emplace_back(wan22_original_name(k), v);
+  yeto::io::save_safetensors(tmp / "diffusion_pytorch_model.safetensors", original);
+  nlohmann::json cases;
+  yeto::test::run_check_parity({tmp.path()}, &cases);
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_TRUE(cases[0].at("pass").get<bool>()) << cases[0].dump(1);
+  EXPECT_EQ(cases[0].at("comparisons").size(), 9u);
 }
 
 TEST(WanFamily, PlanFromBothTinyRepositories) {
@@ -186,9 +356,35 @@ TEST(WanFamily, PlanFromBothTinyRepositories) {
   EXPECT_THROW(yeto::wan::plan_from_model_index("m", bad), std::invalid_argument);
 }
 
+TEST(WanFamily, PlanFromTheTi2vRepository) {
+  // transformer_2 [null, null] is an absent optional component; boundary_ratio null a setting.
+  const auto index = read_json(repo_dir("wan22-ti2v-tiny") / "model_index.json");
+  const auto plan = yeto::wan::plan_from_model_index("m", index);
+  EXPECT_EQ(plan.at("components").size(), 5u);
+  EXPECT_FALSE(plan.at("components").contains("transformer_2"));
+  EXPECT_FALSE(plan.contains("boundary_ratio"));
+  EXPECT_TRUE(plan.value("expand_timesteps", false));
+  auto bad = index;
+  bad["transformer_2"] = {"diffusers", "WanTransformer3DModel"};
+  bad["boundary_ratio"] = 0.875;
+  try {
+    yeto::wan::plan_from_model_index("m", bad);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expand_timesteps"), std::string::npos) << e.what();
+  }
+  bad = index;
+  bad["expand_timesteps"] = "yes";
+  EXPECT_THROW(yeto::wan::plan_from_model_index("m", bad), std::invalid_argument);
+  bad["expand_timesteps"] = false;
+  EXPECT_FALSE(yeto::wan::plan_from_model_index("m", bad).contains("expand_timesteps"));
+}
+
 TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
   const auto p = yeto::wan::description().presets();
-  for (const auto& [preset, repo] : {std::pair{"tiny", "wan21-tiny"}, std::pair{"tiny-a14b", "wan22-tiny"}}) {
+  for (const auto& [preset, repo] : {std::pair{"tiny", "wan21-tiny"}, std::pair{"tiny-a14b", "wan22-tiny"},
+                                     std::pair{"tiny-ti2v", "wan22-ti2v-tiny"}}) {
+    const bool ti2v = std::string(preset) == "tiny-ti2v";
     const auto& comps = p.at(preset).at("components");
     for (const char* name : {"transformer", "transformer_2", "vae", "text_encoder"}) {
       if (!fs::exists(repo_dir(repo) / name)) {
@@ -202,14 +398,18 @@ TEST(WanFamily, TinyPresetsAreTheTinyRepositoriesShapes) {
                                    {"out_channels", 3},           {"patch_size", nullptr}, {"scale_factor_spatial", 8},
                                    {"scale_factor_temporal", 4}};
       for (const auto& [k, v] : v040.items())
-        if (std::string(name) == "vae" && want.contains(k)) {
+        if (!ti2v && std::string(name) == "vae" && want.contains(k)) {
           EXPECT_EQ(want[k], v) << preset << " " << name << " " << k;
           want.erase(k);
         }
       EXPECT_EQ(comps.at(name).at("config"), want) << preset << " " << name;
     }
     const auto index = read_json(repo_dir(repo) / "model_index.json");
-    EXPECT_EQ(p.at(preset).at("model_index").contains("boundary_ratio"), index.contains("boundary_ratio"));
+    EXPECT_EQ(p.at(preset).at("model_index").contains("boundary_ratio"), !index.value("boundary_ratio", nlohmann::json()).is_null());
+    EXPECT_EQ(p.at(preset).at("model_index").value("expand_timesteps", false), index.value("expand_timesteps", false));
+    EXPECT_EQ(comps.at("scheduler").at("config").at("flow_shift"),
+              read_json(repo_dir(repo) / "scheduler" / "scheduler_config.json").at("flow_shift"))
+        << preset;
   }
   // The benchmark preset's configurations are consistent.
   const auto& mid = p.at("mid").at("components");
