@@ -360,6 +360,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   ho.seed = static_cast<std::uint64_t>(cfg.get_int("diffusion.seed"));
   ho.logical_rank = options.logical_rank;
   ho.pipeline = &s;
+  ho.shard_group = options.shard_group;
   const yeto_host_api* api = plugin::make_host_api(ho);
   s.api = api;  // unbinds on destruction whatever happens below
   s.loaded = &plugin::load(selection.name, lo, api);
