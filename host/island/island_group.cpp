@@ -224,10 +224,16 @@ void IslandGroup::all_gather(const at::Tensor& shard, at::Tensor& out) {
     return;
   }
 #endif
-  std::vector<at::Tensor> inputs = {in};
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < world; ++r) outputs[0].push_back(dst.narrow(0, r * n, n));
-  impl_->run(impl_->pg->allgather(outputs, inputs), "all-gather");
+  // Gloo: one broadcast per rank, each in place into its slice of `out`. (Gloo's allgather
+  // gathers into a flat temporary of the whole output and copies out of it: one more block's
+  // weights of peak memory per gather.)
+  dst.narrow(0, static_cast<std::int64_t>(impl_->env.rank) * n, n).copy_(in);
+  for (int r = 0; r < world; ++r) {
+    std::vector<at::Tensor> v = {dst.narrow(0, r * n, n)};
+    c10d::BroadcastOptions o;
+    o.rootRank = r;
+    impl_->run(impl_->pg->broadcast(v, o), "all-gather");
+  }
   if (dst.data_ptr() != out.data_ptr()) out.view({-1}).copy_(dst);
 }
 
