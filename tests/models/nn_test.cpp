@@ -591,13 +591,20 @@ TEST(BlockShards, ShardedBlocksGiveTheSameOutputsAndLoraGradientsOnOneAndTwoRank
     std::vector<std::vector<torch::Tensor>> grads(2);
     std::vector<torch::Tensor> outs(2);
     std::vector<std::int64_t> shard_bytes(2), full_bytes(2);
+    // Built and sharded one after the other: construction and LoRA initialisation draw from the
+    // global generator, which the two rank threads must not share.
+    std::vector<Stack> models;
+    for (int r = 0; r < 2; ++r) {
+      Stack m;
+      if (fp8) m->to_fp8();
+      shard_stack(m, r, 2, ex.gather(r));
+      m->add_lora();
+      models.push_back(m);
+    }
     std::vector<std::thread> ranks;
     for (int r = 0; r < 2; ++r)
       ranks.emplace_back([&, r] {
-        Stack m;
-        if (fp8) m->to_fp8();
-        shard_stack(m, r, 2, ex.gather(r));
-        m->add_lora();
+        Stack& m = models[static_cast<std::size_t>(r)];
         outs[static_cast<std::size_t>(r)] = m->forward(x);
         outs[static_cast<std::size_t>(r)].pow(2).sum().backward();
         grads[static_cast<std::size_t>(r)] = m->lora_grads();
