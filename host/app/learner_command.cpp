@@ -56,13 +56,15 @@ int run_learner(CommandContext& ctx) {
   if (ro.logical_rank < 0 || ro.logical_rank >= ro.world)
     throw UsageError("--island-rank " + rank + " must lie in [0, sync.islands = " + std::to_string(ro.world) + ")");
   if (ctx.has("no-resume")) ro.resume = false;
-  // Several ranks per island (torchrun-style environment, train.shard = "ddp"): one data shard
+  // Several ranks per island (torchrun-style environment, train.shard = "ddp" or "fsdp"): one data shard
   // and random stream per (island, rank); only rank 0 talks to the syncer.
   const auto ranks = island::open_run_island(cfg, island::island_env());
+  ro.island = static_cast<int>(ro.logical_rank);
+  ro.islands = ro.world;
   if (ranks) {
-    const int k = island::world_size_of(*ranks);
-    ro.logical_rank = ro.logical_rank * k + island::rank_of(*ranks);
-    ro.world *= k;
+    // Unique per (island, rank) whatever the islands' rank counts.
+    ro.logical_rank += static_cast<std::int64_t>(ro.islands) * island::rank_of(*ranks);
+    ro.world *= island::world_size_of(*ranks);
     ro.ranks = ranks.get();
     o.ranks = ranks.get();
   }
@@ -101,9 +103,9 @@ int run_train_islands(CommandContext& ctx, std::uint32_t islands) {
   e.run_dir = std::filesystem::absolute(cfg.get_path("run.output"));
   e.islands = islands;
   e.island_ranks = static_cast<std::uint32_t>(cfg.get_int("train.island_ranks"));
-  if (e.island_ranks > 1 && cfg.get_string("train.shard") != "ddp")
-    throw UsageError("train.island_ranks = " + std::to_string(e.island_ranks) + " needs train.shard = \"ddp\" (got \"" +
-                     cfg.get_string("train.shard") + "\"); set --shard ddp");
+  if (e.island_ranks > 1 && cfg.get_string("train.shard") != "ddp" && cfg.get_string("train.shard") != "fsdp")
+    throw UsageError("train.island_ranks = " + std::to_string(e.island_ranks) + " needs train.shard = \"ddp\" or \"fsdp\" (got \"" +
+                     cfg.get_string("train.shard") + "\"); set --shard ddp or --shard fsdp");
   e.after_summary = [](const std::filesystem::path& run_dir) {
     std::string warning;
     if (const auto index = report::try_write_report(run_dir, warning)) return "  report: " + index->string() + "\n";
@@ -123,7 +125,7 @@ void register_learner_command(Registry& r) {
       "fragments in (sync.alpha) without ever waiting on the network; when the syncer's budget is spent, or every "
       "island reached train.max_steps, it overwrites its weights from the final cut, acknowledges it and saves. "
       "Progress events go to RUN_DIR/sync_events.jsonl. An island of several ranks is started by any torchrun-style "
-      "launcher (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; train.shard = \"ddp\"): every rank runs this "
+      "launcher (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; train.shard = \"ddp\" or \"fsdp\"): every rank runs this "
       "command with the same arguments, rank 0 talks to the syncer and broadcasts what it blends in, and only rank 0 "
       "writes RUN_DIR. See docs/PROTOCOL.md.";
   c.run_config = true;
@@ -131,8 +133,9 @@ void register_learner_command(Registry& r) {
       {"syncer", "HOST:PORT", "Address of the syncer; default: sync.syncer.", false, 0},
       {"run-secret-file", "FILE", "File holding the run secret; default: sync.run_secret_file.", false, 0},
       {"learner-id", "ID", "This island's id, unique within the run (a restarted island reuses it).", false, 0},
-      {"island-rank", "I", "This island's index in [0, sync.islands): its data shard and random streams (with K ranks "
-       "per island, rank r of island I trains logical shard I*K + r of sync.islands*K).", false, 0},
+      {"island-rank", "I", "This island's index in [0, sync.islands): its data shard (every sync.islands-th row, split "
+       "again among the island's K ranks) and random streams (rank r of island I: logical rank I + sync.islands*r).",
+       false, 0},
       {"no-resume", "", "Start from step 0 even when RUN_DIR holds a checkpoint.", false, 0},
   };
   c.run = run_learner;

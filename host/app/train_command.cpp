@@ -35,7 +35,7 @@ int run_train(CommandContext& ctx) {
   learner::RunOptions options;
   options.run_dir = cfg.get_path("run.output");
   if (ctx.has("no-resume")) options.resume = false;
-  // One island on several ranks (torchrun-style environment, train.shard = "ddp").
+  // One island on several ranks (torchrun-style environment, train.shard = "ddp" or "fsdp").
   const auto ranks = island::open_run_island(cfg, island::island_env());
   if (ranks) {
     options.logical_rank = island::rank_of(*ranks);
@@ -71,8 +71,9 @@ void register_train_command(Registry& r) {
       "holding a checkpoint is resumed from it (bit-identical to an uninterrupted run) unless --no-resume is given. "
       "SIGTERM / SIGINT, or a file named save_quit in RUN_DIR, write a checkpoint and stop; a file named save writes "
       "one and continues. Started by a torchrun-style launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) with "
-      "train.shard = \"ddp\", the ranks train one island together: each its own data shard, LoRA gradients averaged "
-      "before every optimizer step, only rank 0 writing RUN_DIR.";
+      "train.shard = \"ddp\" or \"fsdp\", the ranks train one island together: each its own data shard, LoRA "
+      "gradients averaged before every optimizer step, only rank 0 writing RUN_DIR; fsdp keeps 1/WORLD_SIZE of the "
+      "denoiser's frozen blocks on each rank and gathers a block only while it runs.";
   c.run_config = true;
   c.options = {{"no-resume", "", "Start from step 0 even when RUN_DIR holds a checkpoint (it is overwritten)."},
                {"islands", "N", "Run a syncer and N learner islands as child processes (embedded local mode); "

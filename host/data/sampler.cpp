@@ -45,9 +45,17 @@ std::vector<std::size_t> shard_rows(std::size_t n, const SamplerOptions& o) {
   std::vector<std::size_t> perm(n);
   std::iota(perm.begin(), perm.end(), std::size_t{0});
   if (o.shuffle) SeededStream(o.seed, kRowsStream, o.epoch).shuffle(perm);
+  if (o.sub_world < 1 || o.sub_rank < 0 || o.sub_rank >= o.sub_world)
+    throw UsageError("data sharding: island rank " + std::to_string(o.sub_rank) + " is outside 0.." +
+                     std::to_string(o.sub_world - 1));
+  // Island `rank` takes positions rank, rank + world, ...; its rank sub_rank every sub_world-th
+  // of those: position rank + world * (sub_rank + sub_world * j).
   std::vector<std::size_t> mine;
-  mine.reserve(n / static_cast<std::size_t>(o.world) + 1);
-  for (std::size_t p = static_cast<std::size_t>(o.rank); p < n; p += static_cast<std::size_t>(o.world)) mine.push_back(perm[p]);
+  const auto step = static_cast<std::size_t>(o.world) * static_cast<std::size_t>(o.sub_world);
+  mine.reserve(n / step + 1);
+  for (std::size_t p = static_cast<std::size_t>(o.rank) + static_cast<std::size_t>(o.world) * static_cast<std::size_t>(o.sub_rank);
+       p < n; p += step)
+    mine.push_back(perm[p]);
   return mine;
 }
 
@@ -70,7 +78,10 @@ BatchPlan plan_batches(const std::vector<ShapeKey>& shapes, const SamplerOptions
   std::map<ShapeKey, std::vector<std::size_t>> buckets;  // ordered: the same on every machine
   for (const std::size_t r : mine) buckets[shapes[r]].push_back(r);
   for (const auto& [key, rows] : buckets) cut(rows);
-  if (o.shuffle) SeededStream(o.seed, kBatchesStream, o.epoch, static_cast<std::uint64_t>(o.rank)).shuffle(plan);
+  if (o.shuffle)
+    SeededStream(o.seed, kBatchesStream, o.epoch,
+                 static_cast<std::uint64_t>(o.rank) + static_cast<std::uint64_t>(o.world) * static_cast<std::uint64_t>(o.sub_rank))
+        .shuffle(plan);
   return plan;
 }
 

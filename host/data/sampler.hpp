@@ -22,8 +22,12 @@ namespace yeto::data {
 struct SamplerOptions {
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
-  int rank = 0;        // logical rank: one per (learner island, rank within the island)
-  int world = 1;       // number of logical ranks
+  int rank = 0;        // this learner island's index (its data shard: every world-th row)
+  int world = 1;       // number of learner islands
+  // The ranks of the island split its shard again: rank sub_rank of sub_world takes every
+  // sub_world-th row of it. Islands of different rank counts so keep disjoint rows.
+  int sub_rank = 0;
+  int sub_world = 1;
   std::int64_t batch_size = 1;
   bool bucket_by_shape = false;
   bool shuffle = true;

@@ -27,6 +27,10 @@ class Collectives {
   virtual void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum) = 0;
   virtual void broadcast(at::Tensor& tensor, int root = 0) = 0;
   virtual void barrier() = 0;
+  // Every rank's `shard` (contiguous, n elements; the same n and dtype on every rank) into
+  // `out` (contiguous, n * world_size elements): rank r's at element r * n (train.shard =
+  // "fsdp" gathers a block's frozen weights with it).
+  virtual void all_gather(const at::Tensor& shard, at::Tensor& out) = 0;
 };
 
 // One rank of one: rank 0, and every collective is the identity.
@@ -37,6 +41,7 @@ class SingleRank final : public Collectives {
   void allreduce(at::Tensor&, ReduceOp) override {}
   void broadcast(at::Tensor&, int) override {}
   void barrier() override {}
+  void all_gather(const at::Tensor& shard, at::Tensor& out) override { out.copy_(shard); }
 };
 
 // The `ddp` gradient step: every rank's gradients of `params` (canonical order, the same on

@@ -207,6 +207,36 @@ void IslandGroup::broadcast(at::Tensor& tensor, int root) {
   if (!v[0].is_same(tensor)) tensor.copy_(v[0]);
 }
 
+void IslandGroup::all_gather(const at::Tensor& shard, at::Tensor& out) {
+  at::NoGradGuard ng;
+  const int world = impl_->env.world_size;
+  const std::int64_t n = shard.numel();
+  if (out.numel() != n * world || out.scalar_type() != shard.scalar_type())
+    throw Error("island all-gather on " + impl_->env.describe() + ": " + std::to_string(out.numel()) +
+                " output elements for shards of " + std::to_string(n) + " x " + std::to_string(world) + " ranks");
+  at::Tensor in = staged(shard.view({-1}), impl_->device);
+  at::Tensor dst = staged(out.view({-1}), impl_->device);
+#if YETO_DIST_NCCL
+  if (impl_->backend == "nccl") {
+    // NCCL gathers into one flat buffer directly.
+    impl_->run(impl_->pg->_allgather_base(dst, in), "all-gather");
+    if (dst.data_ptr() != out.data_ptr()) out.view({-1}).copy_(dst);
+    return;
+  }
+#endif
+  // Gloo: one broadcast per rank, each in place into its slice of `out`. (Gloo's allgather
+  // gathers into a flat temporary of the whole output and copies out of it: one more block's
+  // weights of peak memory per gather.)
+  dst.narrow(0, static_cast<std::int64_t>(impl_->env.rank) * n, n).copy_(in);
+  for (int r = 0; r < world; ++r) {
+    std::vector<at::Tensor> v = {dst.narrow(0, r * n, n)};
+    c10d::BroadcastOptions o;
+    o.rootRank = r;
+    impl_->run(impl_->pg->broadcast(v, o), "all-gather");
+  }
+  if (dst.data_ptr() != out.data_ptr()) out.view({-1}).copy_(dst);
+}
+
 void IslandGroup::barrier() {
   // A one-element all-reduce: a barrier every backend implements the same way.
   at::Tensor t = at::zeros({1}, at::kFloat);

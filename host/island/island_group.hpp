@@ -50,6 +50,7 @@ class IslandGroup final : public Collectives {
   void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
   void broadcast(at::Tensor& tensor, int root = 0) override;
   void barrier() override;
+  void all_gather(const at::Tensor& shard, at::Tensor& out) override;
 
  private:
   struct Impl;

@@ -11,6 +11,11 @@ namespace yeto::island {
 std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const IslandEnv& env) {
   const std::string shard = cfg.get_string("train.shard");
   const auto ranks = cfg.get_int("train.island_ranks");
+  if (shard == "fsdp" && cfg.get_string("tuning.mode") == "full")
+    throw UsageError("train.shard = \"fsdp\" shards the frozen base across the island's ranks, but tuning.mode = "
+                     "\"full\" trains the base itself: sharded weights would need their gradients reduce-scattered "
+                     "and their optimizer state sharded, which is not built; use train.shard = \"ddp\" for full "
+                     "tuning, or tuning.mode = \"lora\" with fsdp");
   if (!env.distributed()) {
     if (ranks > 1)
       throw UsageError("train.island_ranks = " + std::to_string(ranks) + " but WORLD_SIZE is not set: this process "
@@ -18,13 +23,11 @@ std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const Is
                        "torchrun-style launcher (which sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
     return nullptr;
   }
-  if (shard == "fsdp")
-    throw UsageError("train.shard = \"fsdp\" is not built yet (WORLD_SIZE=" + std::to_string(env.world_size) +
-                     "); use train.shard = \"ddp\", which replicates the frozen base on every rank");
-  if (shard != "ddp")
+  if (shard != "ddp" && shard != "fsdp")
     throw UsageError("WORLD_SIZE=" + std::to_string(env.world_size) + " but train.shard = \"" + shard +
-                     "\"; set train.shard = \"ddp\" (--shard ddp) to train one island on several ranks, or start "
-                     "one process without WORLD_SIZE");
+                     "\"; set train.shard = \"ddp\" (--shard ddp: the frozen base on every rank) or \"fsdp\" "
+                     "(--shard fsdp: each rank keeps 1/WORLD_SIZE of it) to train one island on several ranks, or "
+                     "start one process without WORLD_SIZE");
   if (ranks > 1 && ranks != env.world_size)
     throw UsageError("WORLD_SIZE=" + std::to_string(env.world_size) + " but train.island_ranks = " +
                      std::to_string(ranks) + "; start as many ranks as train.island_ranks says (or leave it at 1 "

@@ -17,7 +17,8 @@ class IslandGroup;
 int rank_of(const IslandGroup& group);
 int world_size_of(const IslandGroup& group);
 
-// Null for one rank. WORLD_SIZE > 1 needs train.shard = "ddp" (fsdp is refused: not built)
+// Null for one rank. WORLD_SIZE > 1 needs train.shard = "ddp" or "fsdp" (fsdp with tuning.mode =
+// "full" is refused, for one rank too)
 // and, when train.island_ranks > 1, WORLD_SIZE == train.island_ranks; then joins the island.
 // train.island_ranks > 1 without WORLD_SIZE is refused (the ranks were not started).
 // Throws yeto::UsageError naming the key or variable.

@@ -28,8 +28,13 @@ class OuterSync;
 
 struct RunOptions {
   std::filesystem::path run_dir;   // --output RUN_DIR (required)
-  std::int64_t logical_rank = 0;   // keys every RNG stream and the data shard
-  int world = 1;                   // logical ranks sharing the data
+  std::int64_t logical_rank = 0;   // keys every RNG stream: island + islands x island rank
+  int world = 1;                   // logical ranks sharing the data (provenance)
+  // The data shard: learner island `island` of `islands` takes every islands-th row of an epoch,
+  // and its rank r of K (`ranks`) every K-th of those, so islands of different rank counts
+  // never share rows.
+  int island = 0;
+  int islands = 1;
   bool resume = true;              // continue from RUN_DIR/checkpoints/latest when present
   bool console = true;             // progress lines on the console
   // The island's ranks (train.shard = "ddp", WORLD_SIZE > 1), or null for one rank. Every rank

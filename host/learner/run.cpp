@@ -9,13 +9,16 @@
 #include "data/options.hpp"
 #include "data/source.hpp"
 #include "io/repository.hpp"
+#include "island/collectives.hpp"
 #include "learner/learner.hpp"
 #include "learner/settings.hpp"
 #include "learner/trainer.hpp"
 #include "pipeline/cache_encoder.hpp"
 #include "pipeline/pipeline.hpp"
+#include "plugin/host_api.hpp"
 #include "runtime/torch_runtime.hpp"
 #include "schedulers/scheduler.hpp"
+#include "yeto/tensor.hpp"
 
 namespace yeto::learner {
 namespace {
@@ -45,6 +48,24 @@ void check_cache_datasets(const config::Config& cfg, const pipeline::Pipeline& p
   }
 }
 
+// train.shard = "fsdp": the island's collectives as the plugin's shard group (one rank: a
+// SingleRank of its own, so a one-rank island takes the same sharded code path).
+class IslandShards final : public plugin::ShardGroup {
+ public:
+  explicit IslandShards(island::Collectives* ranks) : ranks_(ranks ? ranks : &single_) {}
+  int rank() const override { return ranks_->rank(); }
+  int world_size() const override { return ranks_->world_size(); }
+  void all_gather(yeto_tensor shard, yeto_tensor out) override {
+    const at::Tensor s = sdk::borrow(shard);
+    at::Tensor o = sdk::borrow(out);
+    ranks_->all_gather(s, o);
+  }
+
+ private:
+  island::SingleRank single_;
+  island::Collectives* ranks_;
+};
+
 }  // namespace
 
 RunResult run(const config::Config& cfg, const RunOptions& options, OuterSync* sync) {
@@ -52,8 +73,15 @@ RunResult run(const config::Config& cfg, const RunOptions& options, OuterSync* s
   runtime::configure_threads(static_cast<int>(cfg.get_int("run.threads")));
   pipeline::OpenOptions open;
   open.logical_rank = options.logical_rank;
+  if (cfg.get_string("train.shard") == "fsdp") open.shard_group = std::make_shared<IslandShards>(options.ranks);
   auto pipeline = pipeline::Pipeline::open(cfg, open);
   check_cache_datasets(cfg, *pipeline);
+  if (open.shard_group && open.shard_group->world_size() > 1 && pipeline->denoisers().size() > 1)
+    throw UsageError("train.shard = \"fsdp\" over " + std::to_string(open.shard_group->world_size()) +
+                     " ranks: this pipeline has " + std::to_string(pipeline->denoisers().size()) +
+                     " denoisers, whose rows each rank routes by its own timesteps, so the ranks would not run "
+                     "(and gather) the same denoiser blocks in lock-step; sharding a multi-denoiser pipeline is "
+                     "not built: use train.shard = \"ddp\"");
   auto model = make_plugin_model(pipeline->plugin(), pipeline->scheduler(), pipeline->denoisers(),
                                  boundary_ratio_of(pipeline->plan(), pipeline->repo().model_index()));
   RunOptions with_inputs = options;

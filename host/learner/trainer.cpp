@@ -146,7 +146,8 @@ class Loop {
  public:
   Loop(TrainModel& model, const config::Config& cfg, const RunOptions& options, OuterSync* sync)
       : model_(model), cfg_(cfg), opt_(options), sync_(sync), s_(read_settings(cfg)),
-        ranks_(options.ranks ? *options.ranks : single_rank_), lead_(ranks_.rank() == 0) {}
+        ranks_(options.ranks ? *options.ranks : single_rank_), lead_(ranks_.rank() == 0),
+        sharded_(cfg.get_string("train.shard") == "fsdp" && ranks_.world_size() > 1) {}
 
   RunResult run(const std::function<void(io::Provenance&)>& record_provenance);
 
@@ -209,6 +210,10 @@ class Loop {
   island::SingleRank single_rank_;
   island::Collectives& ranks_;  // the island's ranks, or single_rank_
   bool lead_;                   // island rank 0: the only writer of RUN_DIR
+  // train.shard = "fsdp" over several ranks: every forward of the denoiser is a collective (its
+  // blocks gather their weights), so every rank runs the same forwards in the same order
+  // (probes, validation renders).
+  bool sharded_;
   RunData data_;
   NamedTensors trainable_;
   std::int64_t n_params_ = 0;
@@ -226,7 +231,7 @@ class Loop {
   // Carried across steps:
   std::int64_t since_checkpoint_ = 0;
   RunResult result_;
-  bool renders_ = false;  // island 0's rank 0 renders validation.prompts
+  bool renders_ = false;  // island 0's rank 0 renders validation.prompts (fsdp: its peers generate too)
   std::unique_ptr<JsonlWriter> render_index_;
 };
 
@@ -331,8 +336,10 @@ void Loop::open_epoch() {
   data::SamplerOptions so;
   so.seed = s_.seed;
   so.epoch = static_cast<std::uint64_t>(state_.epoch);
-  so.rank = static_cast<int>(opt_.logical_rank);
-  so.world = opt_.world;
+  so.rank = opt_.island;
+  so.world = opt_.islands;
+  so.sub_rank = ranks_.rank();
+  so.sub_world = ranks_.world_size();
   so.batch_size = micro_;
   so.bucket_by_shape = data_.options.bucket_by_shape;
   auto plan = data::plan_batches(shapes, so);
@@ -515,7 +522,10 @@ void Loop::choose_micro_batch_size() {
     loss.backward();
     adam_->zero_grad();
   };
-  const auto decision = choose_micro_batch(req, probe);
+  // A size fits when it fits on every rank: the island's largest peak decides, so every rank
+  // takes the same decisions and runs the same probes (under fsdp each is a collective).
+  const auto peak = [&] { return island::allreduce_values(ranks_, {peak_rss_since_reset_mb()}, island::ReduceOp::max)[0]; };
+  const auto decision = choose_micro_batch(req, probe, peak);
   // The island trains in lock-step: every rank takes rank 0's choice.
   const auto v = island::broadcast_values(ranks_, {static_cast<double>(decision.micro_batch_size),
                                                    static_cast<double>(decision.gradient_accumulation)});
@@ -597,6 +607,8 @@ void Loop::start(const std::function<void(io::Provenance&)>& record_provenance, 
     else
       renders_ = true;
   }
+  // fsdp: the island's other ranks generate with it (their blocks' gathers), writing nothing.
+  if (sharded_) renders_ = island::rank0_decides(ranks_, renders_);
   if (!resumed || state_.step == 0) {
     const double v = evaluate();
     if (std::isfinite(v)) {
@@ -617,7 +629,7 @@ void Loop::render(std::int64_t step, bool final) {
   const std::string dir_name = final ? std::string("final") : fmt::format("step-{:08d}", step);
   const fs::path dir = opt_.run_dir / "samples" / dir_name;
   try {
-    if (!render_index_) render_index_ = std::make_unique<JsonlWriter>(opt_.run_dir / "samples" / "index.jsonl");
+    if (!render_index_ && lead_) render_index_ = std::make_unique<JsonlWriter>(opt_.run_dir / "samples" / "index.jsonl");
     for (std::size_t i = 0; i < s_.validation_prompts.size(); ++i) {
       const std::uint64_t seed = static_cast<std::uint64_t>(s_.sample_seed) + i;
       nlohmann::json request = {{"prompts", {s_.validation_prompts[i]}}, {"seed", seed},
@@ -627,6 +639,7 @@ void Loop::render(std::int64_t step, bool final) {
       // never saw (a Flux run at 32 tokens rendered at 512 drew none of its learned shapes).
       if (s_.sample_max_sequence_length > 0) request["max_sequence_length"] = s_.sample_max_sequence_length;
       const at::Tensor media = data::generated_media(model_.generate(request), "validation render");
+      if (!lead_) continue;  // an fsdp peer: it took part in the gathers
       // An image, or a video's first frame.
       const std::vector<std::uint8_t> rgb = data::media_to_rgb8(media.dim() == 5 ? media[0].select(1, 0) : media[0]);
       const int height = static_cast<int>(media.size(-2)), width = static_cast<int>(media.size(-1));
@@ -644,8 +657,9 @@ void Loop::render(std::int64_t step, bool final) {
     // A render is a view of the run, not part of it: training goes on without them.
     spdlog::warn("validation render at step {} failed: {}; no more validation renders in this run", step, e.what());
     renders_ = false;
-    return;
   }
+  if (sharded_) renders_ = island::rank0_decides(ranks_, renders_);
+  if (!renders_ || !lead_) return;
   spdlog::info("validation renders {}: {} prompt(s) in {:.1f} s -> {}", final ? "of the final weights" : fmt::format("at step {}", step),
                s_.validation_prompts.size(), seconds_since(t0), dir.string());
 }

@@ -205,7 +205,18 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
   }
   plugin::NamedTensors batch;
   std::vector<const io::WeightSource::Located*> mapped;  // batch tensors that view a mapping
+  // Mapped tensors the component kept so far: one it lets go of later (train.shard = "fsdp"
+  // copies a block's piece out once all of the block has arrived) has its pages given back then.
+  std::vector<std::pair<at::Tensor, const io::WeightSource::Located*>> kept_mapped;
   std::uint64_t bytes = 0;
+  auto release_dropped = [&] {
+    std::erase_if(kept_mapped, [](auto& k) {
+      if (k.first.use_count() > 1 || k.first.storage().use_count() > 1) return false;
+      k.first = at::Tensor();
+      k.second->file.release(*k.second->info);
+      return true;
+    });
+  };
   auto flush = [&] {
     if (batch.empty()) return;
     try {
@@ -220,11 +231,13 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
       (void)n;
       if (k < mapped.size() && mapped[k]) {
         const bool kept = t.use_count() > 1 || t.storage().use_count() > 1;
+        if (kept) kept_mapped.emplace_back(std::move(t), mapped[k]);
         t = at::Tensor();
         if (!kept) mapped[k]->file.release(*mapped[k]->info);
       }
       ++k;
     }
+    release_dropped();
     batch.clear();
     mapped.clear();
     bytes = 0;
@@ -360,6 +373,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const config::Config& cfg, const OpenOp
   ho.seed = static_cast<std::uint64_t>(cfg.get_int("diffusion.seed"));
   ho.logical_rank = options.logical_rank;
   ho.pipeline = &s;
+  ho.shard_group = options.shard_group;
   const yeto_host_api* api = plugin::make_host_api(ho);
   s.api = api;  // unbinds on destruction whatever happens below
   s.loaded = &plugin::load(selection.name, lo, api);

@@ -40,6 +40,7 @@ class Provenance;
 }
 namespace yeto::plugin {
 class Instance;
+class ShardGroup;
 struct LoadedPlugin;
 }
 namespace yeto::schedulers {
@@ -55,6 +56,9 @@ struct OpenOptions {
   bool prepare = true;       // false: stop after building components (no LoRA attached)
   std::int64_t logical_rank = 0;  // the learner's logical rank: the plugin's RNG streams differ per rank
   bool plan_only = false;    // stop after step 4: the plugin's plan, no component built (data check)
+  // train.shard = "fsdp": the island's ranks over which the plugin shards its denoisers' frozen
+  // blocks while loading (yeto_host_api.shard_group); null keeps whole weights.
+  std::shared_ptr<plugin::ShardGroup> shard_group;
 };
 
 // model.id as the run names it, with a relative local directory resolved from the directory

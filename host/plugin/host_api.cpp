@@ -327,6 +327,37 @@ const yeto_host_api* make_host_api(HostApiOptions options) {
           });
     });
   };
+  t.shard_group = [](void* host, int32_t* rank, int32_t* world_size, yeto_error* e) {
+    return run(e, [&] {
+      if (!rank || !world_size) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "shard_group: no result pointer given");
+      const auto o = ctx(host).current();
+      if (!o->shard_group)
+        sdk::fail(YETO_ERR_NOT_FOUND, "shard_group: this run keeps the whole frozen base on every rank "
+                                      "(train.shard is not \"fsdp\")");
+      *rank = o->shard_group->rank();
+      *world_size = o->shard_group->world_size();
+    });
+  };
+  t.shard_all_gather = [](void* host, yeto_tensor shard, yeto_tensor out, yeto_error* e) {
+    return run(e, [&] {
+      const auto o = ctx(host).current();
+      if (!o->shard_group)
+        sdk::fail(YETO_ERR_NOT_FOUND, "shard_all_gather: this run does not shard the frozen base");
+      if (!shard || !out) sdk::fail(YETO_ERR_INVALID_ARGUMENT, "shard_all_gather: a tensor handle is NULL");
+      const at::Tensor s = sdk::borrow(shard), d = sdk::borrow(out);
+      if (s.scalar_type() != at::kByte || d.scalar_type() != at::kByte || !s.is_contiguous() || !d.is_contiguous() ||
+          d.numel() != s.numel() * o->shard_group->world_size() || s.device() != d.device())
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                  "shard_all_gather: expected contiguous uint8 tensors of n and n x world_size (" +
+                      std::to_string(o->shard_group->world_size()) + ") bytes on one device, got " +
+                      std::to_string(s.numel()) + " and " + std::to_string(d.numel()));
+      try {
+        o->shard_group->all_gather(shard, out);
+      } catch (const Error& x) {
+        sdk::fail(YETO_ERR_IO, x.what());
+      }
+    });
+  };
   return &c->table;
 }
 

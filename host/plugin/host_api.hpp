@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,19 @@ class ComponentSource {
   virtual std::string missing_reason(const std::string& /*name*/) const { return ""; }
 };
 
+// The island's sharding of the frozen base (train.shard = "fsdp") as the plugin reaches it
+// through yeto_host_api.shard_group / shard_all_gather: the learner hands one to the pipeline
+// (pipeline::OpenOptions::shard_group) over its island's collectives.
+class ShardGroup {
+ public:
+  virtual ~ShardGroup() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // `shard` (uint8, n bytes) of every rank into `out` (uint8, n * world_size bytes); both
+  // borrowed handles. Throws yeto::Error when a rank fails.
+  virtual void all_gather(yeto_tensor shard, yeto_tensor out) = 0;
+};
+
 struct HostApiOptions {
   std::string plugin_name;          // tags the plugin's log lines
   nlohmann::json config_values;     // {key: value}, what config_get answers
@@ -35,6 +49,7 @@ struct HostApiOptions {
   std::int64_t logical_rank = 0;    // streams differ per (learner, island rank), except lora_init*
   ComponentRegistry* components = nullptr;  // nullptr: ComponentRegistry::global()
   const ComponentSource* pipeline = nullptr;  // component_get answers from it; nullptr: none
+  std::shared_ptr<ShardGroup> shard_group;    // shard_group answers from it; nullptr: whole weights
 };
 
 // {key: value} of every key of a resolved configuration.

@@ -23,6 +23,48 @@ std::vector<ShapeKey> mixed_shapes(std::size_t n) {
   return s;
 }
 
+// Learner islands of different rank counts (2 ranks, 1 rank, 3 ranks): every island takes every
+// third row and its ranks split that again, so no row is trained twice in an epoch and every row
+// once; an island of one rank keeps the shard it has without ranks.
+TEST(DataSampler, IslandsOfDifferentRankCountsGetDisjointShards) {
+  const auto shapes = mixed_shapes(101);
+  const std::vector<int> ranks_per_island = {2, 1, 3};
+  for (const bool bucket : {false, true}) {
+    std::multiset<std::size_t> seen;
+    for (int island = 0; island < 3; ++island) {
+      std::set<std::size_t> island_rows;
+      for (int r = 0; r < ranks_per_island[static_cast<std::size_t>(island)]; ++r) {
+        SamplerOptions o;
+        o.seed = 9;
+        o.rank = island;
+        o.world = 3;
+        o.sub_rank = r;
+        o.sub_world = ranks_per_island[static_cast<std::size_t>(island)];
+        o.batch_size = 3;
+        o.bucket_by_shape = bucket;
+        for (const auto& batch : plan_batches(shapes, o))
+          for (const std::size_t row : batch) {
+            seen.insert(row);
+            island_rows.insert(row);
+          }
+      }
+      // The island's ranks together train exactly the shard one rank would.
+      SamplerOptions whole;
+      whole.seed = 9;
+      whole.rank = island;
+      whole.world = 3;
+      const auto one = shard_rows(shapes.size(), whole);
+      EXPECT_EQ(island_rows, std::set<std::size_t>(one.begin(), one.end())) << island;
+    }
+    ASSERT_EQ(seen.size(), shapes.size());
+    for (std::size_t r = 0; r < shapes.size(); ++r) EXPECT_EQ(seen.count(r), 1u) << r;
+  }
+  SamplerOptions bad;
+  bad.sub_rank = 2;
+  bad.sub_world = 2;
+  EXPECT_THROW(shard_rows(10, bad), yeto::UsageError);
+}
+
 TEST(DataSampler, BucketsNeverMixShapesAndCoverEveryRowOnce) {
   const auto shapes = mixed_shapes(103);
   for (int world : {1, 2, 3}) {

@@ -126,7 +126,12 @@ TEST(IslandEnv, RunConfigDecidesWhetherRanksMayJoin) {
   const auto two = rank_env(0, 2, 1);
   EXPECT_EQ(yd::open_run_island(cfg("shard = \"none\"\n"), yd::IslandEnv{}), nullptr);  // one rank: no group
   EXPECT_TRUE(has(refusal("shard = \"none\"\n", two), "WORLD_SIZE=2 but train.shard = \"none\"; set train.shard = \"ddp\""));
-  EXPECT_TRUE(has(refusal("shard = \"fsdp\"\n", two), "train.shard = \"fsdp\" is not built yet"));
+  // fsdp shards the frozen base: full tuning (which trains it) is refused, on one rank too.
+  EXPECT_TRUE(has(refusal("shard = \"fsdp\"\n[tuning]\nmode = \"full\"\n", two),
+                  "tuning.mode = \"full\" trains the base itself"));
+  EXPECT_TRUE(has(refusal("shard = \"fsdp\"\n[tuning]\nmode = \"full\"\n", yd::IslandEnv{}),
+                  "use train.shard = \"ddp\" for full tuning"));
+  EXPECT_EQ(yd::open_run_island(cfg("shard = \"fsdp\"\n"), yd::IslandEnv{}), nullptr);
   EXPECT_TRUE(has(refusal("shard = \"ddp\"\nisland_ranks = 3\n", two), "WORLD_SIZE=2 but train.island_ranks = 3"));
   EXPECT_TRUE(has(refusal("shard = \"ddp\"\nisland_ranks = 2\n", yd::IslandEnv{}),
                   "train.island_ranks = 2 but WORLD_SIZE is not set"));
@@ -139,6 +144,7 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
   std::vector<double> means(2);
   std::vector<std::vector<double>> from_root(2);
   std::vector<int> decided_yes(2), decided_no(2);
+  std::vector<std::vector<int>> gathered(2);
   const auto errors = on_ranks(2, [&](int r) {
     auto g = yd::IslandGroup::connect(rank_env(r, 2, port), {10.0, 30.0, yd::Backend::gloo});
     EXPECT_EQ(g->backend_name(), "gloo");
@@ -173,6 +179,11 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
     decided_yes[k] = yd::rank0_decides(ranks, r == 0);
     decided_no[k] = yd::rank0_decides(ranks, r == 1);
     from_root[k] = yd::broadcast_values(ranks, r == 0 ? std::vector<double>{3.0, 0.25} : std::vector<double>{-1.0, 9.0});
+    // fsdp's all-gather of byte shards: rank 0 [1, 2, 3], rank 1 [7, 8, 9] -> [1, 2, 3, 7, 8, 9].
+    const at::Tensor shard = r == 0 ? at::tensor({1, 2, 3}, at::kByte) : at::tensor({7, 8, 9}, at::kByte);
+    at::Tensor full = at::zeros({6}, at::kByte);
+    ranks.all_gather(shard, full);
+    gathered[k] = std::vector<int>(full.data_ptr<std::uint8_t>(), full.data_ptr<std::uint8_t>() + 6);
     ranks.barrier();
   });
   ASSERT_EQ(errors, (std::vector<std::string>{"", ""}));
@@ -188,6 +199,7 @@ TEST(IslandGroup, GradientAverageBroadcastAndValues) {
     EXPECT_EQ(decided_yes[k], 1) << r;
     EXPECT_EQ(decided_no[k], 0) << r;
     EXPECT_EQ(from_root[k], (std::vector<double>{3.0, 0.25})) << r;
+    EXPECT_EQ(gathered[k], (std::vector<int>{1, 2, 3, 7, 8, 9})) << r;
   }
 }
 

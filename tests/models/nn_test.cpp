@@ -3,8 +3,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -445,6 +448,197 @@ TEST(Checkpoint, EveryKthBlockRecomputesAndGradientsStayTheSame) {
   torch::NoGradGuard g;
   m.forward(x);
   EXPECT_EQ(m.calls, 4);
+}
+
+namespace {
+// A denoiser-like module: a projection outside the blocks, then a ModuleList of three blocks
+// (two Linears each) run through run_block: what nn::block_modules and BlockShards see in a
+// family's denoiser.
+struct StackImpl : torch::nn::Module, yeto::nn::CheckpointedBlocks {
+  Linear proj{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  StackImpl() {
+    torch::manual_seed(21);
+    proj = register_module("proj", Linear(6, 8, true));
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int i = 0; i < 3; ++i) {
+      auto b = std::make_shared<torch::nn::Module>();
+      b->register_module("a", Linear(8, 8, true));
+      b->register_module("b", Linear(8, 8, i != 1));
+      blocks->push_back(b);
+    }
+  }
+  // fp8 storage of the blocks' Linear weights (what the kit does while loading under model.storage = fp8).
+  void to_fp8() {
+    for (auto& [path, layer] : yeto::nn::lora_capable_layers(*this))
+      if (path.rfind("blocks.", 0) == 0) layer->store_fp8(layer->weight.detach().clone());
+  }
+  Linear layer(std::size_t block, const char* name) {
+    return Linear(std::dynamic_pointer_cast<yeto::nn::LinearImpl>(blocks->ptr(block)->named_children()[name]));
+  }
+  void add_lora() {
+    LoraConfig c;
+    c.r = 2;
+    c.init = "gaussian";
+    torch::manual_seed(22);
+    for (auto& [path, layer] : yeto::nn::lora_capable_layers(*this)) layer->add_adapter("default", c);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = proj->forward(x);
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto a = layer(i, "a"), b = layer(i, "b");
+      x = run_block(
+          static_cast<std::int64_t>(i),
+          [a, b](const std::vector<torch::Tensor>& in) mutable {
+            return std::vector<torch::Tensor>{in[0] + b->forward(torch::tanh(a->forward(in[0])))};
+          },
+          {x})[0];
+    }
+    return x;
+  }
+  std::vector<torch::Tensor> lora_grads() {
+    std::vector<torch::Tensor> g;
+    for (const auto& p : named_parameters())
+      if (p.key().find("lora_") != std::string::npos) g.push_back(p.value().grad().clone());
+    return g;
+  }
+};
+TORCH_MODULE(Stack);
+
+// Shards `m`'s blocks over `world` ranks with `gather`, as the family kit does while loading.
+void shard_stack(Stack& m, int rank, int world, yeto::nn::AllGatherFn gather) {
+  m->sharding = std::make_shared<yeto::nn::BlockShards>(rank, world, std::move(gather), yeto::nn::block_modules(*m));
+  std::vector<std::string> names;
+  for (const auto& p : m->named_parameters()) names.push_back(p.key());
+  m->sharding->loaded(names);
+}
+
+// Two ranks as threads: each writes its shard into a slot, then both read both slots.
+struct Exchange {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<torch::Tensor> slots{2};
+  int arrived = 0, generation = 0, calls = 0;
+  void wait_all() {
+    std::unique_lock lock(mutex);
+    const int gen = generation;
+    if (++arrived == 2) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != gen; });
+    }
+  }
+  yeto::nn::AllGatherFn gather(int rank) {
+    return [this, rank](const torch::Tensor& shard, const torch::Tensor& out) {
+      {
+        std::lock_guard lock(mutex);
+        slots[static_cast<std::size_t>(rank)] = shard.clone();
+        if (rank == 0) ++calls;
+      }
+      wait_all();
+      const auto n = shard.numel();
+      for (int r = 0; r < 2; ++r) out.narrow(0, r * n, n).copy_(slots[static_cast<std::size_t>(r)]);
+      wait_all();
+    };
+  }
+};
+}  // namespace
+
+TEST(BlockShards, ShardedBlocksGiveTheSameOutputsAndLoraGradientsOnOneAndTwoRanks) {
+  for (const bool fp8 : {false, true}) {
+    const auto x = torch::randn({5, 6}, torch::TensorOptions().dtype(torch::kFloat));
+    Stack whole;
+    if (fp8) whole->to_fp8();
+    whole->add_lora();
+    const auto ref_out = whole->forward(x);
+    ref_out.pow(2).sum().backward();
+    const auto ref_grads = whole->lora_grads();
+    ASSERT_EQ(ref_grads.size(), 14u);  // A and B of seven layers
+
+    // One rank: the blocks' parameters are empty between uses; each block gathers once forward
+    // and once for its recomputation in backward.
+    {
+      Stack m;
+      if (fp8) m->to_fp8();
+      int calls = 0;
+      shard_stack(m, 0, 1, [&](const torch::Tensor& s, const torch::Tensor& o) {
+        ++calls;
+        o.copy_(s);
+      });
+      m->add_lora();  // after sharding, as prepare does: replicated, never sharded
+      EXPECT_EQ(yeto::nn::block_modules(*m).size(), 3u);
+      EXPECT_EQ(m->layer(0, "a")->weight.numel(), 0);
+      EXPECT_EQ(m->proj->weight.numel(), 48);  // outside the blocks: whole
+      const auto out = m->forward(x);
+      EXPECT_TRUE(torch::equal(out, ref_out)) << "fp8 " << fp8;
+      out.pow(2).sum().backward();
+      EXPECT_EQ(calls, 6);
+      const auto grads = m->lora_grads();
+      ASSERT_EQ(grads.size(), ref_grads.size());
+      for (std::size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], ref_grads[i])) << i;
+      EXPECT_EQ(m->layer(2, "b")->weight.numel(), 0);
+      EXPECT_EQ(m->layer(2, "b")->weight.scalar_type(), fp8 ? torch::kByte : torch::kFloat);
+      // Inference gathers once per block and keeps nothing.
+      torch::NoGradGuard no_grad;
+      EXPECT_TRUE(torch::equal(m->forward(x), ref_out));
+      EXPECT_EQ(calls, 9);
+    }
+
+    // Two ranks: each keeps about half of every block; both compute the unsharded numbers.
+    Exchange ex;
+    std::vector<std::vector<torch::Tensor>> grads(2);
+    std::vector<torch::Tensor> outs(2);
+    std::vector<std::int64_t> shard_bytes(2), full_bytes(2);
+    // Built and sharded one after the other: construction and LoRA initialisation draw from the
+    // global generator, which the two rank threads must not share.
+    std::vector<Stack> models;
+    for (int r = 0; r < 2; ++r) {
+      Stack m;
+      if (fp8) m->to_fp8();
+      shard_stack(m, r, 2, ex.gather(r));
+      m->add_lora();
+      models.push_back(m);
+    }
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        Stack& m = models[static_cast<std::size_t>(r)];
+        outs[static_cast<std::size_t>(r)] = m->forward(x);
+        outs[static_cast<std::size_t>(r)].pow(2).sum().backward();
+        grads[static_cast<std::size_t>(r)] = m->lora_grads();
+        shard_bytes[static_cast<std::size_t>(r)] = m->sharding->shard_bytes();
+        full_bytes[static_cast<std::size_t>(r)] = m->sharding->full_bytes();
+      });
+    for (auto& t : ranks) t.join();
+    EXPECT_EQ(ex.calls, 6);
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_TRUE(torch::equal(outs[r], ref_out)) << r;
+      ASSERT_EQ(grads[r].size(), ref_grads.size());
+      for (std::size_t i = 0; i < grads[r].size(); ++i) EXPECT_TRUE(torch::equal(grads[r][i], ref_grads[i])) << r << " " << i;
+      // Half of each block, padded to 64-byte pieces.
+      EXPECT_LE(shard_bytes[r], full_bytes[r] / 2 + 3 * 64 * 3) << r;
+      EXPECT_GE(shard_bytes[r], full_bytes[r] / 2) << r;
+    }
+  }
+}
+
+TEST(BlockShards, ABlockWhoseWeightsDidNotAllLoadIsNamed) {
+  Stack m;
+  m->sharding = std::make_shared<yeto::nn::BlockShards>(
+      0, 1, [](const torch::Tensor& s, const torch::Tensor& o) { o.copy_(s); }, yeto::nn::block_modules(*m));
+  m->sharding->loaded({"proj.weight", "blocks.0.a.weight", "blocks.0.a.bias", "blocks.0.b.weight", "blocks.0.b.bias",
+                       "blocks.1.a.weight"});
+  EXPECT_TRUE(m->sharding->sharded(0));
+  EXPECT_FALSE(m->sharding->sharded(1));
+  EXPECT_EQ(m->sharding->first_unsharded(), "blocks.1 (waits for blocks.1.a.bias)");
+  try {
+    m->sharding->gather(1);
+    FAIL();
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("block blocks.1 was never sharded"), std::string::npos) << e.what();
+  }
 }
 
 TEST(StateDict, StrictLoadingNamesProblems) {

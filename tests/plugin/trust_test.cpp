@@ -83,7 +83,7 @@ TEST(Signing, VerdictsForTamperUnknownAndRevokedKeys) {
   EXPECT_EQ(sig.name, "cbasic");
   EXPECT_EQ(sig.version, "1.2.3");
   EXPECT_EQ(sig.abi, sign::abi_string(YETO_ABI_VERSION_MAJOR, YETO_ABI_VERSION_MINOR));
-  EXPECT_EQ(sig.abi, "1.2");
+  EXPECT_EQ(sig.abi, "1.3");
   const std::vector<sign::TrustedKey> trusted = {{k.public_key(), "k.public"}};
   EXPECT_EQ(sign::verify_plugin(lib, manifest, sig, trusted, {}).verdict, sign::Verdict::ok);
   // The signature file's text round-trips.

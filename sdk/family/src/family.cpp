@@ -198,6 +198,41 @@ void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, 
     else
       dst->copy_(t);
   }
+  shard_loaded_blocks(model, weights);
+}
+
+void shard_loaded_blocks(torch::nn::Module& model, const NamedTensors& weights) {
+  auto* blocks = dynamic_cast<nn::CheckpointedBlocks*>(&model);
+  if (!blocks) return;
+  if (!blocks->sharding) {
+    const auto group = sdk::Host::shard_group();
+    if (!group) return;
+    blocks->sharding = std::make_shared<nn::BlockShards>(
+        group->rank, group->world_size,
+        [](const at::Tensor& shard, const at::Tensor& out) { sdk::Host::shard_all_gather(shard, out); },
+        nn::block_modules(model));
+  }
+  std::vector<std::string> names;
+  names.reserve(weights.size());
+  for (const auto& [name, t] : weights) names.push_back(name);
+  blocks->sharding->loaded(names);
+}
+
+void check_block_sharding(torch::nn::Module& model, const std::string& component) {
+  if (!sdk::Host::shard_group()) return;
+  auto* blocks = dynamic_cast<nn::CheckpointedBlocks*>(&model);
+  if (!blocks || !blocks->sharding || blocks->sharding->size() == 0)
+    fail(YETO_ERR_UNSUPPORTED, "train.shard = \"fsdp\": the denoiser " + component +
+                                   " has no block stacks to shard (a family's denoiser shards when it is an "
+                                   "nn::CheckpointedBlocks whose blocks are the elements of its ModuleLists); use "
+                                   "train.shard = \"ddp\"");
+  if (const auto left = blocks->sharding->first_unsharded(); !left.empty())
+    fail(YETO_ERR_INVALID_ARGUMENT, "train.shard = \"fsdp\": the denoiser " + component + "'s block " + left +
+                                        " was not sharded: the checkpoint did not give all of its weights");
+  sdk::Host::info("train.shard = fsdp: " + component + " keeps " + std::to_string(blocks->sharding->size()) +
+                  " blocks as shards of " + std::to_string(blocks->sharding->shard_bytes() >> 10) + " KiB (of " +
+                  std::to_string(blocks->sharding->full_bytes() >> 10) + " KiB) on rank " +
+                  std::to_string(blocks->sharding->rank()) + " of " + std::to_string(blocks->sharding->world_size()));
 }
 
 std::string parse_tuning(const json& options) {

@@ -74,6 +74,11 @@ std::string prepare_denoisers(const std::vector<torch::nn::Module*>& denoisers, 
   const auto tuning = parse_tuning(options);
   const auto checkpointing = run_block_checkpointing();
   for (auto* m : denoisers) {
+    // "yeto::flux::FluxTransformer2DModelImpl" -> "FluxTransformer2DModel" in messages.
+    std::string shown = m->name();
+    if (const auto at = shown.rfind("::"); at != std::string::npos) shown = shown.substr(at + 2);
+    if (shown.size() > 4 && shown.ends_with("Impl")) shown.resize(shown.size() - 4);
+    check_block_sharding(*m, shown);
     m->to(placement.device, placement.dtype);
     prepare_tuning(*m, tuning, options, spec);
     if (!set_block_checkpointing(*m, checkpointing) && checkpointing.enabled)

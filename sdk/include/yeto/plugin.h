@@ -1,4 +1,4 @@
-/* Yeto plugin C ABI, version 1.2.
+/* Yeto plugin C ABI, version 1.3.
  *
  * A model-family plugin is a shared library that exports exactly one symbol,
  * yeto_plugin_entry (see the end of this file). Everything else crosses as plain C:
@@ -55,7 +55,7 @@ extern "C" {
 /* ---- versions ------------------------------------------------------------------------- */
 
 #define YETO_ABI_VERSION_MAJOR 1u
-#define YETO_ABI_VERSION_MINOR 2u
+#define YETO_ABI_VERSION_MINOR 3u
 #define YETO_MAKE_ABI_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor) & 0xffffu))
 #define YETO_ABI_VERSION YETO_MAKE_ABI_VERSION(YETO_ABI_VERSION_MAJOR, YETO_ABI_VERSION_MINOR)
 #define YETO_ABI_MAJOR(v) (((uint32_t)(v)) >> 16)
@@ -390,6 +390,20 @@ typedef struct yeto_host_api {
                                   yeto_error* error);
   yeto_status (*tokenizer_get)(void* host, const char* name, const yeto_tokenizer_service** out, yeto_error* error);
   yeto_status (*scheduler_get)(void* host, const char* name, const yeto_scheduler_service** out, yeto_error* error);
+
+  /* ---- ABI 1.3 ---- */
+
+  /* The island's sharding of the frozen base (train.shard = "fsdp"): this process is *rank of
+   * *world_size ranks that each keep 1/world_size of every denoiser block's frozen parameters
+   * (the family kit does it: nn::CheckpointedBlocks, docs/DESIGN.md). YETO_ERR_NOT_FOUND when
+   * the run keeps whole weights (any other shard mode, sampling, export). */
+  yeto_status (*shard_group)(void* host, int32_t* rank, int32_t* world_size, yeto_error* error);
+  /* All-gather of equal byte shards over the island's ranks (a collective: every rank calls it
+   * in the same order): `shard` a contiguous uint8 tensor of n bytes (the same n on every rank),
+   * `out` a contiguous uint8 tensor of n * world_size bytes on the same device, which receives
+   * rank r's shard at byte r * n. A rank that died or timed out fails it (YETO_ERR_IO, the
+   * message names the rank that saw it). */
+  yeto_status (*shard_all_gather)(void* host, yeto_tensor shard, yeto_tensor out, yeto_error* error);
 } yeto_host_api;
 
 /* ---- the plugin descriptor ------------------------------------------------------------- */

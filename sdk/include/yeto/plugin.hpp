@@ -375,6 +375,34 @@ class Host {
         service<yeto_scheduler_service>(name, "scheduler_get", typed_getter(&yeto_host_api::scheduler_get)), name);
   }
 
+  // train.shard = "fsdp" (ABI 1.3): this rank and the island's rank count when the run shards
+  // the frozen base over its ranks; nullopt when it keeps whole weights (or the host is older).
+  struct ShardRanks {
+    int rank = 0;
+    int world_size = 1;
+  };
+  static std::optional<ShardRanks> shard_group() {
+    const yeto_host_api* a = api();
+    if (!a || !YETO_HAS_FIELD(yeto_host_api, a, shard_all_gather) || !a->shard_group) return std::nullopt;
+    int32_t rank = 0, world = 1;
+    ErrorBuffer err;
+    const yeto_status s = a->shard_group(a->host, &rank, &world, err.get());
+    if (s == YETO_ERR_NOT_FOUND) return std::nullopt;
+    check(s, err, "shard_group");
+    return ShardRanks{rank, world};
+  }
+  // Every rank's `shard` (contiguous uint8, n bytes) into `out` (contiguous uint8, n x world
+  // size bytes): yeto_host_api.shard_all_gather. Throws Failure with the host's message.
+  static void shard_all_gather(const at::Tensor& shard, const at::Tensor& out) {
+    const yeto_host_api* a = api();
+    if (!a || !YETO_HAS_FIELD(yeto_host_api, a, shard_all_gather) || !a->shard_all_gather)
+      fail(YETO_ERR_UNSUPPORTED, "the host's API is older than ABI 1.3 and has no shard_all_gather");
+    ErrorBuffer err;
+    const yeto_status s = a->shard_all_gather(a->host, reinterpret_cast<yeto_tensor>(shard.unsafeGetTensorImpl()),
+                                              reinterpret_cast<yeto_tensor>(out.unsafeGetTensorImpl()), err.get());
+    check(s, err, "shard_all_gather");
+  }
+
   // True when the pipeline has a component of that name.
   static bool has_component(const std::string& name) {
     if (!api() || !YETO_HAS_FIELD(yeto_host_api, api(), component_get) || !api()->component_get) return false;

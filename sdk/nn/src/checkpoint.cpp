@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
+#include <torch/nn/modules/container/modulelist.h>
 
 namespace yeto::nn {
 
@@ -56,11 +58,32 @@ struct RngStates {
   }
 };
 
+// enter() now, exit() when it goes (also on an exception); nothing for no scope.
+class ScopeGuard {
+ public:
+  explicit ScopeGuard(const CheckpointScope* scope) : scope_(scope) {
+    if (scope_ && scope_->enter) scope_->enter();
+  }
+  ~ScopeGuard() {
+    if (scope_ && scope_->exit) scope_->exit();
+  }
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+
+ private:
+  const CheckpointScope* scope_;
+};
+
 // The autograd node that stands for the whole checkpointed block.
 class CheckpointNode : public torch::autograd::Node {
  public:
-  CheckpointNode(CheckpointFn fn, std::vector<at::Tensor> saved, std::vector<bool> needs_grad, RngStates rng)
-      : fn_(std::move(fn)), saved_(std::move(saved)), needs_grad_(std::move(needs_grad)), rng_(std::move(rng)) {}
+  CheckpointNode(CheckpointFn fn, std::vector<at::Tensor> saved, std::vector<bool> needs_grad, RngStates rng,
+                 std::shared_ptr<const CheckpointScope> scope)
+      : fn_(std::move(fn)),
+        saved_(std::move(saved)),
+        needs_grad_(std::move(needs_grad)),
+        rng_(std::move(rng)),
+        scope_(std::move(scope)) {}
 
   std::string name() const override { return "yeto::nn::CheckpointBackward"; }
 
@@ -76,6 +99,9 @@ class CheckpointNode : public torch::autograd::Node {
       if (t.defined() && needs_grad_[i]) t.requires_grad_(true);
       inputs.push_back(t);
     }
+    // The scope (a sharded block's gathered weights) lasts until the recomputed graph's backward
+    // is done with them.
+    ScopeGuard guard(scope_.get());
     std::vector<at::Tensor> outputs;
     {
       // Recompute with the RNG as it was for the original forward, then put the RNG back.
@@ -104,6 +130,8 @@ class CheckpointNode : public torch::autograd::Node {
       result.push_back(needs_grad_[i] && inputs[i].defined() ? inputs[i].grad() : at::Tensor());
     }
     saved_.clear();
+    outputs.clear();
+    roots.clear();
     return result;
   }
 
@@ -112,18 +140,22 @@ class CheckpointNode : public torch::autograd::Node {
   std::vector<at::Tensor> saved_;
   std::vector<bool> needs_grad_;
   RngStates rng_;
+  std::shared_ptr<const CheckpointScope> scope_;
   std::vector<int> slots_;
 };
 
 }  // namespace
 
-std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs,
+                                   std::shared_ptr<const CheckpointScope> scope) {
   if (!at::GradMode::is_enabled()) {
+    ScopeGuard guard(scope.get());
     return fn(inputs);
   }
   auto rng = RngStates::capture(inputs);
   std::vector<at::Tensor> outputs;
   {
+    ScopeGuard guard(scope.get());
     at::NoGradGuard no_grad;
     outputs = fn(inputs);
   }
@@ -133,8 +165,8 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
     saved.push_back(t.defined() ? t.detach() : t);
     needs.push_back(t.defined() && t.requires_grad());
   }
-  auto node = std::shared_ptr<CheckpointNode>(new CheckpointNode(fn, std::move(saved), std::move(needs), rng),
-                                              torch::autograd::deleteNode);
+  auto node = std::shared_ptr<CheckpointNode>(
+      new CheckpointNode(fn, std::move(saved), std::move(needs), rng, std::move(scope)), torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   std::vector<int> slots;
   int next_slot = 0;
@@ -163,8 +195,165 @@ at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, co
 
 std::vector<at::Tensor> CheckpointedBlocks::run_block(std::int64_t index, const CheckpointFn& fn,
                                                       const std::vector<at::Tensor>& inputs) const {
+  if (sharding) {
+    // Gather, run, release; in training the block always recomputes, so its backward gathers
+    // again instead of keeping the whole weights alive between forward and backward.
+    auto scope = std::make_shared<CheckpointScope>();
+    scope->enter = [s = sharding, index] { s->gather(index); };
+    scope->exit = [s = sharding, index] { s->release(index); };
+    return checkpoint(fn, inputs, std::move(scope));
+  }
   if (activation_checkpointing.recomputes(index) && at::GradMode::is_enabled()) return checkpoint(fn, inputs);
   return fn(inputs);
+}
+
+// ---- BlockShards ----------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::int64_t kAlign = 64;
+
+std::int64_t aligned(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The bytes of a contiguous tensor as a uint8 tensor over the same storage.
+at::Tensor bytes_of(const at::Tensor& t) {
+  const std::int64_t n = t.numel() * static_cast<std::int64_t>(t.element_size());
+  return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device()))
+      .set_(t.storage(), t.storage_offset() * static_cast<std::int64_t>(t.element_size()), {n}, {1});
+}
+
+at::Tensor empty_like_kind(const at::Tensor& t) {
+  return at::empty({0}, at::TensorOptions().dtype(t.scalar_type()).device(t.device()));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> block_modules(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
+  for (const auto& child : model.named_children()) {
+    auto list = std::dynamic_pointer_cast<torch::nn::ModuleListImpl>(child.value());
+    if (!list) continue;
+    for (std::size_t i = 0; i < list->size(); ++i)
+      out.emplace_back(child.key() + "." + std::to_string(i), list->ptr(i));
+  }
+  return out;
+}
+
+BlockShards::BlockShards(int rank, int world_size, AllGatherFn all_gather,
+                         std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks)
+    : rank_(rank), world_(world_size), all_gather_(std::move(all_gather)) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw std::invalid_argument("BlockShards: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
+  for (auto& [path, module] : blocks) {
+    Block b;
+    b.path = path;
+    b.module = module;
+    for (const auto& p : module->named_parameters()) b.waiting.push_back(path + "." + p.key());
+    blocks_.push_back(std::move(b));
+  }
+}
+
+void BlockShards::loaded(const std::vector<std::string>& names) {
+  for (auto& b : blocks_) {
+    if (b.sharded) continue;
+    const std::string prefix = b.path + ".";
+    bool touched = false;
+    for (const auto& n : names) {
+      if (n.compare(0, prefix.size(), prefix) != 0) continue;
+      const auto it = std::find(b.waiting.begin(), b.waiting.end(), n);
+      if (it != b.waiting.end()) {
+        b.waiting.erase(it);
+        touched = true;
+      }
+    }
+    if (touched && b.waiting.empty()) shard(b);
+  }
+}
+
+void BlockShards::shard(Block& b) {
+  at::NoGradGuard no_grad;
+  std::int64_t total = 0;
+  for (const auto& p : b.module->named_parameters()) {
+    Entry e;
+    e.name = p.key();
+    e.tensor = p.value();
+    e.dtype = e.tensor.scalar_type();
+    e.sizes = e.tensor.sizes().vec();
+    e.offset = aligned(total);
+    e.bytes = e.tensor.numel() * static_cast<std::int64_t>(e.tensor.element_size());
+    total = e.offset + e.bytes;
+    b.entries.push_back(std::move(e));
+  }
+  b.piece = aligned((total + world_ - 1) / world_);
+  const at::Device device = b.entries.empty() ? at::Device(at::kCPU) : b.entries.front().tensor.device();
+  b.shard = at::zeros({b.piece}, at::TensorOptions().dtype(at::kByte).device(device));
+  const std::int64_t lo = static_cast<std::int64_t>(rank_) * b.piece, hi = lo + b.piece;
+  for (auto& e : b.entries) {
+    const std::int64_t from = std::max(lo, e.offset), to = std::min(hi, e.offset + e.bytes);
+    if (from < to) {
+      const at::Tensor src = bytes_of(e.tensor.contiguous());
+      b.shard.narrow(0, from - lo, to - from).copy_(src.narrow(0, from - e.offset, to - from));
+    }
+    e.tensor.set_(empty_like_kind(e.tensor));
+  }
+  b.sharded = true;
+}
+
+bool BlockShards::sharded(std::int64_t block) const {
+  return block >= 0 && block < size() && blocks_[static_cast<std::size_t>(block)].sharded;
+}
+
+std::string BlockShards::first_unsharded() const {
+  for (const auto& b : blocks_)
+    if (!b.sharded) return b.path + (b.waiting.empty() ? std::string() : " (waits for " + b.waiting.front() + ")");
+  return "";
+}
+
+BlockShards::Block& BlockShards::block_at(std::int64_t block, const char* what) {
+  if (block < 0 || block >= size())
+    throw std::out_of_range(std::string("BlockShards::") + what + ": block " + std::to_string(block) +
+                            " of a model with " + std::to_string(size()) + " blocks (its ModuleLists)");
+  auto& b = blocks_[static_cast<std::size_t>(block)];
+  if (!b.sharded)
+    throw std::logic_error(std::string("BlockShards::") + what + ": block " + b.path +
+                           " was never sharded: its weights did not all load");
+  return b;
+}
+
+void BlockShards::gather(std::int64_t block) {
+  auto& b = block_at(block, "gather");
+  if (b.uses++ > 0) return;
+  at::NoGradGuard no_grad;
+  at::Tensor full = at::empty({b.piece * world_}, b.shard.options());
+  all_gather_(b.shard, full);
+  for (auto& e : b.entries) {
+    if (e.tensor.scalar_type() != e.dtype)
+      throw std::logic_error("BlockShards: " + b.path + "." + e.name + " changed dtype after it was sharded");
+    const auto esize = static_cast<std::int64_t>(e.tensor.element_size());
+    std::vector<std::int64_t> strides(e.sizes.size(), 1);
+    for (std::size_t d = e.sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * e.sizes[d];
+    e.tensor.set_(full.storage(), e.offset / esize, e.sizes, strides);
+  }
+}
+
+void BlockShards::release(std::int64_t block) {
+  auto& b = block_at(block, "release");
+  if (b.uses == 0 || --b.uses > 0) return;
+  at::NoGradGuard no_grad;
+  for (auto& e : b.entries) e.tensor.set_(empty_like_kind(e.tensor));
+}
+
+std::int64_t BlockShards::shard_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& b : blocks_) n += b.sharded ? b.piece : 0;
+  return n;
+}
+
+std::int64_t BlockShards::full_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& b : blocks_)
+    for (const auto& e : b.entries) n += e.bytes;
+  return n;
 }
 
 }  // namespace yeto::nn

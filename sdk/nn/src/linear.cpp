@@ -36,12 +36,15 @@ at::Tensor matrix_of(const std::shared_ptr<torch::nn::Module>& dict, const std::
 // The codes and scales are frozen; the input and the bias get gradients. Large weights are
 // dequantised a block at a time (fp8_linear, fp8_grad_input), so the transient is one block.
 struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
+  // A layer without bias passes an empty tensor: LibTorch 1.13's custom functions cannot take an
+  // undefined input (VariableInfo asks it for its device).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& codes,
                             const at::Tensor& scale, const at::Tensor& bias, at::ScalarType dtype) {
     ctx->save_for_backward({codes, scale});
     ctx->saved_data["dtype"] = static_cast<std::int64_t>(dtype);
-    ctx->saved_data["has_bias"] = bias.defined();
-    return fp8_linear(x, codes, scale, bias, dtype);
+    const bool has_bias = bias.numel() > 0;
+    ctx->saved_data["has_bias"] = has_bias;
+    return fp8_linear(x, codes, scale, has_bias ? bias : at::Tensor(), dtype);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -234,7 +237,8 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   if (!compute_dtype_)
     y = at::linear(x, weight, bias);
   else if (at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())))
-    y = Fp8LinearFunction::apply(x, weight, weight_scale_, bias, *compute_dtype_);
+    y = Fp8LinearFunction::apply(x, weight, weight_scale_, bias.defined() ? bias : at::empty({0}, x.options()),
+                                 *compute_dtype_);
   else
     y = fp8_linear(x, weight, weight_scale_, bias, *compute_dtype_);
   for (const auto& name : order_) {

@@ -158,6 +158,16 @@ NamedTensors module_tensors(torch::nn::Module& model, bool with_buffers = true);
 void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, bool strict, const std::string& cls,
                          const std::string& hint, bool with_buffers = true);
 
+// train.shard = "fsdp" (the host's shard_group answers): called by load_module_weights after each
+// batch of `weights` a denoiser (an nn::CheckpointedBlocks) took; the first call gives it its
+// nn::BlockShards over nn::block_modules(model), and every block whose weights have all loaded is
+// sharded at once, so no rank holds more than a block's whole weights while loading. A no-op
+// for other modules and runs.
+void shard_loaded_blocks(torch::nn::Module& model, const NamedTensors& weights);
+// At prepare, under fsdp: fails naming `component` when the denoiser has no block stacks to
+// shard, or a block whose weights did not all load; logs the shard sizes.
+void check_block_sharding(torch::nn::Module& model, const std::string& component);
+
 // A plugin component class implemented by a torch::nn::Module: what the kit (DiffusersFamily's
 // tuning, trainables) reaches through the component of any class the plugin registered.
 class ModuleComponent : public sdk::Component {

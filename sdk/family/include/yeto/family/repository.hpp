@@ -60,7 +60,8 @@ std::int64_t run_max_sequence_length(std::int64_t pipeline_default, std::int64_t
 // prepare() of the denoisers of a family: each placed by the options' device and precision, then
 // tuned (LoRA or full, prepare_tuning with `spec`), then given the run's activation checkpointing
 // (run_block_checkpointing; a denoiser that is no nn::CheckpointedBlocks is warned about when it
-// is on). Returns the tuning for trainable_parameters.
+// is on). Under train.shard = "fsdp" each must have had its blocks sharded while loading
+// (check_block_sharding). Returns the tuning for trainable_parameters.
 std::string prepare_denoisers(const std::vector<torch::nn::Module*>& denoisers, const nlohmann::json& options,
                               const TuningSpec& spec);
 

@@ -10,19 +10,33 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
 
 namespace yeto::nn {
 
 using CheckpointFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
+// What runs around each run of a checkpointed fn (its forward and its recomputation in
+// backward): enter() before it, exit() after it (in backward: after the recomputed graph's own
+// backward, so what enter() made stays valid while that graph uses it). exit() runs also when
+// fn or the backward throws. Sharded blocks gather and free their weights with it.
+struct CheckpointScope {
+  std::function<void()> enter;
+  std::function<void()> exit;
+};
+
 // Calls fn(inputs). With grad mode enabled, the outputs are attached to one autograd node that
 // re-runs fn in backward; with grad mode disabled (inference) fn simply runs. fn must be a pure
 // function of its inputs and the module parameters it captures; inputs must not be modified in
-// place before backward.
-std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs);
+// place before backward. `scope` (optional) wraps every run of fn, forward and recomputation.
+std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs,
+                                   std::shared_ptr<const CheckpointScope> scope = nullptr);
 
 // Single-tensor convenience.
 at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input);
@@ -38,13 +52,88 @@ struct BlockCheckpointing {
   bool recomputes(std::int64_t block) const { return enabled && every > 0 && block % every == 0; }
 };
 
+// ---- the frozen blocks sharded across ranks (train.shard = "fsdp") ---------------------------
+//
+// Every rank keeps 1/world_size of each block's frozen parameters as one flat byte shard in the
+// parameters' own dtypes (bf16, fp8 codes, ...): a block's parameters are laid end to end in
+// their order (each at a 64-byte aligned offset), the layout is padded to world_size equal
+// pieces and rank r keeps piece r. Between uses a sharded parameter is an empty tensor ([0], its
+// dtype and device; the module's tensor object itself, so the module needs no change); gather()
+// all-gathers the pieces into one buffer and points every parameter of the block into it, and
+// release() empties them again. Buffers and the parameters outside the blocks (embeddings, the
+// final layers) stay whole on every rank; so do LoRA adapters added after loading.
+
+// `shard` (uint8 [n]) of every rank into `out` (uint8 [n * world_size]), rank r's at r * n.
+using AllGatherFn = std::function<void(const at::Tensor& shard, const at::Tensor& out)>;
+
+class BlockShards {
+ public:
+  // blocks[i]: block i's module (run_block's index i) and its path in the model ("blocks.3").
+  BlockShards(int rank, int world_size, AllGatherFn all_gather,
+              std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks);
+  std::int64_t size() const { return static_cast<std::int64_t>(blocks_.size()); }
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+
+  // `names` (model paths) now hold their checkpoint values: every block all of whose parameters
+  // have been loaded is sharded (this rank's piece copied out, the whole tensors dropped).
+  void loaded(const std::vector<std::string>& names);
+  bool sharded(std::int64_t block) const;
+  // The first block not sharded yet and the path of a parameter it still waits for; "" when
+  // every block is sharded.
+  std::string first_unsharded() const;
+  // A sharded block's whole parameters for its next run (a collective: every rank calls it in
+  // the same order); nested calls count. release() drops them when the outermost use ends.
+  void gather(std::int64_t block);
+  void release(std::int64_t block);
+  // Bytes of this rank's pieces, and of the whole sharded blocks.
+  std::int64_t shard_bytes() const;
+  std::int64_t full_bytes() const;
+
+ private:
+  struct Entry {
+    std::string name;  // in the block
+    at::Tensor tensor;  // the module's own parameter
+    at::ScalarType dtype;
+    std::vector<std::int64_t> sizes;
+    std::int64_t offset = 0;  // bytes into the block's layout
+    std::int64_t bytes = 0;
+  };
+  struct Block {
+    std::string path;
+    std::shared_ptr<torch::nn::Module> module;
+    std::vector<std::string> waiting;  // parameters not loaded yet (paths in the model)
+    std::vector<Entry> entries;
+    at::Tensor shard;  // uint8 [piece]
+    std::int64_t piece = 0;
+    int uses = 0;
+    bool sharded = false;
+  };
+  void shard(Block& b);
+  Block& block_at(std::int64_t block, const char* what);
+
+  int rank_;
+  int world_;
+  AllGatherFn all_gather_;
+  std::vector<Block> blocks_;
+};
+
+// The block modules of a model, in run_block's numbering: the elements of every torch::nn::
+// ModuleList that is a direct child of the model, list by list in registration order (Flux: the
+// double-stream blocks, then the single-stream ones), each with its path ("transformer_blocks.0").
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> block_modules(torch::nn::Module& model);
+
 // A model whose transformer blocks honour a BlockCheckpointing: a family's denoiser derives from
 // it next to torch::nn::Module and runs each block through run_block; the family kit sets
-// activation_checkpointing on every denoiser from the run's configuration at prepare.
+// activation_checkpointing on every denoiser from the run's configuration at prepare, and, with
+// train.shard = "fsdp", `sharding` while its weights load (block_modules gives the blocks).
 class CheckpointedBlocks {
  public:
   virtual ~CheckpointedBlocks() = default;
   BlockCheckpointing activation_checkpointing;
+  // Set: every block is sharded and runs as gather, fn, release; with grad mode on it always
+  // recomputes in backward (gathering again), whatever activation_checkpointing says.
+  std::shared_ptr<BlockShards> sharding;
 
  protected:
   // fn(inputs) for the block numbered `index`: through checkpoint() when
