@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include "io/tensors.hpp"
+#include "structure/structure.hpp"
 #include "protenix_cases.hpp"
 #include "protenix_diffusion.hpp"
 #include "support/family_host.hpp"
@@ -226,6 +227,26 @@ TEST(ProtenixTrain, TinyPresetTrainsOnGeneratedBatchesAndExports) {
   for (auto& [path, layer] : yeto::nn::lora_capable_layers(*model))
     if (layer->has_adapter("default")) layer->merge();
   EXPECT_TRUE(torch::allclose(model->forward(x, t, in), adapted, 1e-4, 1e-4));
+
+  // Sampling the base + exported adapter writes mmCIF and PDB that the host's parsers read back:
+  // every atom of the batch (18; its one ligand token's atoms as HETATM), one model per sample.
+  const auto fold = tmp / "fold.cif";
+  const auto sr = yeto::test::run_host({"sample", "--model", repo.string(), "--diffusion-adapter", "protenix",
+                                        "--adapter-dir", (tmp / "adapter").string(), "--prompt",
+                                        (tmp / "data" / "batch0.safetensors").string(), "--output", fold.string(),
+                                        "--structure-format", "both", "--seed", "5"});
+  ASSERT_EQ(sr.exit_code, 0) << sr.all();
+  for (const auto& file : {fold, tmp / "fold.pdb"}) {
+    const yeto::structure::Structure st = yeto::structure::read_structure(file);
+    EXPECT_EQ(st.atoms.size(), 18u) << file;
+    ASSERT_GE(st.models.size(), 1u) << file;
+    std::size_t hetero = 0;
+    for (const auto& a : st.atoms) hetero += a.hetero;
+    EXPECT_EQ(hetero, 3u) << file;
+    for (const auto& m : st.models)
+      for (const auto& xyz : m)
+        for (const auto v : xyz) EXPECT_TRUE(std::isfinite(v)) << file;
+  }
 }
 
 TEST(ProtenixTrain, BadBatchesAreRefusedNamingTheRow) {
