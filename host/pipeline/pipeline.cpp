@@ -591,6 +591,9 @@ std::vector<std::string> Pipeline::denoisers() const {
   std::vector<std::string> out;
   for (const char* n : {"transformer", "transformer_2", "unet", "model"})
     if (s_->find(n)) out.emplace_back(n);
+  // A denoiser under another name: the plugin's plan gives it the kind "denoiser".
+  for (const auto& b : s_->comps)
+    if (b.kind == "denoiser" && std::find(out.begin(), out.end(), b.name) == out.end()) out.push_back(b.name);
   return out;
 }
 

@@ -313,7 +313,8 @@ class ProtenixPlugin : public sdk::Plugin {
     comps["diffusion_module"] = {{"class", kModule},
                                  {"config", module_config},
                                  {"weights", checkpoint.string()},
-                                 {"weights_prefix", kCheckpointPrefix}};
+                                 {"weights_prefix", kCheckpointPrefix},
+                                 {"kind", "denoiser"}};
     // The directory's scheduler_config.json over the default EDM and training settings (N_sample,
     // diffusion_chunk_size, the loss weights: e.g. the fine-tuning stage's alpha_bond 1, smooth_lddt 0).
     json scheduler_config = configs.at("scheduler");

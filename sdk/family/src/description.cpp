@@ -215,7 +215,12 @@ FamilyDescription FamilyDescription::parse(const std::string& text, const std::s
 }
 
 json FamilyDescription::plan(const std::string& model_dir, const json& model_index) const {
-  return {{"components", plan_components(model_dir, model_index, components_, plugin_, layout_)}, {"family", plugin_}};
+  json components = plan_components(model_dir, model_index, components_, plugin_, layout_);
+  // The component the run trains is the model's denoiser whatever its name (Protenix's
+  // diffusion_module): the host folds an adapter into it when sampling.
+  if (components.contains(denoiser_) && components[denoiser_].is_object() && !components[denoiser_].contains("kind"))
+    components[denoiser_]["kind"] = "denoiser";
+  return {{"components", components}, {"family", plugin_}};
 }
 
 LoraTargets FamilyDescription::lora_targets(const json& targets) const {
