@@ -103,7 +103,9 @@ TEST(FamilyFile, PlansRepositoriesAndResolvesLoraTargetsFromItsSets) {
   auto index = family_file()["model_index"];
   const auto plan = d.plan("/m", index);
   EXPECT_EQ(plan.at("family"), "toy");
-  EXPECT_EQ(plan.at("components").at("transformer"), json({{"class", "ToyTransformer"}, {"dir", "/m/transformer"}}));
+  // The description's denoiser is marked as such, whatever its name (the host folds adapters into it).
+  EXPECT_EQ(plan.at("components").at("transformer"),
+            json({{"class", "ToyTransformer"}, {"dir", "/m/transformer"}, {"kind", "denoiser"}}));
   EXPECT_FALSE(plan.at("components").contains("extra"));
   index["text_encoder"] = {nullptr, nullptr};
   EXPECT_TRUE(d.plan("/m", index).at("components").at("text_encoder").is_null());
