@@ -290,30 +290,8 @@ TEST(NavaTrain, TwoIslandsTrainTheTinyPreset) {
                 "[sync]\nfragments = 2\ninner_steps = 2\nquorum = 2\nheartbeat_s = 0.2\nlearner_timeout_s = 3\n"
                 "grace_max_s = 4\nround_deadline_s = 8\nreconnect_budget_s = 30\nfinal_timeout_s = 10\n");
   const fs::path run = tmp / "run";
-  const auto r = yeto::test::run_host(
-      {"train", "--islands", "2", "--config", (tmp / "run.toml").string(), "--output", run.string()});
-  auto logs = [&] {
-    std::string s = r.all();
-    for (const char* f : {"syncer/syncer.log", "island-0/learner.log", "island-1/learner.log"})
-      if (fs::exists(run / f)) s += std::string("\n==== ") + f + "\n" + yeto::test::read_text(run / f);
-    return s;
-  };
-  ASSERT_EQ(r.exit_code, 0) << logs();
-  std::set<std::string> merged;
   std::size_t merges = 0;
-  for (const auto& rec : yeto::sync::read_tape_records(run / "syncer" / "tape.jsonl"))
-    if (rec["event"] == "merge") {
-      ++merges;
-      for (const auto& l : rec["learners"]) merged.insert(l.get<std::string>());
-    }
-  EXPECT_GE(merges, 2u) << logs();
-  EXPECT_EQ(merged, (std::set<std::string>{"island-0", "island-1"})) << logs();
-  const auto summary = nlohmann::json::parse(yeto::test::read_text(run / "summary.json"));
-  EXPECT_EQ(summary["island_exits"], nlohmann::json::array({0, 0})) << summary.dump();
-  for (const auto& i : summary["per_island"]) {
-    EXPECT_EQ(i["steps"], 8) << summary.dump();
-    EXPECT_TRUE(i["final_digest_matches"].get<bool>()) << summary.dump();
-  }
+  ASSERT_NO_FATAL_FAILURE(yeto::test::train_two_islands(tmp / "run.toml", run, 8, &merges));
   const auto a = yeto::io::load_safetensors(run / "island-0" / "lora.safetensors");
   const auto b = yeto::io::load_safetensors(run / "island-1" / "lora.safetensors");
   ASSERT_EQ(a.size(), b.size());

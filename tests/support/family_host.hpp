@@ -1,6 +1,6 @@
 // Scaffolding the family plugins' yeto-host tests share: the staged signed plugin, check-parity
 // over fixture cases, the refusal of an unsigned copy, a tiny LoRA run configuration, training
-// and its val_loss, export, and metrics.jsonl series. Header-only: it uses the test target's
+// and its val_loss, export, metrics.jsonl series, and a two-island run. Header-only: it uses the test target's
 // YETO_BUILD_DIR. Helpers that ASSERT are void; wrap them in ASSERT_NO_FATAL_FAILURE.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "sync/tape.hpp"
 
 namespace yeto::test {
 
@@ -134,6 +136,37 @@ inline void expect_val_loss_drops(const std::filesystem::path& run_dir, int step
   std::printf("  %s val_loss %.4f -> %.4f (ratio %.3f)%s\n", label.c_str(), val.at(0), val.at(steps),
               val.at(steps) / val.at(0), suffix.c_str());
   EXPECT_LT(val.at(steps), max_ratio * val.at(0)) << context;
+}
+
+// `yeto-host train --islands 2 --config config --output run`, then what every family's two-island
+// test expects: exit 0, at least two merges, both islands in them, both islands exited 0 after
+// `steps` steps and hold the syncer's final cut (the run's logs shown when a check fails). Sets
+// *merges to the merge count.
+inline void train_two_islands(const std::filesystem::path& config, const std::filesystem::path& run, int steps,
+                              std::size_t* merges) {
+  const auto r = run_host({"train", "--islands", "2", "--config", config.string(), "--output", run.string()});
+  auto logs = [&] {
+    std::string s = r.all();
+    for (const char* f : {"syncer/syncer.log", "island-0/learner.log", "island-1/learner.log"})
+      if (std::filesystem::exists(run / f)) s += std::string("\n==== ") + f + "\n" + read_text(run / f);
+    return s;
+  };
+  ASSERT_EQ(r.exit_code, 0) << logs();
+  std::set<std::string> merged;
+  *merges = 0;
+  for (const auto& rec : yeto::sync::read_tape_records(run / "syncer" / "tape.jsonl"))
+    if (rec["event"] == "merge") {
+      ++*merges;
+      for (const auto& l : rec["learners"]) merged.insert(l.get<std::string>());
+    }
+  EXPECT_GE(*merges, 2u) << logs();
+  EXPECT_EQ(merged, (std::set<std::string>{"island-0", "island-1"})) << logs();
+  const auto summary = nlohmann::json::parse(read_text(run / "summary.json"));
+  EXPECT_EQ(summary["island_exits"], nlohmann::json::array({0, 0})) << summary.dump();
+  for (const auto& i : summary["per_island"]) {
+    EXPECT_EQ(i["steps"], steps) << summary.dump();
+    EXPECT_TRUE(i["final_digest_matches"].get<bool>()) << summary.dump();
+  }
 }
 
 }  // namespace yeto::test
