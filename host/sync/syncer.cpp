@@ -1045,12 +1045,22 @@ struct Syncer::Impl {
       close(c);
       return;
     }
+    answer_claims(c, [&](std::uint32_t p) {
+      const FragmentClaim& cl = h.claims[p];
+      return cl.version == st.fragments[p].version && cl.digest == public_digest(p);
+    });
+  }
+
+  // The catch-up of a learner that claimed what it holds: `holding` with the fragments whose
+  // claim `holds(p)` accepts, then every other fragment not sent since the welcome in full, then
+  // the final cut when the run is finishing.
+  template <class Accepts>
+  void answer_claims(const ConnPtr& c, Accepts&& holds) {
     Holding ok;
     std::vector<std::uint32_t> full;
     for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
       if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) continue;  // sent since the welcome
-      const FragmentClaim& cl = h.claims[p];
-      if (cl.version == st.fragments[p].version && cl.digest == public_digest(p)) {
+      if (holds(p)) {
         ok.fragments.push_back(p);
         note_sent(c, p);
       } else {
@@ -1058,7 +1068,7 @@ struct Syncer::Impl {
       }
     }
     // `holding` first: the learner takes its own copies before any update on top of them.
-    send(c, MsgType::holding, std::make_shared<const std::string>(ok.encode()));
+    send(c, MsgType::holding, ok.encode());
     for (const auto p : full) send_fragment(c, p);
     taped("catch_up", -1, -1, {c->learner_id}, {{"held", ok.fragments}, {"sent", full}});
     if (finishing) send_final_cut(c);
@@ -1090,8 +1100,6 @@ struct Syncer::Impl {
         // Its initial values are its claim of version 0: fragments still at version 0 and
         // bit-identical to them are not sent back (islands started from the same seed).
         c->awaiting_init = false;
-        Holding ok;
-        std::vector<std::uint32_t> full;
         const bool same_size = in.params.size() == st.layout.total_numel();
         std::vector<std::span<const float>> tensors;
         std::size_t off = 0;
@@ -1099,25 +1107,12 @@ struct Syncer::Impl {
           if (same_size) tensors.emplace_back(in.params.data() + off, t.numel);
           off += t.numel;
         }
-        for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
-          if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) continue;
-          bool same = false;
-          if (same_size && st.fragments[p].version == 0) {
-            const std::vector<float> mine = pack_fragment(st.layout, p, tensors);
-            const auto& pub = public_state(p);
-            same = mine.size() == pub.size() && std::memcmp(mine.data(), pub.data(), pub.size() * sizeof(float)) == 0;
-          }
-          if (same) {
-            ok.fragments.push_back(p);
-            note_sent(c, p);
-          } else {
-            full.push_back(p);
-          }
-        }
-        send(c, MsgType::holding, ok.encode());
-        for (const auto p : full) send_fragment(c, p);
-        taped("catch_up", -1, -1, {c->learner_id}, {{"held", ok.fragments}, {"sent", full}});
-        if (finishing) send_final_cut(c);
+        answer_claims(c, [&](std::uint32_t p) {
+          if (!same_size || st.fragments[p].version != 0) return false;
+          const std::vector<float> mine = pack_fragment(st.layout, p, tensors);
+          const auto& pub = public_state(p);
+          return mine.size() == pub.size() && std::memcmp(mine.data(), pub.data(), pub.size() * sizeof(float)) == 0;
+        });
       }
       return;
     }
