@@ -14,7 +14,7 @@
 #include <torch/torch.h>
 
 #include "wan_family.hpp"
-#include "wan_vae.hpp"
+#include "yeto/family/wan_vae.hpp"
 
 namespace {
 

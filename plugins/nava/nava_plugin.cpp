@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -38,6 +39,7 @@
 #include "nava_train.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/repository.hpp"
+#include "yeto/family/wan_vae_component.hpp"
 
 namespace yeto::nava {
 namespace {
@@ -443,6 +445,13 @@ WanAVModel& denoiser() {
   return family::plugin_model<ModelComponent>("transformer", kModel, "nava");
 }
 
+// x with three decimals, for logs.
+std::string decimal(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", x);
+  return buf;
+}
+
 // A row's field as a clear error.
 [[noreturn]] void row_fail(const json& rows, std::int64_t i, const std::string& what) {
   const auto& r = rows[static_cast<std::size_t>(i)];
@@ -475,6 +484,7 @@ class NavaPlugin : public sdk::Plugin {
     registry.add<ModelComponent>(kRecordedModel);
     registry.add<ModelComponent>(kSampler);
     registry.add<RopeComponent>(kRope);
+    registry.add<wan::VaeComponent>("AutoencoderKLWan");
   }
 
   // A repository in the family file's layout (model_index.json with transformer), or, without
@@ -697,7 +707,7 @@ class NavaPlugin : public sdk::Plugin {
                     std::to_string(r.video_grid[2] * cell) + " px -> video latents " + std::to_string(latent_frames) +
                     "x" + std::to_string(r.video_grid[1]) + "x" + std::to_string(r.video_grid[2]) + ", " +
                     std::to_string(r.audio_len) + " audio tokens (" + std::to_string(used_frames) + " frames at " +
-                    std::to_string(fps) + " fps, 25 tokens/s), " + std::to_string(r.steps) + " steps");
+                    decimal(fps) + " fps, 25 tokens/s), " + std::to_string(r.steps) + " steps");
     const auto* text = find(inputs, "prompt_embeds");
     at::Tensor encoded;
     const auto prompts = req.value("prompts", json::array());
@@ -758,6 +768,7 @@ class NavaPlugin : public sdk::Plugin {
     NamedTensors result = {
         {"video_latents", out.first.cpu().view({r.video_grid[0], r.video_grid[1], r.video_grid[2], cfg.vid_in_dim})},
         {"audio_latents", out.second.cpu().permute({1, 0}).unsqueeze(0).contiguous()}};
+    decode_clip(result, used_frames, fps);
     return trace.outputs(std::move(result));
   }
 
@@ -786,6 +797,78 @@ class NavaPlugin : public sdk::Plugin {
     comps["transformer"] = {{"class", kModel}, {"config", config}, {"weights", weights.string()},
                             {"weights_prefix", "backbone."}};
     return {{"components", comps}, {"family", "nava"}};
+  }
+
+  // The clip the latents decode to, added to `out` when the repository has the decoders: the video
+  // latents [t, h, w, C_v] through the Wan 2.2 VAE (`vae`: channel-first, denormalised with its
+  // latents_mean / latents_std as Wan2_2_VAE.decode does) to `video` [1, 3, F, H, W] in [0, 1];
+  // the audio latents [1, C_a, L] through LTX-2's audio VAE (`audio_vae`: the packed tokens
+  // [1, L, C_a] denormalised with its per-channel statistics, unpacked to [1, C, L, M] and decoded
+  // to a mel [1, 2, 4L - 3, mel_bins], as ltx-core's AudioDecoder) and the vocoder (`vocoder`) to
+  // `audio` [1, 2, samples] with `audio_sample_rate`. What is absent leaves its latents alone,
+  // logged.
+  static void decode_clip(NamedTensors& out, std::int64_t frames, double fps) {
+    at::NoGradGuard no_grad;
+    const auto video_latents = sdk::get(out, "video_latents");
+    const auto audio_latents = sdk::get(out, "audio_latents");
+    if (sdk::Host::has_component("vae")) {
+      auto* vae = sdk::Host::component("vae").as<wan::VaeComponent>("AutoencoderKLWan");
+      if (!vae)
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                  "nava generate: the repository's vae is not an AutoencoderKLWan (the Wan 2.2 VAE NAVA's video "
+                  "latents belong to)");
+      const auto& vc = vae->model()->config();
+      if (vc.z_dim != video_latents.size(3))
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "nava generate: the vae has z_dim " + std::to_string(vc.z_dim) +
+                                                 " but the denoiser makes " + std::to_string(video_latents.size(3)) +
+                                                 "-channel video latents; use the VAE of the model's latents");
+      const auto z = wan::denormalize_latents(vc, video_latents.permute({3, 0, 1, 2}).unsqueeze(0).to(at::kFloat));
+      const auto video = sdk::Host::vae("vae").decode(z).to(at::kFloat);
+      if (video.size(2) != frames)
+        sdk::fail(YETO_ERR_INTERNAL, "nava generate: the vae decoded " + std::to_string(video.size(2)) +
+                                         " frames, expected " + std::to_string(frames));
+      out.emplace_back("video", (video / 2 + 0.5).clamp(0, 1));
+      sdk::Host::info("nava generate: video latents decoded by the Wan 2.2 VAE to " + std::to_string(frames) +
+                      " frames of " + std::to_string(video.size(4)) + "x" + std::to_string(video.size(3)) + " px (" +
+                      decimal(static_cast<double>(frames) / fps) + " s at " + decimal(fps) + " fps)");
+    } else {
+      sdk::Host::info("nava generate: the repository has no vae (Wan 2.2 VAE); returning the video latents");
+    }
+    const bool audio_vae = sdk::Host::has_component("audio_vae"), vocoder = sdk::Host::has_component("vocoder");
+    if (audio_vae && vocoder) {
+      const auto codec = sdk::Host::component("audio_vae");
+      const auto packed = audio_latents.permute({0, 2, 1}).to(at::kFloat).contiguous();
+      auto call = [&](const sdk::ComponentRef& c, const std::string& method, const NamedTensors& in,
+                      const std::string& output) {
+        const auto o = c.forward(in, json{{"method", method}}.dump());
+        const auto* t = find(o, output);
+        if (!t) sdk::fail(YETO_ERR_INTERNAL, "nava generate: the audio " + method + " returned no '" + output + "'");
+        return *t;
+      };
+      const auto denormalized = call(codec, "denormalize", {{"packed", packed}}, "packed");
+      const auto latents = call(codec, "unpack", {{"packed", denormalized}}, "latents");
+      const auto mel = call(codec, "decode", {{"latents", latents}}, "sample");
+      const auto vocoded = sdk::Host::component("vocoder").forward({{"mel", mel}}, json{{"method", "vocode"}}.dump());
+      const auto* wave = find(vocoded, "waveform");
+      const auto* sample_rate = find(vocoded, "sample_rate");
+      if (!wave || !sample_rate) sdk::fail(YETO_ERR_INTERNAL, "nava generate: the vocoder returned no waveform / sample_rate");
+      const auto waveform = wave->to(at::kFloat).contiguous();
+      const auto rate = sample_rate->to(at::kLong).item<std::int64_t>();
+      out.emplace_back("audio", waveform);
+      out.emplace_back("audio_sample_rate", at::scalar_tensor(rate, at::kLong));
+      const auto samples = waveform.size(-1);
+      sdk::Host::info("nava generate: " + std::to_string(audio_latents.size(2)) +
+                      " audio latent tokens decoded by the audio VAE to " + std::to_string(mel.size(2)) +
+                      " mel frames and by the vocoder to " + std::to_string(waveform.size(1)) + " channel(s) of " +
+                      std::to_string(samples) + " samples at " + std::to_string(rate) + " Hz (" +
+                      decimal(static_cast<double>(samples) / static_cast<double>(rate)) + " s; the clip is " +
+                      decimal(static_cast<double>(frames) / fps) + " s)");
+    } else if (audio_vae || vocoder) {
+      sdk::Host::info(std::string("nava generate: the repository has ") + (audio_vae ? "an audio_vae but no vocoder" : "a vocoder but no audio_vae") +
+                      "; returning the audio latents");
+    } else {
+      sdk::Host::info("nava generate: the repository has no audio_vae / vocoder (LTX-2's); returning the audio latents");
+    }
   }
 
   std::string tuning_ = "lora";

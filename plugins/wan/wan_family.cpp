@@ -1,7 +1,6 @@
 #include "wan_family.hpp"
 
 #include <algorithm>
-#include <regex>
 #include <stdexcept>
 
 namespace yeto::wan {
@@ -43,46 +42,6 @@ GenerateRequest parse_generate_request(const json& j) {
   g.num_frames = in.integer("num_frames", g.num_frames, 1);
   if (in.has("guidance_2")) g.guidance_2 = in.number("guidance_2", 0.0);
   return g;
-}
-
-namespace {
-
-// residual.<k> / shortcut inside one resnet -> its Diffusers member.
-std::string resnet_member(const std::string& rest) {
-  static const std::vector<std::pair<std::string, std::string>> members = {
-      {"residual.0.", "norm1."}, {"residual.2.", "conv1."}, {"residual.3.", "norm2."},
-      {"residual.6.", "conv2."}, {"shortcut.", "conv_shortcut."}};
-  for (const auto& [from, to] : members)
-    if (rest.rfind(from, 0) == 0) return to + rest.substr(from.size());
-  return rest;
-}
-
-}  // namespace
-
-std::string wan22_vae_diffusers_name(const std::string& key) {
-  static const std::regex top(R"(^conv([12])\.(weight|bias)$)");
-  static const std::regex conv_in(R"(^(encoder|decoder)\.conv1\.(.*)$)");
-  static const std::regex middle(R"(^(encoder|decoder)\.middle\.([0-2])\.(.*)$)");
-  static const std::regex head(R"(^(encoder|decoder)\.head\.([02])\.(.*)$)");
-  static const std::regex level(R"(^(encoder\.downsamples|decoder\.upsamples)\.(\d+)\.(downsamples|upsamples)\.(\d+)\.(.*)$)");
-  std::smatch m;
-  if (std::regex_match(key, m, top)) return std::string(m[1] == "1" ? "quant_conv." : "post_quant_conv.") + m[2].str();
-  if (std::regex_match(key, m, conv_in)) return m[1].str() + ".conv_in." + m[2].str();
-  if (std::regex_match(key, m, middle)) {
-    const auto part = m[1].str() + ".mid_block.";
-    if (m[2] == "1") return part + "attentions.0." + m[3].str();
-    return part + "resnets." + (m[2] == "0" ? "0." : "1.") + resnet_member(m[3].str());
-  }
-  if (std::regex_match(key, m, head)) return m[1].str() + (m[2] == "0" ? ".norm_out." : ".conv_out.") + m[3].str();
-  if (std::regex_match(key, m, level)) {
-    const bool enc = m[1].str().rfind("encoder", 0) == 0;
-    const auto rest = m[5].str();
-    const auto block = std::string(enc ? "encoder.down_blocks." : "decoder.up_blocks.") + m[2].str() + ".";
-    if (rest.rfind("resample.", 0) == 0 || rest.rfind("time_conv.", 0) == 0)
-      return block + (enc ? "downsampler." : "upsampler.") + rest;
-    return block + "resnets." + m[4].str() + "." + resnet_member(rest);
-  }
-  return key;
 }
 
 std::int64_t valid_num_frames(std::int64_t requested, std::int64_t f) {

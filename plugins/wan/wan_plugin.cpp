@@ -1,6 +1,6 @@
 // The Wan family plugin (Wan 2.1 T2V, Wan 2.2 A14B T2V with two denoisers, Wan 2.2 TI2V-5B
 // text-to-video with 48-channel latents and per-token timesteps): the
-// WanTransformer3DModel and AutoencoderKLWan component classes and the WanPipeline semantics
+// WanTransformer3DModel component class (AutoencoderKLWan is the kit's, yeto/family/wan_vae_component.hpp) and the WanPipeline semantics
 // as plugin hooks, written against the SDK only (yeto/plugin.hpp, sdk/nn, sdk/family). The host loads the
 // UMT5 encoder, the tokenizer and the UniPC scheduler from the plan; this plugin reaches them
 // through sdk::Host::component and their documented forward() methods.
@@ -21,7 +21,7 @@
 
 #include "wan_family.hpp"
 #include "wan_transformer.hpp"
-#include "wan_vae.hpp"
+#include "yeto/family/wan_vae_component.hpp"
 #include "yeto/family/diffusers_family.hpp"
 #include "yeto/family/family.hpp"
 #include "yeto/family/repository.hpp"
@@ -51,65 +51,6 @@ class TransformerComponent
                                          get(in, "encoder_hidden_states").to(device, dtype))}};
     } catch (const std::invalid_argument& e) {
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
-    }
-  }
-};
-
-// The typed VAE service: pixels [B, 3, T, H, W] (or [B, 3, H, W]) in [-1, 1] -> mean, logvar
-// (raw); raw (already denormalised) latents -> sample [B, 3, T', H, W].
-class VaeComponent : public yeto::family::ModelComponent<wan::AutoencoderKLWan, wan::WanVaeConfig>,
-                     public yeto::sdk::Vae {
- public:
-  VaeComponent(const std::string& config_json, const std::string& dir)
-      : ModelComponent(config_json, dir, {"AutoencoderKLWan", "is this a Wan VAE checkpoint?"}) {}
-
-  // {"vae_call": "encode"}: sample -> mean, logvar and patchified_x (what the encoder sees);
-  // {"vae_call": "decode"}: latents -> sample and decoder_output (before unpatchify and clamp).
-  NamedTensors forward(const NamedTensors& in, const std::string& options) override {
-    const auto o = family::parse_json(options, "AutoencoderKLWan options");
-    const auto call = o.value("vae_call", std::string());
-    try {
-      if (call == "encode") {
-        at::Tensor patchified;
-        const auto d = model_->encode(yeto::sdk::get(in, "sample"), &patchified);
-        return {{"mean", d.mean}, {"logvar", d.logvar}, {"patchified_x", patchified}};
-      }
-      if (call == "decode") {
-        at::Tensor raw;
-        auto sample = model_->decode(yeto::sdk::get(in, "latents"), &raw);
-        return {{"sample", std::move(sample)}, {"decoder_output", raw}};
-      }
-    } catch (const std::invalid_argument& e) {
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLWan ") + call + ": " + e.what());
-    }
-    sdk::fail(YETO_ERR_INVALID_ARGUMENT, "AutoencoderKLWan forward: options need \"vae_call\": \"encode\" or \"decode\"");
-  }
-
-  // The Wan 2.2 VAE also loads from the original release's names (Wan2.2_VAE.pth), renamed one
-  // tensor at a time.
-  void load_weights(const NamedTensors& weights, bool strict) override {
-    if (!model_->config().is_residual) return ModelComponent::load_weights(weights, strict);
-    NamedTensors renamed;
-    renamed.reserve(weights.size());
-    for (const auto& [name, t] : weights) renamed.emplace_back(wan::wan22_vae_diffusers_name(name), t);
-    ModelComponent::load_weights(renamed, strict);
-  }
-
-  yeto::sdk::Posterior encode(const at::Tensor& pixels) override {
-    try {
-      const auto d = model_->encode(pixels);
-      return {d.mean, d.logvar};
-    } catch (const std::invalid_argument& e) {
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLWan encode: ") + e.what());
-    }
-  }
-  at::Tensor decode(const at::Tensor& latents, const NamedTensors& extra) override {
-    if (!extra.empty())
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, "AutoencoderKLWan decode: takes no '" + extra.front().first + "' tensor");
-    try {
-      return model_->decode(latents);
-    } catch (const std::invalid_argument& e) {
-      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("AutoencoderKLWan decode: ") + e.what());
     }
   }
 };
@@ -146,7 +87,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
 
   void register_components(yeto::sdk::ComponentRegistry& registry) override {
     registry.add<TransformerComponent>("WanTransformer3DModel");
-    registry.add<VaeComponent>("AutoencoderKLWan");
+    registry.add<wan::VaeComponent>("AutoencoderKLWan");
   }
 
   // Pixels [B, 3, T, H, W] (or an image batch [B, 3, H, W]) in [-1, 1] -> normalised latents
@@ -172,7 +113,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     const auto o = family::parse_json(options_json, "encode_media options");
     const auto d = yeto::sdk::Host::vae("vae").encode(px);
     const auto z = yeto::family::posterior_latent(d.mean.to(at::kFloat), d.logvar.to(at::kFloat), o);
-    return {{"latents", (z - latents_mean(z)) * (1.0 / latents_std(z))}};
+    return {{"latents", wan::normalize_latents(vae_config_, z)}};
   }
 
   NamedTensors denoiser_kwargs(const NamedTensors& /*batch*/, const std::string& /*step_json*/) override {
@@ -280,7 +221,7 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     record("final_latents", latents);
 
     // 5. Denormalise as WanPipeline does (latents / (1 / std) + mean), decode, post-process.
-    const auto vae_input = latents / (1.0 / latents_std(latents)) + latents_mean(latents);
+    const auto vae_input = wan::denormalize_latents(vae_config_, latents);
     record("vae_input", vae_input);
     const auto video = yeto::sdk::Host::vae("vae").decode(vae_input).to(at::kFloat);
     const auto post = (video / 2 + 0.5).clamp(0, 1);
@@ -352,13 +293,6 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     const auto tokens = (latents.size(2) / patch[0]) * ((latents.size(3) + patch[1] - 1) / patch[1]) *
                         ((latents.size(4) + patch[2] - 1) / patch[2]);
     return (at::ones({latents.size(0), tokens}, at::kFloat) * t.to(at::kFloat)).contiguous();
-  }
-
-  at::Tensor latents_mean(const at::Tensor& like) const {
-    return at::tensor(vae_config_.latents_mean, at::kDouble).to(at::kFloat).to(like.device()).view({1, -1, 1, 1, 1});
-  }
-  at::Tensor latents_std(const at::Tensor& like) const {
-    return at::tensor(vae_config_.latents_std, at::kDouble).to(at::kFloat).to(like.device()).view({1, -1, 1, 1, 1});
   }
 
   wan::WanVaeConfig vae_config_;

@@ -22,6 +22,7 @@
 #include "io/tensors.hpp"
 #include "nava_model.hpp"
 #include "nava_train.hpp"
+#include "support/av_clips.hpp"
 #include "support/family_host.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -218,6 +219,8 @@ TEST(NavaTrain, TinyPresetTrainsBothModalitiesOnCachedRowsAndExports) {
   };
   const auto log = sample("base.safetensors", {});
   EXPECT_NE(log.find("5 frames (7 asked; 4k + 1)"), std::string::npos) << log;
+  EXPECT_NE(log.find("the repository has no vae (Wan 2.2 VAE); returning the video latents"), std::string::npos) << log;
+  EXPECT_NE(log.find("no audio_vae / vocoder (LTX-2's); returning the audio latents"), std::string::npos) << log;
   sample("adapted.safetensors", {"--adapter-dir", (tmp / "adapter").string()});
   sample("again.safetensors", {"--adapter-dir", (tmp / "adapter").string()});
   const auto latents = yeto::io::load_safetensors(tmp / "adapted.safetensors");
@@ -362,4 +365,69 @@ TEST(NavaTrain, Bf16WithActivationCheckpointingTrainsAndSamples) {
   ASSERT_EQ(s.exit_code, 0) << s.all();
   const auto latents = yeto::io::load_safetensors(tmp / "bf16.safetensors");
   EXPECT_TRUE(torch::isfinite(latents.at("audio_latents")).all().item<bool>());
+}
+
+// The tiny-av preset (the tiny denoiser with a 12-channel Wan 2.2 VAE, LTX-2's audio VAE and a
+// vocoder): trained, exported, and the exported adapter sampled to an MP4 whose picture the Wan 2.2
+// VAE decoded and whose AAC track the audio VAE + vocoder made, lasting as long as the picture;
+// the same seed gives the same bytes, and a .safetensors output keeps the latents next to the
+// decoded clip.
+TEST(NavaTrain, TheExportedAdapterSamplesAnMp4WithSound) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny-av";
+  const auto made = yeto::test::run_host(
+      {"init-model", "--family", "nava", "--preset", "tiny-av", "--seed", "3", "--out", repo.string()});
+  ASSERT_EQ(made.exit_code, 0) << made.all();
+  ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
+  tmp.write("run.toml", train_toml(repo, 3));
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto e = yeto::test::export_adapter(tmp / "run", tmp / "adapter");
+  ASSERT_EQ(e.exit_code, 0) << e.all();
+
+  const auto row = make_row(0, 0);
+  yeto::io::save_safetensors(tmp / "prompt.safetensors", {{"prompt_embeds", row.text},
+                                                          {"speaker_embeds", row.speaker},
+                                                          {"speaker_positions", row.positions}});
+  auto sample = [&](const std::string& out, const std::string& seed) {
+    const auto s = yeto::test::run_host({"sample", "--model", repo.string(), "--diffusion-adapter", "nava",
+                                         "--adapter-dir", (tmp / "adapter").string(), "--prompt",
+                                         (tmp / "prompt.safetensors").string(), "--seed", seed, "--steps", "3",
+                                         "--height", "64", "--width", "64", "--num-frames", "7", "--fps", "24",
+                                         "--output", (tmp / out).string()});
+    EXPECT_EQ(s.exit_code, 0) << s.all();
+    return s.all();
+  };
+  const auto log = sample("clip.mp4", "4");
+  EXPECT_NE(log.find("video latents decoded by the Wan 2.2 VAE to 5 frames of 64x64 px"), std::string::npos) << log;
+  EXPECT_NE(log.find("5 audio latent tokens decoded by the audio VAE to 17 mel frames and by the vocoder to 2 "
+                     "channel(s) of 4080 samples at 24000 Hz"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("the clip is 5 frames at 24 fps = 0.208 s: padded with 920 samples of silence"), std::string::npos)
+      << log;
+  const auto clip = tmp / "clip.mp4";
+  EXPECT_EQ(yeto::test::ffprobe_stream(clip, "v", "nb_frames"), "5");
+  EXPECT_EQ(yeto::test::ffprobe_stream(clip, "a", "codec_name"), "aac");
+  EXPECT_EQ(yeto::test::ffprobe_stream(clip, "a", "sample_rate"), "24000");
+  EXPECT_EQ(yeto::test::ffprobe_stream(clip, "a", "channels"), "2");
+  const double video = std::stod(yeto::test::ffprobe_stream(clip, "v", "duration"));
+  const double audio = std::stod(yeto::test::ffprobe_stream(clip, "a", "duration"));
+  EXPECT_NEAR(video, 5.0 / 24.0, 1e-6);
+  EXPECT_NEAR(audio, video, 1024.0 / 24000);
+  sample("again.mp4", "4");
+  sample("other.mp4", "5");
+  const auto bytes = yeto::test::read_text(clip);
+  EXPECT_EQ(bytes, yeto::test::read_text(tmp / "again.mp4"));
+  EXPECT_NE(bytes, yeto::test::read_text(tmp / "other.mp4"));
+
+  sample("clip.safetensors", "4");
+  const auto t = yeto::io::load_safetensors(tmp / "clip.safetensors");
+  for (const char* name : {"video_latents", "audio_latents", "video", "audio", "audio_sample_rate"})
+    EXPECT_TRUE(t.count(name)) << name;
+  EXPECT_EQ(t.at("video").sizes(), (std::vector<std::int64_t>{1, 3, 5, 64, 64}));
+  EXPECT_EQ(t.at("audio").sizes(), (std::vector<std::int64_t>{1, 2, 4080}));
+  EXPECT_GE(t.at("video").min().item<float>(), 0.0f);
+  EXPECT_LE(t.at("video").max().item<float>(), 1.0f);
+  EXPECT_GT(t.at("audio").abs().max().item<float>(), 0.0f);
 }

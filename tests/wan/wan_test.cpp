@@ -17,7 +17,7 @@
 #include "support/temp_dir.hpp"
 #include "wan_family.hpp"
 #include "wan_transformer.hpp"
-#include "wan_vae.hpp"
+#include "yeto/family/wan_vae.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/state_dict.hpp"
 

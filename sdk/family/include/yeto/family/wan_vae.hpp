@@ -205,4 +205,15 @@ class AutoencoderKLWanImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKLWan);
 
+// The Diffusers name of a Wan 2.2 VAE tensor named as the original release stores it
+// (`Wan2.2_VAE.pth` of Wan-Video/Wan2.2, `WanVAE_` of wan/modules/vae2_2.py): conv1 / conv2 ->
+// quant_conv / post_quant_conv, encoder / decoder conv1 -> conv_in, middle.0 / .2 -> mid_block
+// resnets, middle.1 -> the mid-block attention, head.0 / .2 -> norm_out / conv_out,
+// encoder.downsamples.<i>.downsamples.<j> -> down_blocks.<i>.resnets.<j> (or .downsampler for
+// the resample), decoder.upsamples.<i>.upsamples.<j> -> up_blocks.<i>.resnets.<j> (or
+// .upsampler), and inside a resnet residual.0 / .2 / .3 / .6 -> norm1 / conv1 / norm2 / conv2,
+// shortcut -> conv_shortcut (Diffusers' convert_vae_22). A name already in the Diffusers layout
+// comes back unchanged.
+std::string wan22_vae_diffusers_name(const std::string& original);
+
 }  // namespace yeto::wan
