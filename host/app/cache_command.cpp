@@ -59,9 +59,8 @@ int run_cache(CommandContext& ctx) {
   if (!ctx.has("output")) throw UsageError("cache: --output CACHE_DIR (the cache dataset to write or update) is required");
   const config::Config& cfg = ctx.config();
   if (cfg.get_string("model.id").empty()) throw UsageError("cache: --model (model.id) is required: the model whose encoders make the cache");
-  const DataOptions data = data_options(cfg);
+  DataOptions data = data_options(cfg);
   const ResolvedSource source = resolve_source(data);
-  const Manifest manifest = read_manifest(source, data);
   const fs::path out = fs::absolute(ctx.value("output")).lexically_normal();
   std::error_code ec;
   if (fs::equivalent(out, source.root(), ec))
@@ -69,6 +68,10 @@ int run_cache(CommandContext& ctx) {
 
   runtime::configure_threads(static_cast<int>(cfg.get_int("run.threads")));
   auto pipe = pipeline::Pipeline::open(cfg);
+  // What the model's plugin declares of its rows (e.g. the sound of video rows), as training reads them.
+  std::string declared_by;
+  data::apply_row_inputs(data, pipeline::declared_row_inputs(*pipe, &declared_by), declared_by);
+  const Manifest manifest = read_manifest(source, data);
   pipeline::CacheEncoderOptions eo;
   eo.seed = static_cast<std::uint64_t>(cfg.get_int("diffusion.seed"));
   auto encoder = pipeline::make_cache_encoder(*pipe, eo);

@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,7 @@ class PipelineEncoder final : public data::CacheEncoder {
   std::vector<std::vector<NamedTensor>> encode(const std::vector<Sample>& batch) override {
     c10::InferenceMode guard;
     std::vector<std::vector<NamedTensor>> out(batch.size());
+    consumed_.assign(batch.size(), {});
     const std::string plugin = "plugin '" + p_.loaded_plugin().manifest.name + "'";
 
     // Raw media, one encode_media call per shape within the batch.
@@ -95,27 +97,40 @@ class PipelineEncoder final : public data::CacheEncoder {
       if (!p_.plugin().has(YETO_CAP_ENCODE_MEDIA))
         throw Error("cache: " + plugin + " has no encode_media hook, so raw media cannot be cached; give the rows cached latents",
                     ExitCode::not_available);
-      std::vector<at::Tensor> pixels;
+      std::vector<at::Tensor> pixels, sound;
       std::vector<std::vector<NamedTensor>*> dest;
       for (std::size_t i : members) {
         pixels.push_back(data::pixels_to_tensor(batch[i]));
         dest.push_back(&out[i]);
+        const auto a = batch[i].tensors.find("audio");
+        if (a != batch[i].tensors.end()) sound.push_back(data::raw_to_tensor(a->second));
       }
-      const json options = {{"sample", o_.sample_latents}, {"seed", o_.seed}};
-      const auto result = p_.plugin().encode_media({{"pixel_values", at::stack(pixels)}}, options.dump());
-      bool latents = false;
-      for (const auto& [name, t] : result) {
-        split_rows(name, t, static_cast<std::int64_t>(members.size()), plugin + " encode_media", dest);
-        latents = latents || name == "latents";
+      // The media's decoded sound goes to the hook with its pictures (stacked when every member
+      // has it in one shape, else one call per row) and, like the pixels, is not stored itself.
+      plugin::NamedTensors media = {{"pixel_values", at::stack(pixels)}};
+      const bool with_sound = sound.size() == members.size() && !sound.empty();
+      if (with_sound) {
+        bool same = true;
+        for (const auto& t : sound) same = same && t.sizes() == sound.front().sizes();
+        if (!same) {
+          for (std::size_t k = 0; k < members.size(); ++k) {
+            encode_group({{"pixel_values", pixels[k].unsqueeze(0)}, {"audio", sound[k].unsqueeze(0)}}, {dest[k]}, plugin);
+            consumed_[members[k]].insert("audio");
+          }
+          continue;
+        }
+        media.emplace_back("audio", at::stack(sound));
+        for (std::size_t i : members) consumed_[i].insert("audio");
       }
-      if (!latents) throw Error("cache: " + plugin + " encode_media returned no \"latents\" tensor", ExitCode::failure);
+      encode_group(media, dest, plugin);
     }
 
-    // Prompts, one encode_conditioning call for the batch.
+    // Prompts, one encode_conditioning call for the batch; a row that already carries its cached
+    // prompt_embeds keeps them (as training uses them instead of its prompt).
     json prompts = json::array();
     std::vector<std::vector<NamedTensor>*> dest;
     for (std::size_t i = 0; i < batch.size(); ++i)
-      if (batch[i].has_prompt) {
+      if (batch[i].has_prompt && !batch[i].tensors.count("prompt_embeds") && !batch[i].deferred.count("prompt_embeds")) {
         prompts.push_back(batch[i].prompt);
         dest.push_back(&out[i]);
       }
@@ -138,7 +153,7 @@ class PipelineEncoder final : public data::CacheEncoder {
         return false;
       };
       for (const auto& [name, raw] : batch[i].tensors)
-        if (!has(name)) out[i].push_back({name, raw.dtype, raw.shape, raw.bytes});
+        if (!has(name) && !consumed_[i].count(name)) out[i].push_back({name, raw.dtype, raw.shape, raw.bytes});
       for (const auto& [name, ref] : batch[i].deferred)
         if (!has(name)) out[i].push_back(to_named(name, data::load_tensor_file(ref), ref.describe()));
     }
@@ -146,8 +161,23 @@ class PipelineEncoder final : public data::CacheEncoder {
   }
 
  private:
+  // One encode_media call; its batch-first outputs split into the rows of `dest`.
+  void encode_group(const plugin::NamedTensors& media, const std::vector<std::vector<NamedTensor>*>& dest,
+                    const std::string& plugin) {
+    const json options = {{"sample", o_.sample_latents}, {"seed", o_.seed}};
+    const auto result = p_.plugin().encode_media(media, options.dump());
+    auto rows = dest;
+    bool latents = false;
+    for (const auto& [name, t] : result) {
+      split_rows(name, t, static_cast<std::int64_t>(rows.size()), plugin + " encode_media", rows);
+      latents = latents || name == "latents";
+    }
+    if (!latents) throw Error("cache: " + plugin + " encode_media returned no \"latents\" tensor", ExitCode::failure);
+  }
+
   Pipeline& p_;
   CacheEncoderOptions o_;
+  std::vector<std::set<std::string>> consumed_;  // per row of the batch: decoded tensors the hook took
 };
 
 }  // namespace

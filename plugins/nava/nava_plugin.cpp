@@ -493,11 +493,29 @@ class NavaPlugin : public sdk::Plugin {
   std::string load_pipeline(const std::string& model_dir, const std::string& model_index_json) override {
     const auto index = family::parse_json(model_index_json, model_dir + "/model_index.json");
     try {
-      if (index.is_object() && index.empty()) return release_plan(model_dir).dump();
-      return description().plan(model_dir, index).dump();
+      auto plan = index.is_object() && index.empty() ? release_plan(model_dir) : description().plan(model_dir, index);
+      plan["inputs"] = declared_inputs(model_dir, plan);
+      return plan.dump();
     } catch (const std::invalid_argument& e) {
       sdk::fail(YETO_ERR_INVALID_ARGUMENT, e.what());
     }
+  }
+
+  // Media -> NAVA's latents through the repository's encoders (what `yeto-host cache` stores):
+  // "pixel_values" [B, 3, F, H, W] in [-1, 1] (F = 4k + 1, H and W multiples of 16) -> "latents"
+  // [B, F', H / 16, W / 16, C_v] (channel-last, normalised as Wan2_2_VAE.encode), and with
+  // "audio" [B, channels, samples] at the audio VAE's rate -> "audio_latents" [B, L, C_a].
+  // Options {"sample": bool, "seed": n} as every family's (the posterior's mean by default).
+  NamedTensors encode_media(const NamedTensors& media, const std::string& options_json) override {
+    const auto o = family::parse_json(options_json, "encode_media options");
+    NamedTensors out;
+    try {
+      out.emplace_back("latents", encode_video(sdk::get(media, "pixel_values"), o));
+      if (const auto* audio = find(media, "audio")) out.emplace_back("audio_latents", encode_audio(*audio, o));
+    } catch (const std::invalid_argument& e) {
+      sdk::fail(YETO_ERR_INVALID_ARGUMENT, std::string("nava encode_media: ") + e.what());
+    }
+    return out;
   }
 
   std::string presets() override { return description().presets().dump(); }
@@ -525,14 +543,29 @@ class NavaPlugin : public sdk::Plugin {
     const auto b = static_cast<std::int64_t>(rows.size());
     const auto cv = std::to_string(cfg.vid_in_dim), ca = std::to_string(cfg.audio_in_dim),
                td = std::to_string(cfg.text_dim);
-    if (find(batch, "pixel_values"))
-      row_fail(rows, 0, "raw media is not encoded by this plugin; give the clip as cached 'latents' [F, H, W, " + cv +
-                            "] (Wan 2.2 VAE) and 'audio_latents' [L, " + ca + "] (LTX-2 audio VAE, 25 tokens/s)");
+    // Rows of media: the clip and its sound through the repository's encoders.
+    at::Tensor encoded_video, encoded_audio;
     const auto* latents = find(batch, "latents");
+    if (const auto* px = find(batch, "pixel_values")) {
+      try {
+        encoded_video = encode_video(*px, json::object());
+      } catch (const std::invalid_argument& e) {
+        row_fail(rows, 0, e.what());
+      }
+      latents = &encoded_video;
+    }
+    if (!find(batch, "audio_latents"))
+      if (const auto* wave = find(batch, "audio")) {
+        try {
+          encoded_audio = encode_audio(*wave, json::object());
+        } catch (const std::invalid_argument& e) {
+          row_fail(rows, 0, e.what());
+        }
+      }
     if (!latents)
       row_fail(rows, 0, "no cached video 'latents' [F, H, W, " + cv +
                             "] (channel-last Wan 2.2 VAE latents); add them to the row's tensors");
-    const auto* audio = find(batch, "audio_latents");
+    const auto* audio = encoded_audio.defined() ? &encoded_audio : find(batch, "audio_latents");
     if (!audio)
       row_fail(rows, 0, "no cached 'audio_latents' [L, " + ca +
                             "] (LTX-2 audio VAE latents of the clip's sound, 25 tokens/s); add them to the row's "
@@ -773,6 +806,86 @@ class NavaPlugin : public sdk::Plugin {
   }
 
  private:
+  // What the rows of this repository may hold, for the loader and `data check`: cached `latents`
+  // [F, H, W, C_v] and `audio_latents` [L, C_a] (with cached latents, always), and, when the
+  // repository has LTX-2's audio VAE, the sound of every video row at its rate and channel count.
+  static json declared_inputs(const std::string& model_dir, const json& plan) {
+    const fs::path dir(model_dir);
+    const json& comps = plan.at("components");
+    json tcfg = comps.contains("transformer") && comps["transformer"].contains("config")
+                    ? comps["transformer"]["config"]
+                    : family::read_json_file((dir / "transformer" / "config.json").string());
+    const auto c = NavaConfig::from_json(tcfg);
+    json in = {{"tensors",
+                {{"latents", {{"shape", {-1, -1, -1, c.vid_in_dim}}}},
+                 {"audio_latents", {{"shape", {-1, c.audio_in_dim}}, {"with_latents", true}}}}}};
+    if (comps.contains("audio_vae") && !comps["audio_vae"].is_null()) {
+      const auto path = dir / "audio_vae" / "config.json";
+      const json a = fs::exists(path) ? family::read_json_file(path.string()) : json::object();
+      in["audio"] = {{"sample_rate", a.value("sample_rate", 16000)}, {"channels", a.value("in_channels", 2)}};
+    }
+    return in;
+  }
+
+  // Pixels [B, 3, F, H, W] (or images [B, 3, H, W]) in [-1, 1] -> the Wan 2.2 VAE's normalised
+  // latents, channel-last [B, F', H', W', C_v] as NAVA's batches hold them. Throws
+  // std::invalid_argument saying what to change.
+  static at::Tensor encode_video(at::Tensor px, const json& options) {
+    if (!sdk::Host::has_component("vae"))
+      throw std::invalid_argument(
+          "raw video needs the repository's Wan 2.2 VAE (component 'vae', AutoencoderKLWan), which it has not; give the "
+          "clip as cached 'latents' [F, H, W, C_v] and 'audio_latents' [L, C_a], or use a repository with its encoders "
+          "(init-model --preset tiny-av)");
+    auto* vae = sdk::Host::component("vae").as<wan::VaeComponent>("AutoencoderKLWan");
+    if (!vae) throw std::invalid_argument("the repository's vae is not an AutoencoderKLWan (the Wan 2.2 VAE)");
+    const auto& vc = vae->model()->config();
+    if (px.dim() == 4) px = px.unsqueeze(2);
+    if (px.dim() != 5 || px.size(1) != 3)
+      throw std::invalid_argument("'pixel_values' must be a video batch [B, 3, F, H, W] in [-1, 1], got " +
+                                  c10::str(px.sizes()));
+    const auto tf = vc.temporal_factor(), sf = vc.spatial_factor();
+    if ((px.size(2) - 1) % tf != 0)
+      throw std::invalid_argument("the Wan 2.2 VAE encodes 1 + " + std::to_string(tf) + "k frames, got " +
+                                  std::to_string(px.size(2)) + " (set data.num_frames to 1, 5, 9, 13, ...)");
+    if (px.size(3) % sf != 0 || px.size(4) % sf != 0)
+      throw std::invalid_argument("height and width must be multiples of " + std::to_string(sf) + ", got " +
+                                  std::to_string(px.size(3)) + "x" + std::to_string(px.size(4)) +
+                                  " (set data.height / data.width)");
+    at::NoGradGuard no_grad;
+    const auto d = sdk::Host::vae("vae").encode(px.to(at::kFloat));
+    const auto z = family::posterior_latent(d.mean.to(at::kFloat), d.logvar.to(at::kFloat), options);
+    return wan::normalize_latents(vc, z).permute({0, 2, 3, 4, 1}).contiguous();
+  }
+
+  // Waveforms [B, channels, samples] at the audio VAE's rate -> LTX-2's normalised packed audio
+  // latents [B, L, C_a] (ltx-core's AudioProcessor + AudioEncoder: log-mel, the posterior, packed
+  // [B, T, C * M], normalised with the VAE's per-channel statistics). A mono track is duplicated.
+  static at::Tensor encode_audio(at::Tensor wave, const json& options) {
+    if (!sdk::Host::has_component("audio_vae"))
+      throw std::invalid_argument(
+          "the row's sound needs the repository's LTX-2 audio VAE (component 'audio_vae'), which it has not; give "
+          "cached 'audio_latents' [L, C_a] instead");
+    if (wave.dim() != 3 || wave.size(1) < 1 || wave.size(1) > 2)
+      throw std::invalid_argument("'audio' must be waveforms [B, 1 or 2, samples], got " + c10::str(wave.sizes()));
+    if (wave.size(1) == 1) wave = wave.expand({-1, 2, -1});
+    at::NoGradGuard no_grad;
+    const auto codec = sdk::Host::component("audio_vae");
+    auto call = [&](const std::string& method, const NamedTensors& in, const std::string& output) {
+      const auto o = codec.forward(in, json{{"method", method}}.dump());
+      const auto* t = find(o, output);
+      if (!t) throw std::invalid_argument("the audio VAE's " + method + " returned no '" + output + "'");
+      return *t;
+    };
+    const auto mel = call("log_mel", {{"waveform", wave.to(at::kFloat).contiguous()}}, "sample");
+    const auto posterior = codec.forward({{"sample", mel}}, json{{"method", "encode"}}.dump());
+    const auto* mean = find(posterior, "mean");
+    const auto* logvar = find(posterior, "logvar");
+    if (!mean || !logvar) throw std::invalid_argument("the audio VAE's encode returned no mean / logvar");
+    const auto z = family::posterior_latent(mean->to(at::kFloat), logvar->to(at::kFloat), options);
+    const auto packed = call("pack", {{"latents", z}}, "packed");
+    return call("normalize", {{"packed", packed}}, "packed").contiguous();
+  }
+
   static json release_plan(const std::string& model_dir) {
     const fs::path dir(model_dir);
     const auto config_path = dir / "config.json";

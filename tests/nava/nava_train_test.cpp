@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -120,32 +121,85 @@ nava::WanAVModel tiny_model(const fs::path& repo, const fs::path& lora = {}) {
   return model;
 }
 
-// NAVA's per-modality losses (without the timestep reweighting) over every row at fixed draws:
+// NAVA's per-modality losses (without the timestep reweighting) over `rows` at fixed draws:
 // timesteps 100 .. 900, one noise per row.
-std::pair<double, double> modality_losses(nava::WanAVModel& model) {
+std::pair<double, double> modality_losses(nava::WanAVModel& model, const std::vector<Row>& rows) {
   torch::NoGradGuard no_grad;
   double video = 0, audio = 0;
   int n = 0;
-  for (int k = 0; k < kClasses; ++k)
-    for (int i = 0; i < kPerClass; ++i)
-      for (int id = 100; id < 1000; id += 200) {
-        const auto r = make_row(k, i);
-        nava::StepBatch b;
-        b.video = {r.video};
-        b.audio = {r.audio};
-        b.text = {r.text};
-        b.speaker = r.speaker;
-        b.speaker_positions = {{2}};
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + id);
-        b.video_noise = {at::randn(r.video.sizes(), gen)};
-        b.audio_noise = {at::randn(r.audio.sizes(), gen)};
-        b.timestep_id = torch::tensor({id}, torch::kLong);
-        const auto s = nava::train_step(model, nava::training_schedule(), b, {});
-        video += s.losses.at("ddpm_vid_noreweight").item<double>();
-        audio += s.losses.at("ddpm_audio_noreweight").item<double>();
-        ++n;
-      }
+  for (const auto& r : rows)
+    for (int id = 100; id < 1000; id += 200) {
+      nava::StepBatch b;
+      b.video = {r.video};
+      b.audio = {r.audio};
+      b.text = {r.text};
+      b.speaker = r.speaker;
+      b.speaker_positions = {r.speaker.defined() ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{}};
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + id);
+      b.video_noise = {at::randn(r.video.sizes(), gen)};
+      b.audio_noise = {at::randn(r.audio.sizes(), gen)};
+      b.timestep_id = torch::tensor({id}, torch::kLong);
+      const auto s = nava::train_step(model, nava::training_schedule(), b, {});
+      video += s.losses.at("ddpm_vid_noreweight").item<double>();
+      audio += s.losses.at("ddpm_audio_noreweight").item<double>();
+      ++n;
+    }
   return {video / n, audio / n};
+}
+
+// The generated rows of every class.
+std::vector<Row> all_rows() {
+  std::vector<Row> rows;
+  for (int k = 0; k < kClasses; ++k)
+    for (int i = 0; i < kPerClass; ++i) rows.push_back(make_row(k, i));
+  return rows;
+}
+std::pair<double, double> modality_losses(nava::WanAVModel& model) { return modality_losses(model, all_rows()); }
+
+// Class k's caption embedding of the media rows.
+torch::Tensor class_caption(int k) {
+  torch::manual_seed(500 + k);
+  return torch::randn({6, 20});
+}
+
+// Rows of short clips with sound (tests/support/av_clips, 64x64 at 24 fps, 0.25 s, 16 kHz AAC):
+// class k's white square shows on frames [k, k + 2) exactly while its tone (300, 700 or 1500 Hz)
+// plays, at an amplitude that differs per row; the caption's cached embedding per class.
+void write_media_rows(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::string manifest;
+  for (int k = 0; k < kClasses; ++k) {
+    const auto text = "caption" + std::to_string(k) + ".safetensors";
+    yeto::io::save_safetensors(dir / text, {{"prompt_embeds", class_caption(k)}});
+    for (int i = 0; i < kPerClass; ++i) {
+      yeto::test::AvClipSpec spec;
+      spec.seconds = 0.25;
+      spec.sample_rate = 16000;
+      spec.tone_hz = std::vector<double>{300.0, 700.0, 1500.0}[static_cast<std::size_t>(k)];
+      spec.amplitude = 0.3 + 0.1 * i;
+      spec.bursts = {{k / 24.0, (k + 2) / 24.0}};
+      const auto name = "clip" + std::to_string(k) + "-" + std::to_string(i) + ".mp4";
+      yeto::test::av_clip(dir / name, spec);
+      manifest += nlohmann::json{{"video", name}, {"prompt", ""}, {"tensors", {{"prompt_embeds", text}}}}.dump() + "\n";
+    }
+  }
+  std::ofstream(dir / "train.jsonl") << manifest;
+}
+
+std::string media_toml(const fs::path& repo, int steps) {
+  yeto::test::TinyLoraRun run{repo.string(), "nava"};
+  run.data = "height = 64\nwidth = 64\nnum_frames = 5\nfps = 24\n";
+  run.validation_rows = 3;
+  run.steps = steps;
+  run.micro_batch_size = 3;
+  run.checkpoint_every = 1000;
+  run.learning_rate = "0.05";
+  return run.toml();
+}
+
+void init_tiny_av(const fs::path& out) {
+  const auto r = yeto::test::run_host({"init-model", "--family", "nava", "--preset", "tiny-av", "--seed", "3", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
 }
 
 }  // namespace
@@ -256,15 +310,18 @@ TEST(NavaTrain, BadRowsAreRefusedNamingTheRowAndWhatToDo) {
   const auto repo = tmp / "tiny";
   ASSERT_NO_FATAL_FAILURE(init_tiny(repo));
   tmp.write("run.toml", train_toml(repo, 2));
-  auto expect_refused = [&](const std::string& run, const std::string& words) {
+  // Named by the plugin ("nava: row N") or, for what its plan declares of the rows, by the loader
+  // ("train.jsonl line N").
+  auto expect_refused = [&](const std::string& run, const std::string& words, const std::string& where = "nava: row ") {
     const auto r = yeto::test::train(tmp / "run.toml", tmp / run);
     EXPECT_NE(r.exit_code, 0) << r.all();
     EXPECT_NE(r.all().find(words), std::string::npos) << r.all();
-    EXPECT_NE(r.all().find("nava: row "), std::string::npos) << r.all();
+    EXPECT_NE(r.all().find(where), std::string::npos) << r.all();
   };
   // No audio latents.
   ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data", /*with_audio=*/false));
-  expect_refused("no-audio", "no cached 'audio_latents' [L, 16]");
+  expect_refused("no-audio", "the row has cached latents but no 'audio_latents', which the model needs with them (shape [-1, 16])",
+                 "train.jsonl line ");
   // Audio shorter than the clip: 4 tokens for 2 latent frames (5 video frames need 5).
   ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
   for (const auto& entry : fs::directory_iterator(tmp / "data"))
@@ -276,7 +333,8 @@ TEST(NavaTrain, BadRowsAreRefusedNamingTheRowAndWhatToDo) {
   for (const auto& entry : fs::directory_iterator(tmp / "data"))
     if (entry.path().string().find(".latents.") != std::string::npos)
       yeto::io::save_safetensors(entry.path(), {{"latents", torch::randn({2, 4, 4, 16})}});
-  expect_refused("channels", "'latents' must be [F, H, W, 12] per row");
+  expect_refused("channels", "tensor 'latents' has shape [2, 4, 4, 16] but the model expects [-1, -1, -1, 12] per row",
+                 "train.jsonl line ");
 }
 
 TEST(NavaTrain, TwoIslandsTrainTheTinyPreset) {
@@ -375,9 +433,7 @@ TEST(NavaTrain, Bf16WithActivationCheckpointingTrainsAndSamples) {
 TEST(NavaTrain, TheExportedAdapterSamplesAnMp4WithSound) {
   yeto::test::TempDir tmp;
   const auto repo = tmp / "tiny-av";
-  const auto made = yeto::test::run_host(
-      {"init-model", "--family", "nava", "--preset", "tiny-av", "--seed", "3", "--out", repo.string()});
-  ASSERT_EQ(made.exit_code, 0) << made.all();
+  ASSERT_NO_FATAL_FAILURE(init_tiny_av(repo));
   ASSERT_NO_FATAL_FAILURE(write_rows(tmp / "data"));
   tmp.write("run.toml", train_toml(repo, 3));
   const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
@@ -430,4 +486,130 @@ TEST(NavaTrain, TheExportedAdapterSamplesAnMp4WithSound) {
   EXPECT_GE(t.at("video").min().item<float>(), 0.0f);
   EXPECT_LE(t.at("video").max().item<float>(), 1.0f);
   EXPECT_GT(t.at("audio").abs().max().item<float>(), 0.0f);
+}
+
+// Rows of media on tiny-av: short clips with sound made with FFmpeg, whose pictures the repository's
+// Wan 2.2 VAE and whose 16 kHz sound its LTX-2 audio VAE encode inside the training step. The
+// joint loss (val_loss) falls; `yeto-host cache` stores the same rows' latents and audio latents
+// (the sound itself not), and on those both per-modality losses fall at fixed draws (the base
+// model against base + the run's LoRA).
+TEST(NavaMedia, ClipsWithSoundTrainBothModalities) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny-av";
+  ASSERT_NO_FATAL_FAILURE(init_tiny_av(repo));
+  ASSERT_NO_FATAL_FAILURE(write_media_rows(tmp / "data"));
+  const int steps = 20;
+  tmp.write("run.toml", media_toml(repo, steps));
+  const auto check = yeto::test::run_host({"data", "check", "--config", (tmp / "run.toml").string()});
+  ASSERT_EQ(check.exit_code, 0) << check.all();
+  EXPECT_NE(check.all().find("audio at 16000 Hz, 2 channel(s); audio_latents [-1, 16]; latents [-1, -1, -1, 12]"),
+            std::string::npos)
+      << check.all();
+  const auto r = yeto::test::train(tmp / "run.toml", tmp / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const auto metrics = yeto::test::read_text(tmp / "run" / "metrics.jsonl");
+  ASSERT_NO_FATAL_FAILURE(yeto::test::expect_val_loss_drops(tmp / "run", steps, "nava media", 0.9, metrics));
+  for (const char* m : {"model/ddpm_vid_noreweight", "model/ddpm_audio_noreweight"})
+    EXPECT_EQ(yeto::test::metric_series(tmp / "run", m).size(), static_cast<std::size_t>(steps)) << m;
+
+  const auto c = yeto::test::run_host({"cache", "--config", (tmp / "run.toml").string(), "--output", (tmp / "cache").string()});
+  ASSERT_EQ(c.exit_code, 0) << c.all();
+  std::map<std::string, Row> by_key;
+  for (const auto& entry : fs::directory_iterator(tmp / "cache" / "shards"))
+    for (const auto& [name, t] : yeto::io::load_safetensors(entry.path())) {
+      const auto slash = name.rfind('/');
+      auto& row = by_key[name.substr(0, slash)];
+      const auto tensor = name.substr(slash + 1);
+      EXPECT_NE(tensor, "audio") << "the decoded sound is not stored: " << name;
+      if (tensor == "latents") row.video = t;
+      if (tensor == "audio_latents") row.audio = t;
+      if (tensor == "prompt_embeds") row.text = t;
+    }
+  ASSERT_EQ(by_key.size(), static_cast<std::size_t>(kClasses * kPerClass));
+  std::vector<Row> rows;
+  for (const auto& [key, row] : by_key) {
+    ASSERT_TRUE(row.video.defined() && row.audio.defined() && row.text.defined()) << key;
+    EXPECT_EQ(row.video.sizes(), (std::vector<std::int64_t>{2, 4, 4, 12})) << key;
+    EXPECT_EQ(row.audio.sizes(), (std::vector<std::int64_t>{6, 16})) << key;
+    rows.push_back(row);
+  }
+  auto base = tiny_model(repo);
+  auto tuned = tiny_model(repo, tmp / "run" / "lora.safetensors");
+  const auto before = modality_losses(base, rows), after = modality_losses(tuned, rows);
+  std::printf("  nava media video loss %.4f -> %.4f, audio loss %.4f -> %.4f\n", before.first, after.first,
+              before.second, after.second);
+  EXPECT_LT(after.first, 0.95 * before.first);
+  EXPECT_LT(after.second, 0.95 * before.second);
+}
+
+// data check (and training) with tiny-av's declared inputs name every bad row by its line and say
+// what to do: a clip without a sound track, a sound file shorter than the clip, cached latents of
+// the wrong channel count, cached latents without audio latents, audio latents of the wrong width.
+// A repository without the encoders refuses media rows naming the row.
+TEST(NavaMedia, DataCheckNamesEveryBadRow) {
+  yeto::test::TempDir tmp;
+  const auto repo = tmp / "tiny-av";
+  ASSERT_NO_FATAL_FAILURE(init_tiny_av(repo));
+  const auto dir = tmp / "data";
+  fs::create_directories(dir);
+  yeto::io::save_safetensors(dir / "caption.safetensors", {{"prompt_embeds", class_caption(0)}});
+  yeto::test::AvClipSpec spec;
+  spec.seconds = 0.25;
+  spec.sample_rate = 16000;
+  yeto::test::av_clip(dir / "good.mp4", spec);
+  auto silent = spec;
+  silent.audio_codec = "";
+  yeto::test::av_clip(dir / "silent.mp4", silent);
+  auto brief = spec;
+  brief.seconds = 0.1;
+  yeto::test::burst_audio(dir / "brief.wav", brief);
+  yeto::io::save_safetensors(dir / "wide.safetensors", {{"latents", torch::randn({2, 4, 4, 16})}});
+  yeto::io::save_safetensors(dir / "ok.safetensors", {{"latents", torch::randn({2, 4, 4, 12})}});
+  yeto::io::save_safetensors(dir / "sound.safetensors", {{"audio_latents", torch::randn({6, 16})}});
+  yeto::io::save_safetensors(dir / "narrow.safetensors", {{"audio_latents", torch::randn({6, 12})}});
+  const nlohmann::json text = {{"prompt_embeds", "caption.safetensors"}};
+  auto row = [&](nlohmann::json r) {
+    r["prompt"] = "";
+    if (!r.contains("tensors")) r["tensors"] = text;
+    return r.dump() + "\n";
+  };
+  std::ofstream(dir / "train.jsonl")
+      << row({{"video", "good.mp4"}})                                                             // line 1
+      << row({{"video", "silent.mp4"}})                                                           // line 2
+      << row({{"video", "silent.mp4"}, {"audio", "brief.wav"}})                                   // line 3
+      << row({{"latents", "wide.safetensors"}, {"tensors", {{"prompt_embeds", "caption.safetensors"},
+                                                            {"audio_latents", "sound.safetensors"}}}})  // line 4
+      << row({{"latents", "ok.safetensors"}})                                                     // line 5
+      << row({{"latents", "ok.safetensors"}, {"tensors", {{"prompt_embeds", "caption.safetensors"},
+                                                          {"audio_latents", "narrow.safetensors"}}}})  // line 6
+      << row({{"latents", "ok.safetensors"}, {"tensors", {{"prompt_embeds", "caption.safetensors"},
+                                                          {"audio_latents", "sound.safetensors"}}}});  // line 7
+  tmp.write("run.toml", media_toml(repo, 2));
+  const auto check = yeto::test::run_host({"data", "check", "--config", (tmp / "run.toml").string()});
+  const auto log = check.all();
+  EXPECT_NE(check.exit_code, 0) << log;
+  auto expect_line = [&](int line, const std::string& words) {
+    const auto at = log.find("train.jsonl line " + std::to_string(line) + ":");
+    ASSERT_NE(at, std::string::npos) << "line " << line << ":\n" << log;
+    const auto end = log.find('\n', at);
+    EXPECT_NE(log.substr(at, end - at).find(words), std::string::npos) << log.substr(at, end - at);
+  };
+  expect_line(2, "give the row a sound file in its 'audio' field, or use a video with a sound track");
+  expect_line(3, "use a sound file as long as the video");
+  expect_line(4, "tensor 'latents' has shape [2, 4, 4, 16] but the model expects [-1, -1, -1, 12]");
+  expect_line(5, "the row has cached latents but no 'audio_latents', which the model needs with them");
+  expect_line(6, "tensor 'audio_latents' has shape [6, 12] but the model expects [-1, 16]");
+  EXPECT_EQ(log.find("train.jsonl line 1:"), std::string::npos) << log;
+  EXPECT_EQ(log.find("train.jsonl line 7:"), std::string::npos) << log;
+
+  // The tiny preset has no encoders: a media row is refused by the training step, naming the row.
+  const auto tiny = tmp / "tiny";
+  ASSERT_NO_FATAL_FAILURE(init_tiny(tiny));
+  std::ofstream(dir / "train.jsonl") << row({{"video", "good.mp4"}}) << row({{"video", "good.mp4"}})
+                                     << row({{"video", "good.mp4"}}) << row({{"video", "good.mp4"}});
+  tmp.write("tiny.toml", media_toml(tiny, 1));
+  const auto r = yeto::test::train(tmp / "tiny.toml", tmp / "run");
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.all().find("nava: row "), std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("raw video needs the repository's Wan 2.2 VAE"), std::string::npos) << r.all();
 }
