@@ -112,6 +112,13 @@ Format output_format(const CommandContext& ctx, const std::string& output) {
                    "(every tensor the plugin generated), or pass --format");
 }
 
+// An image file as generate's "image" [1, 3, H, W] in [-1, 1].
+at::Tensor image_input(const std::filesystem::path& p, std::int64_t max_pixels) {
+  const data::Image img = data::decode_image_file(p, max_pixels);
+  at::Tensor rgb = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte);
+  return (rgb.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat) / 127.5 - 1.0).contiguous();
+}
+
 // The tensors a prompt brings to generate: a prompt naming an existing .safetensors file (a
 // family conditioned on cached tensors, e.g. image tokens) is read and its tensors are passed by
 // name; one naming an existing image file (an image-conditioned family) is decoded and passed as
@@ -124,9 +131,7 @@ plugin::NamedTensors prompt_inputs(const std::string& prompt, std::int64_t max_p
   for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (ext != ".safetensors") {
     if (!data::is_image_extension(ext)) return {};
-    const data::Image img = data::decode_image_file(p, max_pixels);
-    at::Tensor rgb = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte);
-    return {{"image", (rgb.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat) / 127.5 - 1.0).contiguous()}};
+    return {{"image", image_input(p, max_pixels)}};
   }
   plugin::NamedTensors out;
   try {
@@ -468,6 +473,19 @@ int run_sample(CommandContext& ctx) {
     }
   };
 
+  // --image: a picture that conditions every prompt's generation (e.g. the first frame of an
+  // image-to-video family), next to its text.
+  at::Tensor image;
+  if (ctx.has("image")) {
+    const std::filesystem::path p(ctx.value("image"));
+    std::string ext = p.extension().string();
+    for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(p, ec) || !data::is_image_extension(ext))
+      throw UsageError("--image " + p.string() + ": expected an image file (PNG, JPEG, ...)");
+    image = image_input(p, cfg.get_int("data.max_pixels"));
+  }
+
   // One generation per prompt, each from its own seed (the prompts file's, else --seed): a
   // prompt's picture does not depend on the other prompts of the run.
   auto generate = [&](std::size_t i, const std::string& to) {
@@ -476,7 +494,9 @@ int run_sample(CommandContext& ctx) {
     // Where a plugin whose generation makes files of its own (an external program's outputs and
     // log) puts them: the output's path without its extension (the host creates nothing there).
     if (format != Format::frames) request["output_dir"] = output_path(to, i, prompts.size()).replace_extension().string();
-    return pipe->plugin().generate(request.dump(), prompt_inputs(prompts[i].prompt, cfg.get_int("data.max_pixels")));
+    auto inputs = prompt_inputs(prompts[i].prompt, cfg.get_int("data.max_pixels"));
+    if (image.defined()) inputs.emplace_back("image", image);
+    return pipe->plugin().generate(request.dump(), inputs);
   };
   // Writes prompt i's media in the output format; returns the first frame for the grid.
   auto write = [&](std::size_t i, const plugin::NamedTensors& outputs, const std::string& to) {
@@ -648,6 +668,8 @@ void register_sample_command(Registry& r) {
                {"width", "W", "Width in pixels (default 1024, at most 16384)."},
                {"num-frames", "F", "Frames to generate (video families; the plugin may round it, which is logged)."},
                {"fps", "R", "Frame rate of the clip (forwarded to the plugin; MP4 default 16)."},
+               {"image", "FILE", "An image that conditions every prompt (passed to the plugin as 'image' [1, 3, H, W] in "
+                                 "[-1, 1]; e.g. the first frame of Wan 2.2 TI2V's image-to-video)."},
                {"max-sequence-length", "L", "Text tokens for the T5 encoder (default: the plugin's, 512 for Flux)."},
                {"mesh-resolution", "R", "Grid cells per axis of a 3-D family's occupancy field (the plugin's default, "
                                         "256 for Hunyuan3D-2.1; at most 1024)."},

@@ -965,7 +965,8 @@ class NavaPlugin : public sdk::Plugin {
       const auto* wave = find(vocoded, "waveform");
       const auto* sample_rate = find(vocoded, "sample_rate");
       if (!wave || !sample_rate) sdk::fail(YETO_ERR_INTERNAL, "nava generate: the vocoder returned no waveform / sample_rate");
-      const auto waveform = wave->to(at::kFloat).contiguous();
+      // NAVA's _audio_post_process: clamped to +-0.99.
+      const auto waveform = wave->to(at::kFloat).clamp(-0.99, 0.99).contiguous();
       const auto rate = sample_rate->to(at::kLong).item<std::int64_t>();
       out.emplace_back("audio", waveform);
       out.emplace_back("audio_sample_rate", at::scalar_tensor(rate, at::kLong));

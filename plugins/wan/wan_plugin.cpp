@@ -179,6 +179,33 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     auto latents = yeto::family::initial_latents(inputs, shape, r.seed, untraced);
     record("noise", latents);
 
+    // Image-to-video of Wan 2.2 TI2V (WanImageToVideoPipeline with expand_timesteps): the
+    // image's normalised latent (the posterior's mode) is the clean first latent frame, blended
+    // into every model input and into the result, with timestep 0 on its tokens.
+    at::Tensor condition, keep;  // keep: 0 on the first latent frame, 1 elsewhere, [1, 1, t, h, w]
+    if (yeto::sdk::has(inputs, "image")) {
+      const auto* image = &yeto::sdk::get(inputs, "image");
+      if (!expand_timesteps_)
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT,
+                  "generate: an image conditions the first frame only for Wan 2.2 TI2V (expand_timesteps in "
+                  "model_index.json); this model generates from text alone");
+      auto img = image->to(at::kFloat);
+      if (img.dim() == 3) img = img.unsqueeze(0);
+      if (img.dim() != 4 || img.size(1) != 3 || (img.size(0) != 1 && img.size(0) != batch))
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: 'image' must be [1, 3, H, W] in [-1, 1], got " + c10::str(image->sizes()));
+      if (img.size(2) != r.height || img.size(3) != r.width)
+        sdk::fail(YETO_ERR_INVALID_ARGUMENT, "generate: the image is " + std::to_string(img.size(3)) + "x" +
+                                                 std::to_string(img.size(2)) + " but the video is " +
+                                                 std::to_string(r.width) + "x" + std::to_string(r.height) +
+                                                 "; give an image of the video's size (--width / --height)");
+      const auto d = yeto::sdk::Host::vae("vae").encode(img.unsqueeze(2));
+      condition = wan::normalize_latents(vae_config_, d.mean.to(at::kFloat)).expand({batch, -1, -1, -1, -1});
+      keep = at::ones({1, 1, shape[2], shape[3], shape[4]}, at::kFloat);
+      keep.narrow(2, 0, 1).zero_();
+      record("latent_condition", condition);
+      record("first_frame_mask", keep);
+    }
+
     // 3. Schedule (the host's UniPC; its flow-sigma rule is the run's model.scheduler_timesteps).
     const auto scheduler = yeto::sdk::Host::scheduler("scheduler");
     const auto schedule = scheduler.set_timesteps({r.steps, {}, {}});
@@ -199,25 +226,29 @@ class WanPlugin : public yeto::family::DiffusersFamily {
       const double g = high ? g_high : g_low;
       // expand_timesteps (Wan 2.2 TI2V): one float32 value per latent token (here all t, as
       // WanPipeline's text-to-video call), else t per sample.
-      const auto timestep = expand_timesteps_ ? per_token_timesteps(t, latents, tcfg.patch_size)
-                                              : t.expand({batch});
+      const auto timestep = condition.defined()  ? first_frame_timesteps(t, keep, tcfg.patch_size, batch)
+                            : expand_timesteps_ ? per_token_timesteps(t, latents, tcfg.patch_size)
+                                                : t.expand({batch});
+      const auto model_input = condition.defined() ? (1 - keep) * condition + keep * latents : latents;
       record(p + "latents", latents);
+      if (condition.defined()) record(p + "latent_model_input", model_input);
       record(p + "timestep", timestep);
       if (two) {
         record(p + "denoiser", at::full({1}, high ? 0 : 1, at::kLong));
         record(p + "guidance_scale", at::full({1}, g, at::kDouble));
       }
-      const auto pred_cond = run_transformer(name, latents, timestep, cond.embeds).to(at::kFloat);
+      const auto pred_cond = run_transformer(name, model_input, timestep, cond.embeds).to(at::kFloat);
       record(p + "noise_pred_cond", pred_cond);
       at::Tensor noise_pred = pred_cond;
       if (cfg) {
-        const auto pred_uncond = run_transformer(name, latents, timestep, uncond.embeds).to(at::kFloat);
+        const auto pred_uncond = run_transformer(name, model_input, timestep, uncond.embeds).to(at::kFloat);
         record(p + "noise_pred_uncond", pred_uncond);
         noise_pred = pred_uncond + g * (pred_cond - pred_uncond);
       }
       record(p + "noise_pred", noise_pred);
       latents = scheduler.step(noise_pred, t, latents).to(at::kFloat);
     }
+    if (condition.defined()) latents = (1 - keep) * condition + keep * latents;
     record("final_latents", latents);
 
     // 5. Denormalise as WanPipeline does (latents / (1 / std) + mean), decode, post-process.
@@ -284,6 +315,15 @@ class WanPlugin : public yeto::family::DiffusersFamily {
     const auto keep = at::arange(c.ids.size(1), at::kLong).unsqueeze(0).lt(lengths.unsqueeze(1));
     c.embeds = c.hidden * keep.unsqueeze(-1).to(c.hidden.scalar_type());
     return c;
+  }
+
+  // WanImageToVideoPipeline's expand_timesteps rule: the first-frame mask subsampled by the
+  // transformer's spatial patch, times t, flattened, one row per sample: [B, F' H' W'] float32,
+  // 0 on the first latent frame's tokens.
+  static at::Tensor first_frame_timesteps(const at::Tensor& t, const at::Tensor& keep,
+                                          const std::vector<std::int64_t>& patch, std::int64_t batch) {
+    const auto m = keep[0][0].slice(1, 0, keep.size(3), patch[1]).slice(2, 0, keep.size(4), patch[2]);
+    return (m * t.to(at::kFloat)).flatten().unsqueeze(0).expand({batch, -1}).contiguous();
   }
 
   // WanPipeline's expand_timesteps rule: ones over the first latent channel subsampled by the

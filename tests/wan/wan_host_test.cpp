@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -378,4 +379,47 @@ TEST(WanHost, Ti2vLoraOnRawVideoTrainsAndSamples) {
   EXPECT_EQ(st.at("nb_read_frames"), "5");
   EXPECT_EQ(st.at("width"), 64);
   EXPECT_EQ(st.at("height"), 32);
+}
+
+// Image-to-video of Wan 2.2 TI2V (`sample --image`): the image's latent is the clean first latent
+// frame, so with the same image two seeds decode the same first frame (the causal VAE decodes
+// frame 0 from latent frame 0 alone) and other later frames; another image, or no image, changes
+// the first frame. A model without expand_timesteps and an image of another size are refused.
+TEST(WanHost, Ti2vImageConditionsTheFirstFrame) {
+  yeto::test::TempDir tmp;
+  for (const auto& [name, source] : {std::pair{"pattern.png", "testsrc=s=64x32:d=1"}, std::pair{"red.png", "color=red:s=64x32:d=1"},
+                                     std::pair{"small.png", "color=red:s=32x32:d=1"}}) {
+    const auto r = yeto::test::run_process({"/usr/bin/ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", source,
+                                            "-frames:v", "1", (tmp / name).string()});
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+  }
+  auto sample = [&](const fs::path& repo, const std::string& image, const std::string& seed, const std::string& out) {
+    std::vector<std::string> args = {"sample", "--model", repo.string(), "--diffusion-adapter", "wan", "--prompt",
+                                     "a boat", "--seed", seed, "--steps", "2", "--height", "32", "--width", "64",
+                                     "--num-frames", "5", "--max-sequence-length", "16", "--output", (tmp / out).string()};
+    if (!image.empty()) args.insert(args.end(), {"--image", (tmp / image).string()});
+    return yeto::test::run_host(args);
+  };
+  const auto ti2v = kFixtures / "repos" / "wan22-ti2v-tiny";
+  std::map<std::string, torch::Tensor> video;
+  for (const auto& [image, seed, out] : {std::tuple{"pattern.png", "3", "a3"}, std::tuple{"pattern.png", "4", "a4"},
+                                         std::tuple{"red.png", "3", "b3"}, std::tuple{"", "3", "n3"},
+                                         std::tuple{"", "4", "n4"}}) {
+    const auto r = sample(ti2v, image, seed, std::string(out) + ".safetensors");
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+    video[out] = yeto::io::load_safetensors(tmp / (std::string(out) + ".safetensors")).at("video");
+  }
+  auto frame = [&](const std::string& k, int f) { return video.at(k).select(2, f); };
+  EXPECT_EQ(video.at("a3").sizes(), (std::vector<std::int64_t>{1, 3, 5, 32, 64}));
+  EXPECT_TRUE(torch::equal(frame("a3", 0), frame("a4", 0)));
+  EXPECT_GT((frame("a3", 4) - frame("a4", 4)).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((frame("a3", 0) - frame("b3", 0)).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((frame("n3", 0) - frame("n4", 0)).abs().max().item<double>(), 1e-3);
+
+  auto r = sample(ti2v, "small.png", "3", "small.safetensors");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.all().find("the image is 32x32 but the video is 64x32"), std::string::npos) << r.all();
+  r = sample(kFixtures / "repos" / "wan21-tiny", "red.png", "3", "t2v.safetensors");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.all().find("an image conditions the first frame only for Wan 2.2 TI2V"), std::string::npos) << r.all();
 }
