@@ -41,6 +41,27 @@ std::vector<std::vector<std::int64_t>> get_int_lists(const nlohmann::json& j, co
   return out;
 }
 
+// A transposed 1-D convolution in any dtype: LibTorch 1.13's CPU kernels take a bfloat16 / half
+// transposed convolution for a plain one (a channel-count error), so on the CPU those run in
+// float32 and are rounded back to the input's dtype.
+at::Tensor transposed_conv1d(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, std::int64_t stride,
+                            std::int64_t padding, std::int64_t groups) {
+  const std::vector<std::int64_t> s = {stride}, p = {padding}, zero = {0}, one = {1};
+  const bool reduced = x.is_cpu() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf);
+  if (!reduced) return at::conv_transpose1d(x, weight, bias, s, p, zero, groups, one);
+  return at::conv_transpose1d(x.to(at::kFloat), weight.to(at::kFloat), bias.defined() ? bias.to(at::kFloat) : bias, s, p,
+                              zero, groups, one)
+      .to(x.scalar_type());
+}
+
+// Replicate padding in any dtype (LibTorch 1.13's CPU kernel has no bfloat16 / half; copying
+// values is exact in float32).
+at::Tensor replicate_pad1d(const at::Tensor& x, std::vector<std::int64_t> pad) {
+  const bool reduced = x.is_cpu() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf);
+  if (!reduced) return at::replication_pad1d(x, pad);
+  return at::replication_pad1d(x.to(at::kFloat), pad).to(x.scalar_type());
+}
+
 // 'same' zero padding of a stride-1 convolution: (k - 1) d split left total / 2, right the rest.
 at::Tensor same_pad(const at::Tensor& x, std::int64_t kernel, std::int64_t dilation) {
   const auto total = (kernel - 1) * dilation;
@@ -452,14 +473,13 @@ at::Tensor AntiAliasActivationImpl::forward(const at::Tensor& x) {
   // Kaiser-sinc 2x upsampling: replicate-pad kernel / ratio - 1, transposed conv, crop.
   const auto pad = kernel / ratio - 1;
   const auto crop_l = pad * ratio + (kernel - ratio) / 2, crop_r = pad * ratio + (kernel - ratio + 1) / 2;
-  auto h = at::replication_pad1d(x, {pad, pad});
+  auto h = replicate_pad1d(x, {pad, pad});
   const std::vector<std::int64_t> stride = {ratio}, zero = {0}, one = {1};
-  h = ratio * at::conv_transpose1d(h, up_filter.to(x.scalar_type()).expand({c, 1, kernel}), at::Tensor(), stride, zero,
-                                   zero, c, one);
+  h = ratio * transposed_conv1d(h, up_filter.to(x.scalar_type()).expand({c, 1, kernel}), at::Tensor(), ratio, 0, c);
   h = h.narrow(2, crop_l, h.size(2) - crop_l - crop_r);
   h = act(h);
   // Kaiser-sinc low-pass and decimation.
-  h = at::replication_pad1d(h, {kernel / 2 + kernel % 2 - 1, kernel / 2});
+  h = replicate_pad1d(h, {kernel / 2 + kernel % 2 - 1, kernel / 2});
   return at::conv1d(h, down_filter.to(h.scalar_type()).expand({c, 1, kernel}), at::Tensor(), stride, zero, one, c);
 }
 
@@ -531,7 +551,9 @@ at::Tensor LTX2VocoderImpl::forward(const at::Tensor& mel, Intermediates* inter)
   const auto per = c.resnet_kernel_sizes.size();
   for (std::size_t i = 0; i < c.upsample_factors.size(); ++i) {
     if (c.act_fn == "leaky_relu") h = at::leaky_relu(h, c.leaky_relu_negative_slope);
-    h = upsamplers[i]->as<torch::nn::ConvTranspose1dImpl>()->forward(h);
+    const auto& up = *upsamplers[i]->as<torch::nn::ConvTranspose1dImpl>();
+    const auto padding = (*c10::get<torch::ExpandingArray<1>>(up.options.padding()))[0];
+    h = transposed_conv1d(h, up.weight, up.bias, (*up.options.stride())[0], padding, 1);
     if (inter) (*inter)["upsamplers." + std::to_string(i)] = h;
     // The layer's ResBlocks all see h; their outputs are averaged.
     at::Tensor sum;
@@ -638,10 +660,9 @@ at::Tensor LTX2VocoderWithBWEImpl::forward(const at::Tensor& mel, Intermediates*
   const auto ratio = c.output_sampling_rate / c.input_sampling_rate;
   const auto k = resampler_filter.size(2);
   const auto width = (k - 1) / (2 * ratio);
-  auto skip = at::replication_pad1d(x, {width, width});
-  const std::vector<std::int64_t> stride = {ratio}, zero = {0}, one = {1};
-  skip = ratio * at::conv_transpose1d(skip, resampler_filter.to(skip).expand({channels, 1, k}), at::Tensor(), stride,
-                                      zero, zero, channels, one);
+  auto skip = replicate_pad1d(x, {width, width});
+  skip = ratio * transposed_conv1d(skip, resampler_filter.to(skip).expand({channels, 1, k}), at::Tensor(), ratio, 0,
+                                  channels);
   const auto crop_l = 2 * width * ratio, crop_r = k - ratio;
   skip = skip.narrow(2, crop_l, skip.size(2) - crop_l - crop_r);
   const auto out = (residual + skip).clamp(-1.0, 1.0);

@@ -523,6 +523,39 @@ TEST(LTX2Audio, PipelineChainFromPackedLatentsToWaveforms) {
   EXPECT_LE(wave.abs().max().item<double>(), 1.0);
 }
 
+// Both vocoders in bfloat16 on the CPU (a joint audio-video family sampling in bf16): their
+// transposed convolutions run, and the waveform stays within bf16 rounding of float32's.
+TEST(LTX2Audio, VocodersRunInBfloat16) {
+  for (const char* name : {"ltx2-vocoder", "ltx2-vocoder-bwe"}) {
+    auto c = load_case(name);
+    const auto& mel = c.inputs.begin()->second;
+    auto run = [&](at::ScalarType dtype) {
+      torch::NoGradGuard no_grad;
+      if (std::string(name) == "ltx2-vocoder") {
+        yeto::models::LTX2Vocoder voc(yeto::models::LTX2VocoderConfig::from_json(c.config));
+        yeto::nn::load_named_tensors(*voc, c.weights);
+        voc->to(dtype);
+        return voc->forward(mel.to(dtype)).to(at::kFloat);
+      }
+      yeto::models::LTX2VocoderWithBWE voc(yeto::models::LTX2VocoderBweConfig::from_json(c.config));
+      yeto::nn::load_named_tensors(*voc, c.weights);
+      voc->to(dtype);
+      return voc->forward(mel.to(dtype)).to(at::kFloat);
+    };
+    const auto f32 = run(at::kFloat);
+    at::Tensor bf16;
+    try {
+      bf16 = run(at::kBFloat16);
+    } catch (const std::exception& e) {
+      FAIL() << name << ": " << e.what();
+    }
+    ASSERT_EQ(bf16.sizes(), f32.sizes()) << name;
+    EXPECT_TRUE(torch::isfinite(bf16).all().item<bool>()) << name;
+    const double scale = f32.abs().max().item<double>();
+    EXPECT_LE((bf16 - f32).abs().max().item<double>(), 0.1 * scale) << name;
+  }
+}
+
 // The waveform -> log-mel front end against torchaudio's MelSpectrogram with ltx-core's settings
 // (tests/fixtures/audio/README.md): the Slaney filter bank and the log-mel of tones and noise.
 TEST(LTX2Audio, LogMelMatchesTorchaudio) {
