@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <set>
+
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
@@ -61,6 +63,14 @@ memory::Inventory build_memory_inventory(const std::optional<std::filesystem::pa
                  p->loaded_plugin().manifest.name);
   if (const auto n = cfg.get_int("model.max_sequence_length"); n > 0) inv.tokens.text_tokens = static_cast<int>(n);
   const auto denoisers = p->denoisers();
+  // The trainable tensors (LoRA) are the component's parameters too once attached: listed once,
+  // as LoRA, not as frozen base.
+  const auto trainable = p->plugin().trainable_parameters();
+  std::set<const void*> trained;
+  for (const auto& [n, t] : trainable) {
+    inv.lora.push_back(entry(n, t));
+    trained.insert(t.unsafeGetTensorImpl());
+  }
   std::string compute;
   for (const auto& name : p->component_names()) {
     const yeto_component_v1* c = p->component(name);
@@ -71,7 +81,7 @@ memory::Inventory build_memory_inventory(const std::optional<std::filesystem::pa
     if (comps.contains(name) && comps[name].is_object()) ce.class_name = comps[name].value("class", "");
     ce.denoiser = std::find(denoisers.begin(), denoisers.end(), name) != denoisers.end();
     for (const auto& [n, t] : plugin::component_parameters(*c)) {
-      if (!t.defined()) continue;
+      if (!t.defined() || trained.count(t.unsafeGetTensorImpl())) continue;
       ce.parameters.push_back(entry(n, t));
       if (ce.denoiser && t.is_floating_point() && compute.empty()) compute = dtype_of(t);
     }
@@ -84,7 +94,6 @@ memory::Inventory build_memory_inventory(const std::optional<std::filesystem::pa
       }
     inv.components.push_back(std::move(ce));
   }
-  for (const auto& [n, t] : p->plugin().trainable_parameters()) inv.lora.push_back(entry(n, t));
   inv.compute_dtype = compute.empty() ? "f32" : compute;
   return inv;
 }
