@@ -58,20 +58,24 @@ TokenGeometry TokenGeometry::from_json(const json& j, const std::string& where) 
     if (!j["heads_key"].is_string()) throw Error(where + ": 'memory.heads_key' must be a string", ExitCode::bad_input);
     g.heads_key = j["heads_key"].get<std::string>();
   }
-  if (j.contains("per_sample_linears")) {
-    if (!j["per_sample_linears"].is_array())
-      throw Error(where + ": 'memory.per_sample_linears' must be an array of strings", ExitCode::bad_input);
-    for (const auto& x : j["per_sample_linears"]) {
-      if (!x.is_string()) throw Error(where + ": 'memory.per_sample_linears' must be an array of strings", ExitCode::bad_input);
-      g.per_sample_linears.push_back(x.get<std::string>());
+  auto strings = [&](const char* k, std::vector<std::string>& out) {
+    if (!j.contains(k)) return;
+    const std::string msg = where + ": 'memory." + k + "' must be an array of strings";
+    if (!j[k].is_array()) throw Error(msg, ExitCode::bad_input);
+    for (const auto& x : j[k]) {
+      if (!x.is_string()) throw Error(msg, ExitCode::bad_input);
+      out.push_back(x.get<std::string>());
     }
-  }
+  };
+  strings("per_sample_linears", g.per_sample_linears);
+  strings("text_linears", g.text_linears);
   return g;
 }
 
 json TokenGeometry::to_json() const {
   return {{"token_pixels", token_pixels}, {"token_frames", token_frames}, {"text_tokens", text_tokens},
-          {"encode_frames", encode_frames}, {"attention", attention}, {"heads_key", heads_key}, {"per_sample_linears", per_sample_linears}};
+          {"encode_frames", encode_frames}, {"attention", attention}, {"heads_key", heads_key}, {"per_sample_linears", per_sample_linears},
+          {"text_linears", text_linears}};
 }
 
 json Inventory::to_json() const {
@@ -170,6 +174,7 @@ struct Block {
   std::string component;
   double base_bytes = 0;              // as stored (after fp8)
   double feature_sum = 0;             // sum of in + out features of its per-token 2-D weights
+  double text_feature_sum = 0;        // the same for its linear layers that see text tokens only
   std::int64_t hidden = 0;            // its most common input width
   std::int64_t max_out = 0;           // its widest output
 };
@@ -222,9 +227,12 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
         b.base_bytes += bytes;
         if (linear) {
           const std::string module = rest.substr(0, rest.size() - 7);
-          bool per_sample = false;
+          bool per_sample = false, text = false;
           for (const auto& p : inv.tokens.per_sample_linears) per_sample = per_sample || ends_with_module(module, p);
-          if (!per_sample) {
+          for (const auto& p : inv.tokens.text_linears) text = text || ends_with_module(module, p);
+          if (text) {
+            b.text_feature_sum += static_cast<double>(t.shape[0] + t.shape[1]);
+          } else if (!per_sample) {
             b.feature_sum += static_cast<double>(t.shape[0] + t.shape[1]);
             b.max_out = std::max(b.max_out, t.shape[0]);
           }
@@ -273,7 +281,10 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
     if (!joint) s += h * static_cast<double>(out.image_tokens) * static_cast<double>(out.text_tokens);
     return static_cast<double>(mb) * s * score_bytes;
   };
-  auto block_full = [&](const Block& b) { return l_lin * b.feature_sum * act * costs.activation_factor + attention_kept(b); };
+  const double l_text = static_cast<double>(mb) * static_cast<double>(out.text_tokens);
+  auto block_full = [&](const Block& b) {
+    return (l_lin * b.feature_sum + l_text * b.text_feature_sum) * act * costs.activation_factor + attention_kept(b);
+  };
   auto block_input = [&](const Block& b) { return l_lin * static_cast<double>(b.hidden) * act; };
 
   const bool sharded = run.fsdp_ranks > 1;

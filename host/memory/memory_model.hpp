@@ -66,6 +66,9 @@ struct TokenGeometry {
   int encode_frames = 0;
   // Linear layers of a block that run once per sample (the timestep modulation), not per token.
   std::vector<std::string> per_sample_linears;
+  // Linear layers of a block that see only the text tokens (a joint block's context stream, a
+  // cross-attention's keys and values).
+  std::vector<std::string> text_linears;
   static TokenGeometry from_json(const nlohmann::json& j, const std::string& where);
   nlohmann::json to_json() const;
 };

@@ -68,6 +68,18 @@ TEST(MemoryModel, BaseLoraAndActivationsByHand) {
   EXPECT_EQ(b.device_bytes, 0);
 }
 
+TEST(MemoryModel, TextLinearsSeeOnlyTheTextTokens) {
+  Inventory inv = toy();
+  inv.tokens.text_linears = {"ff.down"};
+  RunShape run;
+  run.height = run.width = 64;
+  run.cached_latents = true;
+  const Breakdown b = estimate(inv, run);
+  // ff.up at 24 tokens (64 + 256 features), ff.down at the 8 text tokens (256 + 64).
+  const double block = (24.0 * 320 + 8.0 * 320) * 2 + 4.0 * 24 * 24 * 6;
+  EXPECT_DOUBLE_EQ(part(b, "activations"), 2 * block + 16.0 * 64 * 16);
+}
+
 TEST(MemoryModel, CheckpointingKeepsInputsAndOneBlock) {
   const Inventory inv = toy();
   RunShape run;

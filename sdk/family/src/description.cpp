@@ -173,7 +173,8 @@ FamilyDescription FamilyDescription::parse(const std::string& text, const std::s
     if (m.contains("attention") && !(m["attention"] == "joint" || m["attention"] == "self_cross"))
       bad(where + ": 'memory.attention' must be \"joint\" or \"self_cross\"");
     if (m.contains("heads_key") && !m["heads_key"].is_string()) bad(where + ": 'memory.heads_key' must be a string");
-    if (m.contains("per_sample_linears")) strings_at(m["per_sample_linears"], where + ": memory.per_sample_linears");
+    for (const char* k : {"per_sample_linears", "text_linears"})
+      if (m.contains(k)) strings_at(m[k], where + ": memory." + k);
   }
 
   const auto& lora = member(doc, "lora_targets", where);
