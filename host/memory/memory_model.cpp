@@ -339,7 +339,9 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
     largest_block = std::max(largest_block, b.base_bytes);
   }
   out.blocks_bytes = block_bytes;
-  const int swap = std::min<int>(run.block_swap, static_cast<int>(blocks.size()));
+  // Block swap moves blocks between host and device memory: nothing to move on the CPU backend.
+  const bool cuda = run.backend == Backend::cuda;
+  const int swap = cuda ? std::min<int>(run.block_swap, static_cast<int>(blocks.size())) : 0;
   const double mean_block = blocks.empty() ? 0 : block_bytes / static_cast<double>(blocks.size());
   double blocks_resident = block_bytes;
   if (sharded) blocks_resident = block_bytes / run.fsdp_ranks + largest_block;  // shards + one gathered block
@@ -355,7 +357,6 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
   double base_sum = 0;
   for (const auto& [d, b] : base_by_dtype) base_sum += b;
   const double base_scale = base_sum > 0 ? base_total / base_sum : 0;
-  const bool cuda = run.backend == Backend::cuda;
   for (const auto& [d, b] : base_by_dtype) {
     const double v = b * base_scale;
     out.parts.push_back({"frozen base " + d, cuda ? 0 : v, cuda ? v : 0});
@@ -382,7 +383,8 @@ std::string describe(const Inventory& inv, const RunShape& run, const Breakdown&
   o << ", micro batch " << run.micro_batch << " (" << b.image_tokens << " image + " << b.text_tokens
     << " text tokens), compute " << inv.compute_dtype << ", storage " << (run.storage == "fp8" ? "fp8" : inv.compute_dtype)
     << ", checkpointing " << (run.checkpointing ? (run.checkpointing_every > 1 ? "every " + std::to_string(run.checkpointing_every) : std::string("every block")) : std::string("off"))
-    << ", block swap " << run.block_swap << ", fsdp ranks " << run.fsdp_ranks << ", "
+    << ", block swap " << run.block_swap << (run.block_swap > 0 && run.backend != Backend::cuda ? " (no effect on the CPU)" : "")
+    << ", fsdp ranks " << run.fsdp_ranks << ", "
     << (run.backend == Backend::cuda ? "cuda" : "cpu") << (run.fused_attention ? " (fused attention)" : " (attention scores kept)")
     << "\n";
   o << "  " << b.base_params / 1000000 << " M frozen parameters, " << b.blocks << " denoiser blocks, "

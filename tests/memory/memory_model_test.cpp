@@ -140,6 +140,13 @@ TEST(MemoryModel, CudaFsdpAndBlockSwap) {
   EXPECT_DOUBLE_EQ(part(s, "swapped blocks (host)"), 2 * block_bytes);
   EXPECT_DOUBLE_EQ(s.device_bytes, plain);
   EXPECT_GT(s.host_bytes, f.host_bytes);
+  // On the CPU backend there is no device to swap from: the same peak as without swapping.
+  RunShape cpu;
+  cpu.height = cpu.width = 64;
+  cpu.cached_latents = true;
+  const double none = estimate(inv, cpu).host_bytes;
+  cpu.block_swap = 1;
+  EXPECT_DOUBLE_EQ(estimate(inv, cpu).host_bytes, none);
 }
 
 TEST(MemoryModel, VideoTokensAndSelfCrossAttention) {
