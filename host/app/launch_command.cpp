@@ -434,7 +434,7 @@ void register_launch_command(Registry& r) {
       {"island", "I", "logs: the island whose log to print (default: the syncer's).", false, 0},
       {"force", "", "up: launch even though the run directory records a fleet that was not taken down.", false, 0},
       {"gpus", "TABLE", "plan: size islands from this GPU table (TOML [[gpu]]: name, memory_gb, price, spot_price, tflops, "
-                        "regions, max_per_node) with the memory model, print the plan, the rejected shapes and the launch line "
+                        "regions, max_per_node, host_memory_gb) with the memory model, print the plan, the rejected shapes and the launch line "
                         "instead of writing manifests.", false, 0},
       {"budget", "USD_PER_H", "plan --gpus: the fleet's $/h; the most effective TFLOPs within it.", false, 0},
       {"flops", "TFLOPS", "plan --gpus: the fleet's effective TFLOPs target; the cheapest fleet reaching it.", false, 0},

@@ -63,9 +63,11 @@ std::vector<GpuType> parse_gpu_table(const std::string& text, const std::string&
     };
     for (const auto& [k, v] : *t) {
       const std::string key(k.str());
-      static const std::vector<std::string> known{"name", "memory_gb", "price", "spot_price", "tflops", "regions", "max_per_node"};
+      static const std::vector<std::string> known{"name",   "memory_gb", "price",        "spot_price",
+                                                 "tflops", "regions",   "max_per_node", "host_memory_gb"};
       if (std::find(known.begin(), known.end(), key) == known.end())
-        throw UsageError(at + ": unknown key '" + key + "' (expected name, memory_gb, price, spot_price, tflops, regions, max_per_node)");
+        throw UsageError(at + ": unknown key '" + key + "' (expected name, memory_gb, price, spot_price, tflops, regions, max_per_node, "
+                         "host_memory_gb)");
     }
     const auto name = (*t)["name"].value<std::string>();
     if (!name || name->empty()) throw UsageError(at + ": 'name' must be the accelerator's name (H100, A100-80GB, L4, ...)");
@@ -75,6 +77,7 @@ std::vector<GpuType> parse_gpu_table(const std::string& text, const std::string&
     g.price = number("price", true, 0);
     g.spot_price = number("spot_price", false, 0);
     g.tflops = number("tflops", true, 0);
+    g.host_memory_gb = number("host_memory_gb", false, 0);
     if (g.tflops <= 0) throw UsageError(at + " (" + g.name + "): 'tflops' must be > 0");
     if ((*t)["max_per_node"]) {
       const auto m = (*t)["max_per_node"].value<std::int64_t>();
@@ -143,6 +146,9 @@ Shape size_shape(const memory::Inventory& inv, const memory::RunShape& base, con
   s.gpu = gpu;
   s.per_node = per_node;
   const double usable = o.headroom * gpu.memory_gb * 1e9;
+  // The node's memory holds every rank's host side (the process, swapped blocks).
+  const double host_usable = gpu.host_memory_gb > 0 ? o.headroom * gpu.host_memory_gb * 1e9 : 0;
+  const auto host_fits = [&](const memory::Breakdown& e) { return host_usable <= 0 || e.host_bytes * per_node <= host_usable; };
   memory::RunShape ref = base;
   ref.storage = "auto";
   ref.block_swap = 0;
@@ -173,7 +179,7 @@ Shape size_shape(const memory::Inventory& inv, const memory::RunShape& base, con
             memory::RunShape rs = r;
             rs.block_swap = n;
             const memory::Breakdown es = memory::estimate(inv, rs);
-            if (es.device_bytes <= usable) {
+            if (es.device_bytes <= usable && host_fits(es)) {
               const double swapped = e.blocks > 0 ? e.blocks_bytes * n / static_cast<double>(e.blocks) : 0;
               const double c = cost * (1.0 + o.cost_swap * (bf16_blocks > 0 ? swapped / bf16_blocks : 0));
               tried.push_back({{rs, es, c}, true});
@@ -182,7 +188,7 @@ Shape size_shape(const memory::Inventory& inv, const memory::RunShape& base, con
             if (n == e.blocks) tried.push_back({{rs, es, cost * (1.0 + o.cost_swap)}, false});
           }
         } else {
-          tried.push_back({{r, e, cost}, true});
+          tried.push_back({{r, e, cost}, host_fits(e)});
         }
         if (per_node == 1) break;  // fsdp over one rank is the plain run
       }
@@ -192,7 +198,11 @@ Shape size_shape(const memory::Inventory& inv, const memory::RunShape& base, con
       s.chosen = t.c;
       break;
     }
-    s.rejected.push_back(t.c.label() + ": needs " + gb(t.c.estimate.device_bytes) + " of " + gb(usable));
+    if (t.c.estimate.device_bytes <= usable)
+      s.rejected.push_back(t.c.label() + ": needs " + gb(t.c.estimate.host_bytes * per_node) + " of host memory, " +
+                           gb(host_usable) + " usable on the node");
+    else
+      s.rejected.push_back(t.c.label() + ": needs " + gb(t.c.estimate.device_bytes) + " of " + gb(usable));
   }
   return s;
 }

@@ -12,6 +12,7 @@
 //   tflops = 989             # dense bf16 TFLOPs per GPU
 //   regions = ["aws:us-east-1", "gcp:us-central1"]   # cloud[:region] where it is offered (optional)
 //   max_per_node = 8         # GPUs per node (default 8)
+//   host_memory_gb = 1800    # the node's memory (optional): block swap's host side must fit it
 //
 // For every GPU type and GPUs per node (1, 2, 4, 8, ... up to max_per_node) the planner finds
 // the fastest memory configuration that fits (storage bf16 or fp8, activation checkpointing,
@@ -39,6 +40,7 @@ struct GpuType {
   double tflops = 0;
   std::vector<std::string> regions;  // "cloud[:region]"
   int max_per_node = 8;
+  double host_memory_gb = 0;  // per node; 0: not checked
 };
 
 // Reads the table; throws yeto::UsageError naming the file, the entry and the key.

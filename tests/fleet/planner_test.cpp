@@ -115,6 +115,22 @@ TEST(Planner, FastestConfigurationThatFitsAndWhyTheFasterOnesDoNot) {
   EXPECT_THAT(small.chosen->rejected.front(), HasSubstr(" of 21.6 GB"));
 }
 
+TEST(Planner, BlockSwapNeedsTheNodesMemory) {
+  const auto inv = model(40, 500000000);
+  GpuType l4 = gpu("L4", 24, 0.8, 121, 1);
+  const auto roomy = plan_fleet(inv, shape(), {l4}, {});
+  ASSERT_TRUE(roomy.chosen);
+  ASSERT_GT(roomy.chosen->chosen->run.block_swap, 0);
+  // A node whose memory cannot hold the swapped blocks: the shape is rejected, saying so.
+  l4.host_memory_gb = 4;
+  const auto p = plan_fleet(inv, shape(), {l4}, {});
+  EXPECT_FALSE(p.chosen);
+  ASSERT_EQ(p.rejected.size(), 1u);
+  EXPECT_THAT(p.rejected[0].reason, HasSubstr("of host memory, 3.6 GB usable on the node"));
+  EXPECT_THAT(parse_gpu_table("[[gpu]]\nname = \"A\"\nmemory_gb = 8\nprice = 1\ntflops = 1\nhost_memory_gb = 64\n", "t")[0].host_memory_gb,
+              64);
+}
+
 TEST(Planner, ShapesThatCannotFitAreRejectedWithTheirNeed) {
   const auto inv = model(40, 500000000);
   const auto p = plan_fleet(inv, shape(), {gpu("T4", 4, 0.2, 65, 1)}, {});
