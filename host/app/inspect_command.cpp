@@ -325,7 +325,8 @@ void register_inspect_command(Registry& r) {
                               "a repository with only its configs is enough."},
                {"block-swap", "N", "With --memory: transformer blocks kept in host memory (default: model.block_swap, 0)."},
                {"backend", "cpu|cuda", "With --memory: the device the run uses (default: cpu, this build's)."},
-               {"cached-latents", "", "With --memory: the run trains on cached latents (no VAE or text encoders loaded)."}};
+               {"cached-latents", "", "With --memory: the run trains on cached latents: no media encoding (the VAE and text "
+                                  "encoders count when the repository has them; list them as null in model_index.json to leave them out)."}};
   c.run = run_inspect;
   r.add(std::move(c));
 }

@@ -438,7 +438,8 @@ void register_launch_command(Registry& r) {
                         "instead of writing manifests.", false, 0},
       {"budget", "USD_PER_H", "plan --gpus: the fleet's $/h; the most effective TFLOPs within it.", false, 0},
       {"flops", "TFLOPS", "plan --gpus: the fleet's effective TFLOPs target; the cheapest fleet reaching it.", false, 0},
-      {"cached-latents", "", "plan --gpus: the run trains on cached latents (no VAE or text encoders on the GPU).", false, 0},
+      {"cached-latents", "", "plan --gpus: the run trains on cached latents: no media encoding (the VAE and text encoders count "
+                               "unless model_index.json lists them as null).", false, 0},
       {"json", "", "plan --gpus: print the plan as JSON.", false, 0},
   };
   c.run = run_launch;

@@ -240,7 +240,7 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
       } else {
         nonblock_denoiser += bytes;
       }
-      if (!(run.cached_latents && !c.denoiser)) base_by_dtype[dtype] += bytes;
+      base_by_dtype[dtype] += bytes;
     }
   }
   // Each block's most common input width (its hidden size).
@@ -257,7 +257,6 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
     }
   }
   out.blocks = static_cast<std::int64_t>(blocks.size());
-  if (run.cached_latents) encoders = 0;
 
   // Tokens.
   const TokenGeometry& g = inv.tokens;

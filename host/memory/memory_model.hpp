@@ -98,7 +98,10 @@ struct RunShape {
   int fsdp_ranks = 1;             // > 1: the frozen blocks sharded over the island's ranks
   Backend backend = Backend::cpu;
   bool fused_attention = false;   // SDPA / flash attention: no [L, L] scores kept
-  bool cached_latents = false;    // data from `yeto-host cache`: the VAE and text encoders are not loaded
+  // Data from `yeto-host cache`: no media is encoded during the steps. The VAE and text encoders
+  // still count when the pipeline loads them: a repository whose model_index.json lists them as
+  // null (as a slim copy for cached training does) has none in its inventory.
+  bool cached_latents = false;
 };
 
 struct Part {

@@ -54,8 +54,8 @@ TEST(MemoryModel, BaseLoraAndActivationsByHand) {
   EXPECT_EQ(b.text_tokens, 8);
   EXPECT_EQ(b.blocks, 2);
   const double block_params = 256 * 64 + 64 * 256 + 384 * 64 + 256;
-  // cached latents: only the denoiser is resident.
   EXPECT_DOUBLE_EQ(part(b, "frozen base bf16"), (2 * block_params + 64 * 16) * 2);
+  EXPECT_DOUBLE_EQ(part(b, "frozen base f32"), 8 * 3 * 3 * 3 * 4.0);  // the VAE, loaded all the same
   EXPECT_EQ(b.lora_params, 4 * 64 + 256 * 4);
   EXPECT_DOUBLE_EQ(part(b, "lora + grads + adamw"), (4 * 64 + 256 * 4) * 16.0);
   // Per block: 24 tokens x (64 + 256 + 256 + 64) features x 2 bytes (the modulation runs per
