@@ -289,14 +289,25 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
   const bool sharded = run.fsdp_ranks > 1;
   const bool ckpt = run.checkpointing || sharded;
   const int every = sharded ? 1 : std::max(1, run.checkpointing_every);
-  double activations = 0, recompute = 0, uncheckpointed = 0;
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    uncheckpointed += block_full(blocks[i]);
+  // Per denoiser (blocks numbered from 0 in each, as nn::CheckpointedBlocks does); with two
+  // denoisers (Wan 2.2 A14B) a micro batch's rows are split between them by timestep, so the
+  // step holds about one denoiser's activations over all rows: the larger one counts.
+  double activations = 0, uncheckpointed = 0;
+  std::map<std::string, std::pair<double, double>> per_denoiser;  // kept + rebuilt, uncheckpointed
+  std::map<std::string, std::size_t> index;
+  std::map<std::string, double> rebuilt;
+  for (const auto& b : blocks) {
+    const std::size_t i = index[b.component]++;
     const bool checkpointed = ckpt && i % static_cast<std::size_t>(every) == 0;
-    activations += checkpointed ? block_input(blocks[i]) : block_full(blocks[i]);
-    if (checkpointed) recompute = std::max(recompute, block_full(blocks[i]));
+    auto& d = per_denoiser[b.component];
+    d.first += checkpointed ? block_input(b) : block_full(b);
+    d.second += block_full(b);
+    if (checkpointed) rebuilt[b.component] = std::max(rebuilt[b.component], block_full(b));
   }
-  activations += recompute;
+  for (const auto& [name, d] : per_denoiser) {
+    activations = std::max(activations, d.first + rebuilt[name]);
+    uncheckpointed = std::max(uncheckpointed, d.second);
+  }
   // The denoiser's input and output, the target and the loss terms: a few latents in float32.
   activations += static_cast<double>(mb) * static_cast<double>(out.image_tokens) * 64.0 * 4.0 * 4.0;
 

@@ -149,6 +149,25 @@ TEST(MemoryModel, CudaFsdpAndBlockSwap) {
   EXPECT_DOUBLE_EQ(estimate(inv, cpu).host_bytes, none);
 }
 
+TEST(MemoryModel, TwoDenoisersHoldOneDenoisersActivations) {
+  Inventory inv = toy();
+  ComponentEntry second = inv.components[0];
+  second.name = "transformer_2";
+  inv.components.push_back(second);
+  inv.heads["transformer_2"] = 4;
+  RunShape run;
+  run.height = run.width = 64;
+  run.cached_latents = true;
+  const Breakdown one = estimate(toy(), run);
+  const Breakdown two = estimate(inv, run);
+  EXPECT_DOUBLE_EQ(part(two, "activations"), part(one, "activations"));  // rows split between the experts
+  EXPECT_DOUBLE_EQ(part(two, "frozen base bf16"), 2 * part(one, "frozen base bf16"));
+  EXPECT_EQ(two.blocks, 4);
+  run.checkpointing = true;
+  run.checkpointing_every = 2;  // block 0 of each denoiser
+  EXPECT_DOUBLE_EQ(part(estimate(inv, run), "activations"), part(estimate(toy(), run), "activations"));
+}
+
 TEST(MemoryModel, VideoTokensAndSelfCrossAttention) {
   TokenGeometry g;
   g.token_pixels = 16;
