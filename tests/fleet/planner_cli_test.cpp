@@ -103,5 +103,17 @@ TEST(PlannerCli, Wan14BOnA24GbCardNeedsFp8AndBlockSwap) {
   EXPECT_NE(r.out.find("1xRTX3070: does not fit 8 GB per GPU even at the leanest configuration"), std::string::npos) << r.all();
 }
 
+TEST(PlannerCli, WanTokensFollowTheRepositorysVae) {
+  // Wan 2.1's VAE is 8x in space, Wan 2.2 TI2V-5B's 16x (scale_factor_spatial); the transformer
+  // patchifies 2x2 more, and both are 4x in time: 9 frames of 64 x 64 -> 3 x 4 x 4 and 3 x 2 x 2.
+  const fs::path repos = fs::path(YETO_TEST_FIXTURES) / "repos";
+  for (const auto& [repo, tokens] : {std::pair<std::string, int>{"wan21-tiny", 48}, {"wan22-ti2v-tiny", 12}}) {
+    const json m = run_json({"inspect", "--memory", "--json", (repos / repo).string(), "--height", "64", "--width", "64",
+                             "--num-frames", "9"});
+    ASSERT_TRUE(m.is_object()) << repo;
+    EXPECT_EQ(m.at("image_tokens"), tokens) << repo;
+  }
+}
+
 }  // namespace
 }  // namespace yeto::test
