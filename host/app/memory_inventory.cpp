@@ -6,8 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "config/config.hpp"
 #include "app/commands.hpp"
+#include "config/config.hpp"
 #include "config/schema.hpp"
 #include "core/error.hpp"
 #include "io/repository.hpp"
