@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "app/memory_inventory.hpp"
 #include "core/error.hpp"
 #include "core/strings.hpp"
 #include "io/aliases.hpp"
@@ -177,7 +178,55 @@ void print_text(const json& j) {
   std::cout << o.str();
 }
 
+// `inspect --memory`: the expected peak of the run the config describes, by part, and the same
+// run with and without activation checkpointing and block swap, and with fp8 storage.
+int run_memory(CommandContext& ctx) {
+  std::vector<config::Override> overrides = ctx.args().overrides;
+  if (!ctx.positionals().empty()) overrides.push_back({"model.id", ctx.positionals().front(), "PATH|ID"});
+  memory::RunShape run = memory_run_shape(ctx);
+  const bool cuda = run.backend == memory::Backend::cuda;
+  const std::string precision = cuda && ctx.config().get_string("model.precision") == "auto" ? "bf16" : "";
+  const memory::Inventory inv = build_memory_inventory(ctx.args().config_file, overrides, precision);
+  const memory::Breakdown b = memory::estimate(inv, run);
+  // The variants: checkpointing off / every block, block swap none / half the blocks, storage.
+  json variants = json::array();
+  std::ostringstream t;
+  t << "\n  variant                                  " << (cuda ? "device peak" : "host peak") << "\n";
+  const int half = static_cast<int>(b.blocks / 2);
+  for (const char* storage : {"auto", "fp8"})
+    for (const bool ck : {false, true})
+      for (const int swap : {0, run.block_swap > 0 ? run.block_swap : half}) {
+        if (swap > 0 && !cuda && swap != run.block_swap) continue;  // swapping saves nothing on the CPU
+        memory::RunShape v = run;
+        v.storage = storage;
+        v.checkpointing = ck;
+        v.checkpointing_every = 1;
+        v.block_swap = swap;
+        const auto e = memory::estimate(inv, v);
+        const double peak = cuda ? e.device_bytes : e.host_bytes;
+        variants.push_back({{"storage", storage}, {"checkpointing", ck}, {"block_swap", swap}, {"host_bytes", e.host_bytes},
+                            {"device_bytes", e.device_bytes}});
+        char line[160];
+        std::snprintf(line, sizeof line, "  storage %-5s checkpointing %-3s block swap %-4d %14s\n",
+                      std::string(storage) == "auto" ? inv.compute_dtype.c_str() : "fp8", ck ? "on" : "off", swap,
+                      memory::format_bytes(peak).c_str());
+        t << line;
+      }
+  if (ctx.has("json")) {
+    json j = b.to_json();
+    j["model"] = inv.model;
+    j["compute_dtype"] = inv.compute_dtype;
+    j["tokens"] = inv.tokens.to_json();
+    j["variants"] = variants;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << memory::describe(inv, run, b) << t.str();
+  return 0;
+}
+
 int run_inspect(CommandContext& ctx) {
+  if (ctx.has("memory")) return run_memory(ctx);
   if (ctx.has("aliases")) {
     if (ctx.has("markdown")) {
       std::cout << aliases_markdown();
@@ -260,7 +309,7 @@ void register_inspect_command(Registry& r) {
       "built-in alias), prints the resolved commit and, for every component, its class, a config summary, "
       "tensor count, dtypes and bytes, and validates every config and safetensors header (no tensor data is "
       "read). A single .safetensors file lists its tensors. Exits non-zero with the loader's error when "
-      "anything is invalid. --aliases lists the built-in model aliases (--markdown: the docs/MODELS.md table).";
+      "anything is invalid. --memory prints the run's expected memory instead (docs/DESIGN.md, Memory model). --aliases lists the built-in model aliases (--markdown: the docs/MODELS.md table).";
   c.positionals = "PATH|ID";
   c.min_positionals = 0;
   c.max_positionals = 1;
@@ -269,7 +318,15 @@ void register_inspect_command(Registry& r) {
                {"variant", "NAME", "Weight variant to inspect (fp16, bf16); default: the plain files."},
                {"json", "", "Print as JSON (also on failure, with exit_code and validation)."},
                {"aliases", "", "List the built-in model aliases instead."},
-               {"markdown", "", "With --aliases: print the Markdown table of docs/MODELS.md."}};
+               {"markdown", "", "With --aliases: print the Markdown table of docs/MODELS.md."},
+               {"memory", "", "Print the expected host and device memory of the run the config describes (PATH|ID or model.id; "
+                              "data.height/width/num_frames, train.micro_batch_size, model.storage, activation checkpointing, "
+                              "train.shard), by part, with and without checkpointing, block swap and fp8 storage. Reads no weight: "
+                              "a repository with only its configs is enough."},
+               {"block-swap", "N", "With --memory: transformer blocks kept in host memory (default: model.block_swap, 0)."},
+               {"backend", "cpu|cuda", "With --memory: the device the run uses (default: cpu, this build's)."},
+               {"cached-latents", "", "With --memory: the run trains on cached latents: no media encoding (the VAE and text "
+                                  "encoders count when the repository has them; list them as null in model_index.json to leave them out)."}};
   c.run = run_inspect;
   r.add(std::move(c));
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "app/memory_inventory.hpp"
 #include "config/config.hpp"
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
@@ -19,6 +21,7 @@
 #include "core/strings.hpp"
 #include "fleet/client.hpp"
 #include "fleet/fleet.hpp"
+#include "fleet/planner.hpp"
 #include "fleet/record.hpp"
 #include "sync/launch.hpp"
 
@@ -102,7 +105,52 @@ std::string command_text(const fleet::Fleet& f, const fleet::ClientCommand& c) {
   return s + join(q, " ");
 }
 
+double positive_number(const std::string& text, const std::string& what) {
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(v > 0) || !std::isfinite(v)) throw UsageError(what + " '" + text + "': expected a number > 0");
+  return v;
+}
+
+// `launch plan --gpus TABLE`: island shapes sized by the memory model from the GPU table.
+int launch_size(CommandContext& ctx) {
+  const config::Config& cfg = ctx.config();
+  const auto gpus = fleet::read_gpu_table(ctx.value("gpus"));
+  fleet::PlanOptions o;
+  if (ctx.has("budget")) o.budget = positive_number(ctx.value("budget"), "--budget");
+  if (ctx.has("flops")) o.flops = positive_number(ctx.value("flops"), "--flops");
+  o.spot = cfg.get_bool("launch.spot");
+  memory::RunShape run = memory_run_shape(ctx);
+  run.backend = memory::Backend::cuda;
+  run.fused_attention = true;
+  const std::string precision = cfg.get_string("model.precision") == "auto" ? "bf16" : "";
+  const memory::Inventory inv = build_memory_inventory(ctx.args().config_file, ctx.args().overrides, precision);
+  const fleet::FleetPlan plan = fleet::plan_fleet(inv, run, gpus, o);
+  const std::string engine = ctx.has("engine") ? ctx.value("engine") : cfg.get_string("launch.engine");
+  const std::string config_file = ctx.args().config_file ? ctx.args().config_file->string() : "";
+  std::vector<std::string> q;
+  for (const auto& a : fleet::launch_line(plan, config_file, engine)) q.push_back(fleet::shell_quote(a));
+  if (ctx.has("json")) {
+    json j = fleet::plan_json(plan);
+    j["launch"] = plan.chosen ? json(join(q, " ")) : json(nullptr);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "sizing " << inv.model << " at " << run.width << "x" << run.height
+              << (run.frames > 1 ? ", " + std::to_string(run.frames) + " frames" : std::string()) << ", micro batch "
+              << run.micro_batch << (run.cached_latents ? ", cached latents" : "") << " on CUDA (fused attention)\n"
+              << fleet::describe_plan(plan, o);
+    if (plan.chosen) std::cout << "launch with:\n  " << join(q, " ") << "\n";
+  }
+  return plan.chosen ? 0 : static_cast<int>(ExitCode::failure);
+}
+
 int launch_plan(CommandContext& ctx) {
+  if (ctx.has("gpus")) return launch_size(ctx);
   const fleet::Fleet f = build_fleet(ctx);
   const auto ms = fleet::render(f);
   fleet::write_manifests(f, ms);
@@ -385,6 +433,14 @@ void register_launch_command(Registry& r) {
       {"gpu", "SPEC", "One island: cloud:[nodes x]<count>x<gpu>[@region] (repeat per island); replaces launch.islands.", true, 0},
       {"island", "I", "logs: the island whose log to print (default: the syncer's).", false, 0},
       {"force", "", "up: launch even though the run directory records a fleet that was not taken down.", false, 0},
+      {"gpus", "TABLE", "plan: size islands from this GPU table (TOML [[gpu]]: name, memory_gb, price, spot_price, tflops, "
+                        "regions, max_per_node, host_memory_gb) with the memory model, print the plan, the rejected shapes and the launch line "
+                        "instead of writing manifests.", false, 0},
+      {"budget", "USD_PER_H", "plan --gpus: the fleet's $/h; the most effective TFLOPs within it.", false, 0},
+      {"flops", "TFLOPS", "plan --gpus: the fleet's effective TFLOPs target; the cheapest fleet reaching it.", false, 0},
+      {"cached-latents", "", "plan --gpus: the run trains on cached latents: no media encoding (the VAE and text encoders count "
+                               "unless model_index.json lists them as null).", false, 0},
+      {"json", "", "plan --gpus: print the plan as JSON.", false, 0},
   };
   c.run = run_launch;
   r.add(std::move(c));

@@ -4,6 +4,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <sys/resource.h>
+#if defined(YETO_HAVE_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -53,6 +57,20 @@ double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// The CUDA caching allocator's peak of allocated bytes on the current device since the process
+// started, in MiB; < 0 in a build without CUDA or on a machine without a GPU.
+double cuda_peak_mb() {
+#if defined(YETO_HAVE_CUDA)
+  if (c10::cuda::device_count() == 0) return -1;
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  const auto stats = alloc::getDeviceStats(c10::cuda::current_device());
+  return static_cast<double>(stats.allocated_bytes[static_cast<std::size_t>(alloc::StatType::AGGREGATE)].peak) /
+         1048576.0;
+#else
+  return -1;
+#endif
 }
 
 std::string eta_text(double seconds) {
@@ -752,6 +770,7 @@ void Loop::report(const StepStats& st, bool end) {
                         {"time_backward_s", st.t_bwd},
                         {"time_optimizer_s", st.t_opt},
                         {"peak_rss_mb", peak_rss_mb()}};
+  if (const double cuda = cuda_peak_mb(); cuda >= 0) rec["cuda_peak_mb"] = cuda;
   if (st.skipped_now > 0) rec["skipped_rows"] = state_.skipped_rows;
   // A full-step model's own metrics (this rank's, averaged over the step's micro batches).
   for (const auto& [name, v] : st.model_metrics.items())

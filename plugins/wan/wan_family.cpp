@@ -1,6 +1,7 @@
 #include "wan_family.hpp"
 
 #include <algorithm>
+#include <fstream>
 #include <stdexcept>
 
 namespace yeto::wan {
@@ -19,6 +20,20 @@ json plan_from_model_index(const std::string& model_dir, const json& index) {
         family::invalid(where + ": 'expand_timesteps' true (the Wan 2.2 TI2V-5B layout) takes one denoiser, but "
                                 "'transformer_2' is present");
       plan["expand_timesteps"] = true;
+    }
+  }
+  // The memory model's token geometry from the VAE this repository has: the Wan 2.2 VAE
+  // downsamples 16x in space (scale_factor_spatial; Wan 2.1's 8x has no key), the transformer
+  // patchifies 2x2 more.
+  if (plan.contains("memory") && components.contains("vae") && components["vae"].is_object() &&
+      components["vae"].contains("dir") && components["vae"]["dir"].is_string()) {
+    std::ifstream in(components["vae"]["dir"].get<std::string>() + "/config.json");
+    const json vae = in ? json::parse(in, nullptr, false) : json();
+    if (vae.is_object()) {
+      if (vae.contains("scale_factor_spatial") && vae["scale_factor_spatial"].is_number_integer())
+        plan["memory"]["token_pixels"] = 2 * vae["scale_factor_spatial"].get<int>();
+      if (vae.contains("scale_factor_temporal") && vae["scale_factor_temporal"].is_number_integer())
+        plan["memory"]["token_frames"] = vae["scale_factor_temporal"].get<int>();
     }
   }
   if (components.contains("transformer_2")) {

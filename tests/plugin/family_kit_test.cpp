@@ -124,6 +124,23 @@ TEST(FamilyFile, PlansRepositoriesAndResolvesLoraTargetsFromItsSets) {
   EXPECT_THROW(d.lora_targets(json::array()), std::invalid_argument);
 }
 
+TEST(FamilyFile, PlansCarryTheMemoryGeometryWithTheDefaultTextLength) {
+  json f = family_file();
+  const json index = {{"_class_name", "ToyPipeline"}, {"transformer", {"diffusers", "ToyTransformer"}},
+                      {"text_encoder", {"transformers", "CLIPTextModel"}},
+                      {"scheduler", {"diffusers", "FlowMatchEulerDiscreteScheduler"}}};
+  EXPECT_FALSE(parse(f).plan("/m", index).contains("memory"));  // none declared: none planned
+  f["memory"] = {{"token_pixels", 16}, {"attention", "self_cross"}, {"per_sample_linears", {"norm.linear"}}};
+  const json m = parse(f).plan("/m", index).at("memory");
+  EXPECT_EQ(m.at("token_pixels"), 16);
+  EXPECT_EQ(m.at("attention"), "self_cross");
+  EXPECT_EQ(m.at("text_tokens"), 64);  // max_sequence_length.default
+  f["memory"]["attention"] = "cross";
+  EXPECT_THAT(refusal([&] { parse(f); }), HasSubstr("toy.family.json: 'memory.attention' must be"));
+  f["memory"] = {{"token_pixels", -2}};
+  EXPECT_THAT(refusal([&] { parse(f); }), HasSubstr("'memory.token_pixels' must be a non-negative integer"));
+}
+
 TEST(FamilyFile, RefusesWhatWouldNotBuildNamingTheFileAndKey) {
   EXPECT_THAT(refusal([] { FamilyDescription::parse("{not json", "toy.family.json"); }),
               HasSubstr("toy.family.json: invalid JSON"));

@@ -164,6 +164,19 @@ FamilyDescription FamilyDescription::parse(const std::string& text, const std::s
   }
   if (!has_denoiser) bad(where + ": the denoiser '" + d.denoiser_ + "' is not one of the components");
 
+  if (doc.contains("memory")) {
+    const auto& m = doc["memory"];
+    if (!m.is_object()) bad(where + ": 'memory' must be an object");
+    for (const char* k : {"token_pixels", "token_frames", "text_tokens"})
+      if (m.contains(k) && (!m[k].is_number_integer() || m[k].get<std::int64_t>() < 0))
+        bad(where + ": 'memory." + k + "' must be a non-negative integer");
+    if (m.contains("attention") && !(m["attention"] == "joint" || m["attention"] == "self_cross"))
+      bad(where + ": 'memory.attention' must be \"joint\" or \"self_cross\"");
+    if (m.contains("heads_key") && !m["heads_key"].is_string()) bad(where + ": 'memory.heads_key' must be a string");
+    for (const char* k : {"per_sample_linears", "text_linears"})
+      if (m.contains(k)) strings_at(m[k], where + ": memory." + k);
+  }
+
   const auto& lora = member(doc, "lora_targets", where);
   d.lora_sets_.auto_patterns =
       strings_at(member(lora, "auto", where + ": lora_targets"), where + ": lora_targets.auto");
@@ -220,7 +233,15 @@ json FamilyDescription::plan(const std::string& model_dir, const json& model_ind
   // diffusion_module): the host folds an adapter into it when sampling.
   if (components.contains(denoiser_) && components[denoiser_].is_object() && !components[denoiser_].contains("kind"))
     components[denoiser_]["kind"] = "denoiser";
-  return {{"components", components}, {"family", plugin_}};
+  json out = {{"components", components}, {"family", plugin_}};
+  // The family's token geometry for the host's memory model (host/memory): the file's "memory"
+  // object, its text tokens defaulting to the pipeline's max_sequence_length.
+  if (doc_.contains("memory")) {
+    json m = doc_["memory"];
+    if (!m.contains("text_tokens") && max_sequence_length_ > 0) m["text_tokens"] = max_sequence_length_;
+    out["memory"] = m;
+  }
+  return out;
 }
 
 LoraTargets FamilyDescription::lora_targets(const json& targets) const {
