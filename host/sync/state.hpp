@@ -41,7 +41,7 @@ struct FragmentState {
   // memory means "equal to params" (a checkpoint always stores it).
   Floats pub;
   Floats momentum;
-  double spread_ema = -1;        // recent spread of push arrivals (s); < 0: none yet
+  double spread_ema = -1;        // unused: a slot of checkpoint format 3 (the round policy keeps no state)
   std::string last_merge_event;  // JSON line of the last merge of this fragment
 
   const std::vector<float>& theta() const { return *params; }

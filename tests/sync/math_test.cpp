@@ -773,12 +773,12 @@ TEST(SyncOptions, TimeoutHierarchyIsValidated) {
   t.learner_timeout_s = t.heartbeat_s;
   EXPECT_THROW(t.validate(), yeto::UsageError);
   t = ys::Timeouts{};
-  t.grace_max_s = 40;  // beyond the round deadline (30)
+  t.grace_max_s = 100;  // beyond the round deadline (90)
   try {
     t.validate();
     FAIL();
   } catch (const yeto::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("sync.grace_max_s = 40 must be shorter than sync.round_deadline_s"),
+    EXPECT_NE(std::string(e.what()).find("sync.grace_max_s = 100 must be shorter than sync.round_deadline_s"),
               std::string::npos)
         << e.what();
   }
@@ -786,6 +786,9 @@ TEST(SyncOptions, TimeoutHierarchyIsValidated) {
   t.reconnect_budget_s = 10;
   EXPECT_THROW(t.validate(), yeto::UsageError);
   t = ys::Timeouts{};
-  t.grace_min_s = 20;
+  t.grace_min_s = 70;  // above grace_max_s (60)
+  EXPECT_THROW(t.validate(), yeto::UsageError);
+  t = ys::Timeouts{};
+  t.grace_fraction = 1.0;  // a push would wait a whole period
   EXPECT_THROW(t.validate(), yeto::UsageError);
 }
