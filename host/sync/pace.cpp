@@ -71,8 +71,11 @@ RoundWait Pacer::decide(std::uint32_t p, const std::vector<RoundPush>& in_round,
     double until = deadline;
     if (e >= 0) {
       const double s = slack(id);
-      if (e - s > deadline || now > e + s) continue;  // not due within the bound, or overdue
-      until = std::min(e + s, deadline);
+      // Not due before the deadline, or late by more than its own period (stalled or dead).
+      if (e - s > deadline || now > e + std::max(s, period(id))) continue;
+      // Due: until its expected arrival plus slack; late already (validation, a checkpoint, a
+      // slow link): up to the deadline.
+      if (now <= e + s) until = std::min(e + s, deadline);
     }
     w.expected.push_back(id);
     w.until = std::max(w.until, until);

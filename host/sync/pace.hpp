@@ -18,11 +18,14 @@
 // grace_min_s, grace_max_s) (grace_max_s / 4 until its rate is known): the round's deadline is
 // the earliest arrival + bound of its pushes. Until then it waits for every active learner that
 // has not pushed and is expected:
-//   - it has no prediction yet (no push of this fragment since it joined, or no rate yet), or
-//   - e − s ≤ deadline and now ≤ e + s (due before the deadline and not overdue),
-// up to the latest e + s of them (and at least grace_min_s after the round's first push). A
-// learner that is dead, stalled or much slower is either not expected (its next push is further
-// away than the deadline) or overdue (past e + s): it never delays the others by more than their
+//   - it has no prediction yet (no push of this fragment since it joined, or no rate yet): up to
+//     the deadline;
+//   - e − s ≤ deadline (due before the deadline): up to e + s, or up to the deadline once it is
+//     late (past e + s: a learner rendering validation samples or writing a checkpoint), but not
+//     once it is late by more than its own period (stalled or dead),
+// and at least grace_min_s after the round's first push. A learner that is dead, stalled or much
+// slower is not expected (its next push is further away than the deadline, or it missed it by a
+// period) or waited for up to the deadline: it never delays the others by more than their
 // bound. A learner that runs at the others' speed is expected and waited for, whatever the phase
 // between them, as long as it is within the bound: with the default grace_fraction of one half,
 // of the two gaps between two equal islands' pushes (which add up to a period) one always is.

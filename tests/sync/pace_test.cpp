@@ -236,8 +236,12 @@ TEST(SyncPace, DecisionFollowsThePrediction) {
   EXPECT_DOUBLE_EQ(w.until, 105.0);
   ASSERT_EQ(w.expected.size(), 1u);
   EXPECT_TRUE(pc.decide(0, {{"a", 100.0}}, {"a", "b"}, 100.0, 105.0).merge);
-  // b overdue (its push should have come by 105): not waited for.
+  // b late (its push should have come by 105): waited for up to the deadline.
   w = pc.decide(0, {{"a", 105.5}}, {"a", "b"}, 105.5, 105.5);
+  EXPECT_FALSE(w.merge);
+  EXPECT_DOUBLE_EQ(w.until, 115.5);
+  // b late by more than its period (due at 103, period 20): not waited for.
+  w = pc.decide(0, {{"a", 123.5}}, {"a", "b"}, 123.5, 123.5);
   EXPECT_TRUE(w.merge);
   EXPECT_TRUE(w.expected.empty());
   // b due beyond the bound: a round opened at 90 waits only grace_min_s (0).
