@@ -50,7 +50,7 @@ double Pacer::slack(const std::string& id) const {
 
 double Pacer::bound(const std::string& id) const {
   const double per = period(id);
-  return std::clamp(per > 0 ? o_.grace_fraction * per : o_.grace_max_s / 4, o_.grace_min_s, o_.grace_max_s);
+  return std::clamp(per > 0 ? o_.grace_fraction * per : o_.grace_max_s, o_.grace_min_s, o_.grace_max_s);
 }
 
 RoundWait Pacer::decide(std::uint32_t p, const std::vector<RoundPush>& in_round,

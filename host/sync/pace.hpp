@@ -15,7 +15,7 @@
 // s = max(grace_factor·dev, kSlackFloor·H·spi).
 //
 // No push waits in a round longer than its learner's bound, clamp(grace_fraction × H·spi,
-// grace_min_s, grace_max_s) (grace_max_s / 4 until its rate is known): the round's deadline is
+// grace_min_s, grace_max_s) (grace_max_s until its rate is known): the round's deadline is
 // the earliest arrival + bound of its pushes. Until then it waits for every active learner that
 // has not pushed and is expected:
 //   - it has no prediction yet (no push of this fragment since it joined, or no rate yet): up to

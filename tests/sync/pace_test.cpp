@@ -210,7 +210,8 @@ TEST(SyncPace, ADeadOrSlowIslandNeverDelaysTheOthersBeyondTheBound) {
     }
 }
 
-// Before any push rhythm is known a round waits grace_max_s / 4 for the others; an island that
+// Before any push rhythm is known a round waits up to grace_max_s for the others (islands start
+// apart: one renders validation samples before training); an island that
 // is due soon is waited for until its expected arrival plus slack, one that is overdue or due
 // beyond the bound is not waited for; grace_min_s is always waited.
 TEST(SyncPace, DecisionFollowsThePrediction) {
@@ -220,8 +221,8 @@ TEST(SyncPace, DecisionFollowsThePrediction) {
   ys::Pacer pc(o);
   auto w = pc.decide(0, {{"a", 100.0}}, {"a", "b"}, 100.0, 100.0);
   EXPECT_FALSE(w.merge);
-  EXPECT_DOUBLE_EQ(w.bound, 10.0);
-  EXPECT_DOUBLE_EQ(w.until, 110.0);
+  EXPECT_DOUBLE_EQ(w.bound, 40.0);
+  EXPECT_DOUBLE_EQ(w.until, 140.0);
   // a and b push fragment 0 every 20 s (10 steps of 2 s), b 3 s after a.
   for (int k = 0; k < 5; ++k) {
     pc.on_push("a", 0, 10, 20.0 * k);
@@ -253,5 +254,7 @@ TEST(SyncPace, DecisionFollowsThePrediction) {
   ys::PaceOptions m = o;
   m.grace_min_s = 12;  // above half a's period: the bound is raised to it
   ys::Pacer pm(m);
-  EXPECT_DOUBLE_EQ(pm.decide(0, {{"a", 0.0}}, {"a"}, 0.0, 0.0).until, 12.0);
+  for (int k = 0; k < 3; ++k) pm.on_push("a", 0, 10, 20.0 * k);
+  EXPECT_DOUBLE_EQ(pm.bound("a"), 12.0);
+  EXPECT_DOUBLE_EQ(pm.decide(0, {{"a", 40.0}}, {"a"}, 40.0, 40.0).until, 52.0);
 }
