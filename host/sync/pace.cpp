@@ -45,12 +45,13 @@ double Pacer::slack(const std::string& id) const {
   const double per = period(id);
   if (it == l_.end() || per < 0) return -1;
   const double dev = std::max(it->second.dev, 0.0);
-  return std::max(o_.grace_factor * dev, kSlackFloor * per);
+  return std::max({o_.grace_factor * dev, kSlackFloor * per, o_.resolution_s});
 }
 
 double Pacer::bound(const std::string& id) const {
   const double per = period(id);
-  return std::clamp(per > 0 ? o_.grace_fraction * per : o_.grace_max_s, o_.grace_min_s, o_.grace_max_s);
+  const double b = per > 0 ? std::max(o_.grace_fraction * per, o_.resolution_s) : o_.grace_max_s;
+  return std::clamp(b, o_.grace_min_s, o_.grace_max_s);
 }
 
 RoundWait Pacer::decide(std::uint32_t p, const std::vector<RoundPush>& in_round,

@@ -44,6 +44,9 @@ struct PaceOptions {
   double grace_factor = 3.0;     // slack = grace_factor x a learner's prediction error
   double grace_fraction = 0.6;  // the bound: this fraction of a learner's push period
   std::uint32_t inner_steps = 64;  // H before a learner's pushes show its own
+  // The syncer's time resolution (it decides on pushes and on ticks of heartbeat_s / 4, and frames
+  // arrive with the scheduling jitter of a busy machine): bounds and slacks are at least this.
+  double resolution_s = 0;
 };
 
 // The slack is at least this fraction of the learner's push period (a learner whose pushes

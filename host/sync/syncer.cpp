@@ -210,7 +210,7 @@ struct Syncer::Impl {
   std::vector<Round> rounds;
   // Each learner's push rhythm, from which a round predicts whom to wait for (in memory only).
   Pacer pacer{PaceOptions{o.timeouts.grace_min_s, o.timeouts.grace_max_s, o.timeouts.grace_factor,
-                          o.timeouts.grace_fraction, o.inner_steps}};
+                          o.timeouts.grace_fraction, o.inner_steps, o.timeouts.heartbeat_s / 2}};
   std::set<ConnPtr> conns;
   double started = steady_now();
   std::uint64_t merges_since_ckpt = 0;
