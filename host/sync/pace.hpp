@@ -12,11 +12,11 @@
 //   dev   the average error of those predictions (what its rhythm jitters by);
 //   L[p]  when its last push of fragment p arrived.
 // Its next push of p is expected at e = L[p] + H·spi, give or take the slack
-// s = max(grace_factor·dev, kSlackFloor·H·spi).
+// s = max(grace_factor·dev, kSlackFloor·H·spi, resolution_s).
 //
-// No push waits in a round longer than its learner's bound, clamp(grace_fraction × H·spi,
-// grace_min_s, grace_max_s) (grace_max_s until its rate is known): the round's deadline is
-// the earliest arrival + bound of its pushes. Until then it waits for every active learner that
+// No push waits in a round longer than its learner's bound, clamp(max(grace_fraction × H·spi,
+// resolution_s), grace_min_s, grace_max_s) (grace_max_s until its rate is known): the round's
+// deadline is the earliest arrival + bound of its pushes. Until then it waits for every active learner that
 // has not pushed and is expected:
 //   - it has no prediction yet (no push of this fragment since it joined, or no rate yet): up to
 //     the deadline;
