@@ -16,8 +16,8 @@
 //
 // No push waits in a round longer than its learner's bound, clamp(max(grace_fraction × H·spi,
 // resolution_s), grace_min_s, grace_max_s) (grace_max_s until its rate is known): the round's
-// deadline is the earliest arrival + bound of its pushes. Until then it waits for every active learner that
-// has not pushed and is expected:
+// deadline is the earliest arrival + bound of its pushes. Until then it waits for every active
+// learner that has not pushed and is expected:
 //   - it has no prediction yet (no push of this fragment since it joined, or no rate yet): up to
 //     the deadline;
 //   - e − s ≤ deadline (due before the deadline): up to e + s, or up to the deadline once it is
