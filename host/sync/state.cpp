@@ -66,7 +66,8 @@ class WrittenBackFile {
     temp_ = target_.parent_path() / (target_.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
                                      std::to_string(counter.fetch_add(1)));
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("cannot create '" + temp_.string() + "' to write '" + target_.string() + "': " + errno_text());
+    if (fd_ < 0)
+      throw Error("cannot create '" + temp_.string() + "' to write '" + target_.string() + "': " + errno_text());
   }
   ~WrittenBackFile() {
     if (fd_ >= 0) ::close(fd_);

@@ -100,7 +100,8 @@ struct Sim {
       // The next moment anything happens: a push arrives, or an open round's wait ends.
       double t = pushes[next].at;
       for (std::uint32_t p = 0; p < fragments; ++p)
-        if (!rounds[p].in.empty()) t = std::min(t, std::max(now, pacer.decide(p, rounds[p].in, active, rounds[p].first, now).until));
+        if (!rounds[p].in.empty())
+          t = std::min(t, std::max(now, pacer.decide(p, rounds[p].in, active, rounds[p].first, now).until));
       now = t;
       if (pushes[next].at <= now) {
         const SimPush& x = pushes[next++];
@@ -129,7 +130,8 @@ std::size_t holding(const std::vector<SimMerge>& ms, const std::vector<std::stri
 }
 
 std::size_t after(const std::vector<SimMerge>& ms, double from) {
-  return static_cast<std::size_t>(std::count_if(ms.begin(), ms.end(), [&](const SimMerge& m) { return m.first >= from; }));
+  return static_cast<std::size_t>(
+      std::count_if(ms.begin(), ms.end(), [&](const SimMerge& m) { return m.first >= from; }));
 }
 
 }  // namespace
