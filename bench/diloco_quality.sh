@@ -11,7 +11,8 @@
 # moves a val_loss by a few percent on a handful of rows, so arms compared on other streams
 # would measure the streams. Prints per seed and arm the val_loss, its ratio to the sync
 # arm's and the bytes the islands sent and received (both ways) next to what a float32 ring
-# all-reduce of the same trainable tensors would have moved; then the mean and spread over seeds.
+# all-reduce of the same trainable tensors would have moved, and the merges that held every live
+# island; then the mean and spread over seeds.
 #
 #   bench/diloco_quality.sh BUILD_DIR [OUT_DIR]
 #
@@ -112,20 +113,21 @@ def last(path, key):
 rows = {}
 for seed in seeds:
     s = last(os.path.join(out, f"sync-{seed}", "metrics.jsonl"), "val_loss")
-    rows.setdefault("sync", []).append((s, 1.0, None, None))
+    rows.setdefault("sync", []).append((s, 1.0, None, None, None))
     for arm in ("diloco2", "diloco4"):
         d = os.path.join(out, f"{arm}-{seed}")
         # Every island holds the final cut; islands 0 and 1 evaluate it with the noise streams of
         # logical ranks 0 and 1, the streams the sync arm's two ranks average over.
         v = statistics.mean(last(os.path.join(d, f"island-{i}", "metrics.jsonl"), "val_loss_final_cut") for i in (0, 1))
         summ = json.load(open(os.path.join(d, "summary.json")))
-        rows.setdefault(arm, []).append((v, v / s, summ["bytes_total"], summ["allreduce_equivalent_bytes_total"]))
+        part = f'{summ["merges_with_every_live_island"]}/{summ["outer_steps_merged"]}'
+        rows.setdefault(arm, []).append((v, v / s, summ["bytes_total"], summ["allreduce_equivalent_bytes_total"], part))
 print(f"DiLoCo vs synchronous training, {len(seeds)} seeds, {steps} steps x 2 ranks of samples per arm, H = {inner}")
-print("| arm | seed | val_loss | / sync | bytes both ways | all-reduce bytes | all-reduce / arm |")
-print("|---|---|---|---|---|---|---|")
+print("| arm | seed | val_loss | / sync | bytes both ways | all-reduce bytes | all-reduce / arm | merges with every live island |")
+print("|---|---|---|---|---|---|---|---|")
 for arm, rs in rows.items():
-    for seed, (v, ratio, b, ar) in zip(seeds, rs):
-        extra = "| | |" if b is None else f"| {b:.3g} | {ar:.3g} | {ar / b:.1f}x |"
+    for seed, (v, ratio, b, ar, part) in zip(seeds, rs):
+        extra = "| | | |" if b is None else f"| {b:.3g} | {ar:.3g} | {ar / b:.1f}x | {part} |"
         print(f"| {arm} | {seed} | {v:.5f} | {ratio:.4f} {extra}")
 print()
 print("| arm | mean val_loss | spread (stdev) | mean / sync | worst / sync |")

@@ -15,7 +15,15 @@
 // fragment with all the syncer's work on its I/O thread (the baseline), in one process; a
 // checkpoint at every merge (the default) in each arm.
 //   sync_loopback_bench fragments [large=50000000] [learners=4] [steps=200] [inner_steps=10] [small=65536] [keep]
+//
+// Checkpoint isolation: the time a small fragment's checkpoint takes (its data file, then a
+// manifest, each written and fsynced as the syncer does after a merge) alone, and while a large
+// fragment's data file is written over and over next to it, once written back in chunks as it
+// is written (sync::kFragmentWriteBack, the syncer's default) and once left to the final fsync
+// (the baseline).
+//   sync_loopback_bench checkpoint [large=50000000] [small=65536] [rounds=30]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,8 +37,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.hpp"
 #include "sync/client.hpp"
 #include "sync/quant.hpp"
+#include "sync/state.hpp"
 #include "sync/syncer.hpp"
 
 namespace ys = yeto::sync;
@@ -355,8 +365,80 @@ int fragments_main(int argc, char** argv) {
 
 }  // namespace
 
+ys::FragmentState filled_fragment(std::uint64_t n) {
+  std::vector<float> v(n);
+  for (std::uint64_t k = 0; k < n; ++k) v[k] = 1e-3f * static_cast<float>(k % 977);
+  ys::FragmentState f;
+  f.params = ys::make_floats(v);
+  f.momentum = ys::make_floats(v);
+  f.pub = ys::make_floats(std::move(v));
+  return f;
+}
+
+// Seconds per small checkpoint (data file + manifest) over `rounds`, 50 ms apart; with `large`
+// > 0 a thread writes the large fragment's data file over and over meanwhile.
+std::vector<double> small_checkpoints(const fs::path& dir, std::uint64_t large, std::size_t write_back,
+                                      std::uint64_t small, int rounds) {
+  fs::create_directories(dir);
+  const ys::FragmentState big = large ? filled_fragment(large) : ys::FragmentState{};
+  ys::FragmentState little = filled_fragment(small);
+  std::atomic<bool> stop{false};
+  std::atomic<int> large_files{0};
+  std::thread writer;
+  if (large)
+    writer = std::thread([&] {
+      ys::FragmentState f = big;
+      while (!stop) {
+        ++f.version;
+        ys::save_fragment_data(dir, 0, f, write_back);
+        fs::remove(dir / ys::fragment_data_name(0, f.version));
+        ++large_files;
+      }
+    });
+  // Let the large file's write begin before timing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(large ? 500 : 0));
+  std::vector<double> t;
+  const std::string manifest(600, 'm');
+  for (int i = 0; i < rounds; ++i) {
+    ++little.version;
+    const auto t0 = std::chrono::steady_clock::now();
+    ys::save_fragment_data(dir, 1, little);
+    yeto::atomic_write(dir / "checkpoint.bin", manifest);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    fs::remove(dir / ys::fragment_data_name(1, little.version));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop = true;
+  if (writer.joinable()) writer.join();
+  if (large) std::printf("  (%d large data files of %.0f MB written meanwhile)\n", large_files.load(), large * 12.0 / 1e6);
+  fs::remove_all(dir);
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+int checkpoint_main(int argc, char** argv) {
+  const std::uint64_t large = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 50'000'000ull;
+  const std::uint64_t small = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 65'536ull;
+  const int rounds = argc > 4 ? std::atoi(argv[4]) : 30;
+  const fs::path dir = fs::temp_directory_path() / ("yeto-sync-ckpt-bench-" + std::to_string(::getpid()));
+  const auto alone = small_checkpoints(dir / "alone", 0, 0, small, rounds);
+  const auto chunked = small_checkpoints(dir / "chunked", large, ys::kFragmentWriteBack, small, rounds);
+  const auto at_end = small_checkpoints(dir / "at-end", large, 0, small, rounds);
+  std::printf("sync checkpoint isolation: a small fragment's checkpoint (%llu values: data file + manifest, "
+              "each fsynced) alone and next to a large fragment's data file (%llu values) being written\n",
+              static_cast<unsigned long long>(small), static_cast<unsigned long long>(large));
+  std::printf("  %-44s %9s %9s %9s %9s %9s\n", "arm", "median_s", "mean_s", "p90_s", "max_s", "med/alone");
+  for (const auto& [name, t] : {std::pair<const char*, const std::vector<double>&>{"small alone", alone},
+                                {"+ large, written back every 8 MiB (default)", chunked},
+                                {"+ large, written back at its fsync", at_end}})
+    std::printf("  %-44s %9.4f %9.4f %9.4f %9.4f %9.2f\n", name, quantile(t, 0.5), mean(t), quantile(t, 0.9),
+                t.empty() ? 0.0 : t.back(), quantile(t, 0.5) / quantile(alone, 0.5));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "fragments") return fragments_main(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "checkpoint") return checkpoint_main(argc, argv);
   const std::uint64_t params = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 50'000'000ull;
   const int learners = argc > 2 ? std::atoi(argv[2]) : 4;
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;

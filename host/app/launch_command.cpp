@@ -318,7 +318,9 @@ int launch_status(CommandContext& ctx) {
   }
   if (summary.is_object())
     o << "  syncer: " << summary.value("outer_steps_merged", 0) << " merges (" << summary.value("merges_with_every_island", 0)
-      << " with every island)" << (summary["final_cut"].is_null() ? "" : ", final cut taken") << "\n";
+      << " with every island, " << summary.value("merges_with_every_live_island", 0) << " with every live island: "
+      << std::fixed << std::setprecision(0) << 100.0 * summary.value("participation", 0.0) << std::defaultfloat
+      << " %)" << (summary["final_cut"].is_null() ? "" : ", final cut taken") << "\n";
   o << engine_view;
   std::cout << o.str();
   return 0;

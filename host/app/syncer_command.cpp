@@ -39,7 +39,7 @@ void register_syncer_command(Registry& r) {
   c.summary = "Run the fragment syncer that merges the islands' pseudo-gradients.";
   c.description =
       "Listens for learner islands, authenticates them with the run secret (challenge-response), merges their "
-      "pseudo-gradients per fragment (quorum, adaptive grace window, token-weighted radial-directional averaging, "
+      "pseudo-gradients per fragment (quorum, a wait for the learners expected from their push periods, token-weighted radial-directional averaging, "
       "HeLoCo correction of stale pushes, Nesterov outer step) and broadcasts the new global fragments. The state "
       "directory holds the checkpoint, checkpoint.bin and the fragments' data files in fragments/ (restarted from "
       "automatically), the event tape tape.jsonl, the bound port in "

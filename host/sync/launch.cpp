@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
@@ -535,6 +536,7 @@ json embedded_summary(const fs::path& run_dir, std::uint32_t islands) {
   // when it was decided (a dead, lost or finished island does not count against it).
   json s = {{"islands", islands}, {"outer_steps_merged", merges}, {"merges_with_every_island", merges_all},
             {"merges_with_every_live_island", merges_every_active}, {"merges_by_islands", participation},
+            {"participation", merges ? static_cast<double>(merges_every_active) / static_cast<double>(merges) : 0.0},
             {"rejects", rejects}, {"final_cut", final_cut}};
   json fv = json::array();
   for (const auto& [p, v] : versions) fv.push_back(v);
@@ -624,7 +626,8 @@ std::string format_summary(const json& s) {
   o << "  outer steps merged: " << s["outer_steps_merged"].get<std::uint64_t>() << " (fragment versions "
     << s["fragment_versions"].dump() << "), " << s["merges_with_every_island"].get<std::uint64_t>()
     << " with every island, " << s.value("merges_with_every_live_island", std::uint64_t{0})
-    << " with every live island (by islands merged: " << s.value("merges_by_islands", json::object()).dump() << "), "
+    << " with every live island (" << std::fixed << std::setprecision(0) << 100.0 * s.value("participation", 0.0)
+    << std::defaultfloat << std::setprecision(6) << " %; by islands merged: " << s.value("merges_by_islands", json::object()).dump() << "), "
     << s["rejects"].get<std::uint64_t>() << " refused frames\n";
   const std::size_t n_missing = s.value("islands_missing", json::array()).size();
   if (!s["final_cut"].is_null()) {

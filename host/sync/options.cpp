@@ -27,6 +27,8 @@ void Timeouts::validate() const {
   if (grace_min_s < 0 || grace_min_s > grace_max_s)
     problems << "\n  sync.grace_min_s = " << grace_min_s << " must lie in [0, sync.grace_max_s = " << grace_max_s << "]";
   if (grace_factor < 0) problems << "\n  sync.grace_factor must not be negative";
+  if (!(grace_fraction > 0) || grace_fraction >= 1)
+    problems << "\n  sync.grace_fraction = " << grace_fraction << " must lie in (0, 1): a push waits less than its period";
   if (!(final_timeout_s > heartbeat_s))
     problems << "\n  sync.final_timeout_s = " << final_timeout_s << " must be longer than sync.heartbeat_s";
   const std::string p = problems.str();
@@ -89,6 +91,7 @@ Timeouts timeouts_from_config(const config::Config& c) {
   t.grace_min_s = c.get_number("sync.grace_min_s");
   t.grace_max_s = c.get_number("sync.grace_max_s");
   t.grace_factor = c.get_number("sync.grace_factor");
+  t.grace_fraction = c.get_number("sync.grace_fraction");
   t.round_deadline_s = c.get_number("sync.round_deadline_s");
   t.reconnect_budget_s = c.get_number("sync.reconnect_budget_s");
   t.final_timeout_s = c.get_number("sync.final_timeout_s");
@@ -100,6 +103,7 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.run_name = c.get_string("sync.run_id");
   o.timeouts = timeouts_from_config(c);
   o.quorum = static_cast<std::uint32_t>(c.get_int("sync.quorum"));
+  o.inner_steps = static_cast<std::uint32_t>(c.get_int("sync.inner_steps"));
   o.outer_lr = c.get_number("sync.outer_lr");
   o.outer_momentum = c.get_number("sync.outer_momentum");
   o.max_staleness = static_cast<std::uint32_t>(c.get_int("sync.max_staleness"));

@@ -26,10 +26,14 @@ namespace yeto::sync {
 struct Timeouts {
   double heartbeat_s = 1.0;
   double learner_timeout_s = 5.0;
+  // How long a round waits for learners that have not pushed (sync/pace.hpp): a push waits at most
+  // clamp(grace_fraction x its learner's push period, grace_min_s, grace_max_s); a missing learner
+  // is waited for up to its expected arrival plus grace_factor x its prediction error.
   double grace_min_s = 0.0;
-  double grace_max_s = 10.0;
-  double grace_factor = 1.5;
-  double round_deadline_s = 30.0;
+  double grace_max_s = 60.0;
+  double grace_factor = 3.0;
+  double grace_fraction = 0.6;
+  double round_deadline_s = 90.0;
   double reconnect_budget_s = 120.0;
   double final_timeout_s = 10.0;
   // Throws UsageError naming the keys that break the hierarchy.
@@ -49,6 +53,7 @@ struct SyncerOptions {
   std::string run_name = "yeto";
   Timeouts timeouts;
   std::uint32_t quorum = 1;
+  std::uint32_t inner_steps = 64;  // the run's H (sync.inner_steps): a learner's push period before its pushes show it
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   std::uint32_t max_staleness = 8;

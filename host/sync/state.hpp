@@ -6,6 +6,7 @@
 // with yeto::AtomicFile and ends with a CRC-32C of everything before it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -41,7 +42,7 @@ struct FragmentState {
   // memory means "equal to params" (a checkpoint always stores it).
   Floats pub;
   Floats momentum;
-  double spread_ema = -1;        // recent spread of push arrivals (s); < 0: none yet
+  double spread_ema = -1;        // unused: a slot of checkpoint format 3 (the round policy keeps no state)
   std::string last_merge_event;  // JSON line of the last merge of this fragment
 
   const std::vector<float>& theta() const { return *params; }
@@ -71,9 +72,15 @@ struct SyncerState {
 
 // "fragments/f<P>-v<VERSION>.bin", relative to the checkpoint's directory.
 std::filesystem::path fragment_data_name(std::uint32_t p, std::uint64_t version);
+// A fragment's data file is written back to disk every this many bytes as it is written: a
+// 50 M-value fragment's file is 600 MB, and the other fragments' checkpoints, whose fsyncs commit
+// the filesystem's journal, should not wait behind hundreds of MB of it left to its fsync.
+inline constexpr std::size_t kFragmentWriteBack = 8u << 20;
 // Writes fragment p's values at f.version to dir/fragment_data_name(p, f.version) atomically
-// (temporary, fsync, rename, fsync directory); returns the file's CRC-32C. Any thread.
-std::uint32_t save_fragment_data(const std::filesystem::path& dir, std::uint32_t p, const FragmentState& f);
+// (temporary, fsync, rename, fsync directory), written back every `write_back` bytes (0: only at
+// the fsync; sync_loopback_bench's baseline); returns the file's CRC-32C. Any thread.
+std::uint32_t save_fragment_data(const std::filesystem::path& dir, std::uint32_t p, const FragmentState& f,
+                                 std::size_t write_back = kFragmentWriteBack);
 
 // The manifest's exact bytes (magic "YCKP", format 3, ..., CRC-32C); data_crc[p]: the CRC of
 // fragment p's data file at its version.

@@ -35,6 +35,7 @@
 #include "core/error.hpp"
 #include "sync/clock.hpp"
 #include "sync/merge.hpp"
+#include "sync/pace.hpp"
 #include "sync/protocol.hpp"
 #include "sync/state.hpp"
 #include "sync/tape.hpp"
@@ -193,14 +194,6 @@ struct PendingPush {
 struct Round {
   std::vector<PendingPush> pushes;
   double first = 0, last = 0;
-  std::optional<double> quorum_at;
-};
-
-// What the last merge of a fragment left out: the active learners it did not wait for, and
-// when its round opened. A push of one of them arriving later measures how far behind it was.
-struct Stragglers {
-  std::set<std::string> missing;
-  double round_first = 0;
 };
 
 }  // namespace
@@ -215,7 +208,9 @@ struct Syncer::Impl {
   std::unique_ptr<Tape> tape;
   SyncerState st;
   std::vector<Round> rounds;
-  std::vector<Stragglers> stragglers;  // per fragment, in memory only
+  // Each learner's push rhythm, from which a round predicts whom to wait for (in memory only).
+  Pacer pacer{PaceOptions{o.timeouts.grace_min_s, o.timeouts.grace_max_s, o.timeouts.grace_factor,
+                          o.timeouts.grace_fraction, o.inner_steps, o.timeouts.heartbeat_s / 2}};
   std::set<ConnPtr> conns;
   double started = steady_now();
   std::uint64_t merges_since_ckpt = 0;
@@ -1011,6 +1006,7 @@ struct Syncer::Impl {
     ++r.joins;
     r.live = !finishing || r.live;
     r.last_seen = steady_now();
+    pacer.on_join(h.learner_id);
     taped(rejoin ? "rejoin" : "join", -1, -1, {h.learner_id},
                 {{"peer", c->peer}, {"live", live_ids().size()}, {"joins", r.joins}});
     // Catch-up: the current global state right away, not at the next round boundary, less what
@@ -1229,7 +1225,7 @@ struct Syncer::Impl {
     }
     std::vector<float> delta = std::move(cd.values);
     const double now = steady_now();
-    note_straggler(p, id, now);
+    pacer.on_push(id, p, m.inner_steps, now);
     Round& r = rounds[p];
     bool replaced = false;
     for (auto& q : r.pushes)
@@ -1251,22 +1247,6 @@ struct Syncer::Impl {
                  {"pending", r.pushes.size()}});
     ack(c, p, PushStatus::accepted);
     try_close(p, now);
-  }
-
-  // A push from a learner the last merge of fragment p went ahead without: its lateness behind
-  // that round's first push is an observation of the arrival spread (within the round deadline).
-  void note_straggler(std::uint32_t p, const std::string& id, double now) {
-    if (p >= stragglers.size() || !stragglers[p].missing.erase(id)) return;
-    const double late = now - stragglers[p].round_first;
-    if (late > o.timeouts.round_deadline_s) return;
-    observe_spread(st.fragments[p], late);
-  }
-
-  // The spread estimate follows a larger observation at once and decays slowly (0.9 / 0.1)
-  // towards smaller ones: arrival jitter is bursty, and a window sized to the mean would cut
-  // off every burst's straggler.
-  static void observe_spread(FragmentState& f, double x) {
-    f.spread_ema = f.spread_ema < 0 || x > f.spread_ema ? x : 0.9 * f.spread_ema + 0.1 * x;
   }
 
   void on_leave(const ConnPtr& c) {
@@ -1316,7 +1296,7 @@ struct Syncer::Impl {
     for (std::uint32_t p = 0; p < rounds.size(); ++p)
       if (!rounds[p].pushes.empty() && may_start_merge(p)) {
         const std::size_t q = std::max<std::size_t>(1, std::min<std::size_t>(o.quorum, rounds[p].pushes.size()));
-        merge(p, "learners_done", q, grace_for(st.fragments[p]), now);
+        merge(p, "learners_done", q, RoundWait{}, now);
         if (finishing || deferred_final) return;  // the merge spent the budget
       }
     // Merges on the worker pool call this again when they land; the cut is taken after them.
@@ -1379,11 +1359,6 @@ struct Syncer::Impl {
 
   // ---------------------------------------------------------------- rounds
 
-  double grace_for(const FragmentState& f) const {
-    const double spread = f.spread_ema < 0 ? o.timeouts.grace_max_s / 4 : f.spread_ema;
-    return std::clamp(o.timeouts.grace_factor * spread, o.timeouts.grace_min_s, o.timeouts.grace_max_s);
-  }
-
   void try_close(std::uint32_t p, double now) {
     Round& r = rounds[p];
     if (r.pushes.empty() || finishing) return;
@@ -1394,14 +1369,15 @@ struct Syncer::Impl {
     for (const auto& id : live)
       if (std::none_of(r.pushes.begin(), r.pushes.end(), [&](const PendingPush& x) { return x.learner == id; }))
         all_live = false;
-    if (n >= q && !r.quorum_at) r.quorum_at = now;
-    // While this fragment's previous merge is in flight the round keeps filling (its grace
-    // window runs from when it reached the quorum); it merges once that merge has landed.
+    // While this fragment's previous merge is in flight the round keeps filling; it merges once
+    // that merge has landed.
     if (!may_start_merge(p)) return;
-    const double grace = grace_for(st.fragments[p]);
-    if (n >= q && all_live) return merge(p, "all_live", q, grace, now);
-    if (n >= q && r.quorum_at && now - *r.quorum_at >= grace) return merge(p, "grace", q, grace, now);
-    if (now - r.first >= o.timeouts.round_deadline_s) return merge(p, "deadline", q, grace, now);
+    std::vector<RoundPush> in;
+    for (const auto& x : r.pushes) in.push_back({x.learner, x.arrived});
+    RoundWait w = pacer.decide(p, in, live, r.first, now);
+    if (n >= q && all_live) return merge(p, "all_live", q, std::move(w), now);
+    if (n >= q && w.merge) return merge(p, "grace", q, std::move(w), now);
+    if (now - r.first >= o.timeouts.round_deadline_s) return merge(p, "deadline", q, std::move(w), now);
   }
 
   // A merge runs in steps. merge() (I/O thread) takes the round; compute (the worker pool for
@@ -1416,7 +1392,8 @@ struct Syncer::Impl {
     std::uint32_t p = 0;
     std::string reason;
     std::size_t quorum = 0;
-    double grace = 0, decided = 0, round_first = 0, round_last = 0;
+    RoundWait wait;  // the round's wait when it was decided
+    double decided = 0, round_first = 0, round_last = 0;
     std::vector<PendingPush> pushes;
     std::vector<std::uint64_t> samples, staleness;
     std::vector<std::string> who;
@@ -1428,7 +1405,6 @@ struct Syncer::Impl {
     Floats base_params, base_momentum, base_pub;  // the fragment's state the merge starts from
     std::vector<float> params, momentum, pub;
     Floats new_params, new_momentum, new_pub;  // the same, shared, once the merge landed
-    std::set<std::string> missing;             // active learners the merge went ahead without
     std::uint32_t data_crc = 0;                // of the fragment's data file at the new version
     json record;                               // the merge record on the tape
     HelocoStats hs;
@@ -1456,12 +1432,12 @@ struct Syncer::Impl {
     return true;
   }
 
-  void merge(std::uint32_t p, const char* reason, std::size_t quorum, double grace, double now) {
+  void merge(std::uint32_t p, const char* reason, std::size_t quorum, RoundWait wait, double now) {
     auto job = std::make_shared<MergeJob>();
     job->p = p;
     job->reason = reason;
     job->quorum = quorum;
-    job->grace = grace;
+    job->wait = std::move(wait);
     job->decided = now;
     Round r = std::move(rounds[p]);
     rounds[p] = Round{};
@@ -1589,8 +1565,6 @@ struct Syncer::Impl {
     j.new_params = make_floats(std::move(j.params));
     j.new_momentum = make_floats(std::move(j.momentum));
     j.new_pub = o.downlink == Downlink::q4 ? make_floats(std::move(j.pub)) : j.new_params;
-    for (const auto& id : active_ids())
-      if (std::find(j.who.begin(), j.who.end(), id) == j.who.end()) j.missing.insert(id);
     if (async_checkpoints()) {
       FragmentState next;
       next.version = j.version + 1;
@@ -1755,13 +1729,7 @@ struct Syncer::Impl {
       reg.samples += j.samples[i];
     }
     s.samples_merged += total;
-    // The arrival spread of the round feeds the adaptive grace window only when every active
-    // learner is in it: a round that went ahead without some knows only a lower bound, and
-    // counting it (or the straggler's lone round that follows) as the spread would shrink the
-    // window until no merge waits for anyone. The stragglers' lateness is measured when their
-    // pushes arrive (note_straggler).
     const double spread = j.round_last - j.round_first;
-    if (j.missing.empty()) observe_spread(f, spread);
     if (!record) {
       f.last_merge_event = j.record.dump();
       return;
@@ -1778,7 +1746,8 @@ struct Syncer::Impl {
                 {"learners", j.who}, {"outer_step", s.outer_steps}, {"weights", j.weights},
                 {"staleness", j.staleness}, {"samples", j.samples}, {"reason", j.reason}, {"quorum", j.quorum},
                 {"live", live_ids().size()}, {"active", j.active}, {"every_active", j.every_active},
-                {"grace_s", j.grace}, {"spread_s", spread},
+                {"grace_s", j.wait.bound}, {"waited_s", j.decided - j.round_first},
+                {"expected", j.wait.expected}, {"spread_s", spread},
                 {"round_latency_s", now - j.round_first}, {"merge_s", j.compute_s}, {"worker", j.offloaded},
                 {"update_norm", j.update_norm},
                 {"heloco", {{"kept", j.hs.kept}, {"shrunk", j.hs.shrunk}, {"reoriented", j.hs.reoriented}}}};
@@ -1806,8 +1775,6 @@ struct Syncer::Impl {
     std::uint64_t total = 0;
     for (auto x : j.samples) total += x;
     samples_in_flight -= total;
-    if (stragglers.size() < st.fragments.size()) stragglers.resize(st.fragments.size());
-    stragglers[p] = Stragglers{std::move(j.missing), j.round_first};
     // Durable before visible: the checkpoint naming this version (with θ and P) was written
     // before the tape record and before any learner sees the new version. The record's time and
     // round latency are those of this moment (the checkpoint's copy has those of its making).

@@ -85,6 +85,8 @@ TEST(SyncLaunch, RunsASyncerAndTwoIslandsToTheFinalCutAndSummarises) {
   EXPECT_EQ(by_islands, 6u);
   EXPECT_EQ(s["merges_by_islands"].value("2", 0), s["merges_with_every_island"].get<int>());
   EXPECT_GE(s["merges_with_every_live_island"].get<int>(), s["merges_with_every_island"].get<int>());
+  EXPECT_DOUBLE_EQ(s["participation"].get<double>(), s["merges_with_every_live_island"].get<double>() / 6.0);
+  EXPECT_NE(ys::format_summary(s).find(" with every live island ("), std::string::npos) << ys::format_summary(s);
   EXPECT_EQ(s["final"]["acked"].size(), 2u);
   for (const auto& i : s["per_island"]) {
     EXPECT_GT(i["steps"].get<int>(), 0);
