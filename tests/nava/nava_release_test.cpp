@@ -205,15 +205,19 @@ bool fp8_linear_weight(const std::string& name, const at::Tensor& t) {
 
 at::Tensor decode(const at::Tensor& codes) { return yeto::nn::e4m3_table().index_select(0, codes.flatten().to(at::kLong)).view(codes.sizes()); }
 
-// One scale for the whole tensor, rounded to bf16 as NAVA stores it, and its codes.
-std::pair<at::Tensor, at::Tensor> quantize_per_tensor(const at::Tensor& w) {
-  const auto scale = (w.abs().max() / 448.0).to(at::kBFloat16);
-  const auto x = (w / scale.to(at::kFloat)).contiguous();
+at::Tensor encode(const at::Tensor& w) {
+  const auto x = w.to(at::kFloat).contiguous();
   auto codes = at::empty(x.sizes(), at::kByte);
   const float* src = x.data_ptr<float>();
   auto* dst = codes.data_ptr<std::uint8_t>();
   for (std::int64_t i = 0; i < x.numel(); ++i) dst[i] = yeto::nn::encode_e4m3(src[i]);
-  return {codes, scale};
+  return codes;
+}
+
+// One scale for the whole tensor, rounded to bf16 as NAVA stores it, and its codes.
+std::pair<at::Tensor, at::Tensor> quantize_per_tensor(const at::Tensor& w) {
+  const auto scale = (w.abs().max() / 448.0).to(at::kBFloat16);
+  return {encode(w / scale.to(at::kFloat)), scale};
 }
 
 }  // namespace
@@ -274,6 +278,26 @@ TEST(NavaRelease, TheFp8ReleaseLoadsItsCodesExactly) {
   ASSERT_FALSE(own.empty());
   EXPECT_EQ(sample(row_fp8, "fp8", "row_fp8.safetensors"), own);
   EXPECT_EQ(sample(row_fp8, "auto", "row_auto.safetensors"), sample(row_ref, "auto", "row_ref.safetensors"));
+
+  // A file without any scale: its e4m3 tensors are their codes' values (scale 1).
+  Checkpoint unscaled, unscaled_ref;
+  for (const auto& [n, t] : weights) {
+    if (!fp8_linear_weight(n, t)) {
+      unscaled.add("backbone." + n, t);
+      unscaled_ref.add("backbone." + n, t);
+      continue;
+    }
+    const auto codes = encode(t);
+    unscaled.add("backbone." + n, codes, yeto::io::DType::F8_E4M3);
+    unscaled_ref.add("backbone." + n, decode(codes));
+  }
+  const auto unscaled_fp8 = release("unscaled", "NAVA_fp8.safetensors");
+  unscaled.write(unscaled_fp8);
+  const auto unscaled_ref_file = release("unscaled_ref", "NAVA.safetensors");
+  unscaled_ref.write(unscaled_ref_file);
+  const auto unscaled_sample = sample(unscaled_fp8, "auto", "unscaled.safetensors");
+  ASSERT_FALSE(unscaled_sample.empty());
+  EXPECT_EQ(unscaled_sample, sample(unscaled_ref_file, "auto", "unscaled_ref.safetensors"));
 
   // Per-tensor bf16 scales (NAVA's FP8Linear dtype; shapes [] and [1]), and patch_embedding (a
   // convolution) stored in fp8 as well.
