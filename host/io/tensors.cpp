@@ -92,6 +92,25 @@ at::Tensor mapped_tensor(const SafetensorsFile& file, const TensorInfo& info) {
                        at::TensorOptions().dtype(type).device(at::kCPU));
 }
 
+at::Tensor fp8_codes(const SafetensorsFile& file, const TensorInfo& info) {
+  if (info.dtype != DType::F8_E4M3)
+    throw Error("tensor '" + info.name + "' is " + dtype_name(info.dtype) + ", not float8_e4m3fn codes",
+                ExitCode::bad_input);
+  return at::from_blob(const_cast<std::byte*>(file.data(info)), info.shape, [keep = file](void*) {},
+                       at::TensorOptions().dtype(at::kByte).device(at::kCPU));
+}
+
+at::Tensor fp8_row_scales(const SafetensorsFile& file, const TensorInfo* scale, std::int64_t rows) {
+  if (!scale) return at::ones({rows}, at::kFloat);
+  const at::Tensor s = to_tensor(file, *scale).to(at::kFloat).reshape({-1});
+  if (s.numel() == 1) return s.expand({rows}).contiguous();
+  if (s.numel() != rows)
+    throw Error("scale tensor '" + scale->name + "' has " + std::to_string(s.numel()) + " values for " +
+                    std::to_string(rows) + " rows",
+                ExitCode::bad_input);
+  return s.contiguous();
+}
+
 at::Tensor tensor_as(const SafetensorsFile& file, const TensorInfo& info, c10::ScalarType dtype,
                      const c10::Device& device, bool* mapped) {
   if (mapped) *mapped = false;

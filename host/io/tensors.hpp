@@ -37,6 +37,15 @@ at::Tensor mapped_tensor(const SafetensorsFile& file, const TensorInfo& info);
 at::Tensor tensor_as(const SafetensorsFile& file, const TensorInfo& info, c10::ScalarType dtype,
                      const c10::Device& device, bool* mapped = nullptr);
 
+// A float8_e4m3fn tensor's codes as they are stored: a uint8 CPU tensor of its shape viewing the
+// file's mapping (no copy; the tensor keeps the mapping alive). Throws yeto::Error (bad_input)
+// for another dtype.
+at::Tensor fp8_codes(const SafetensorsFile& file, const TensorInfo& info);
+// The per-row float32 scales [rows] of a scaled fp8 weight (io/fp8_scaled.hpp) from its scale
+// tensor: one value ([] / [1]) repeated, or one per row ([rows] / [rows, 1]) converted exactly;
+// ones when `scale` is null (codes stored without a scale).
+at::Tensor fp8_row_scales(const SafetensorsFile& file, const TensorInfo* scale, std::int64_t rows);
+
 // Every tensor of the file, by name (owned copies).
 std::map<std::string, at::Tensor> load_safetensors(const std::filesystem::path& path);
 

@@ -15,6 +15,7 @@
 #include "core/sha256.hpp"
 #include "core/strings.hpp"
 #include "io/aliases.hpp"
+#include "io/fp8_scaled.hpp"
 #include "io/hub.hpp"
 #include "io/provenance.hpp"
 #include "io/repository.hpp"
@@ -105,6 +106,10 @@ struct WeightItem {
   std::vector<std::int64_t> shape;
   std::function<at::Tensor(bool* mapped)> read;
   const io::WeightSource::Located* located = nullptr;
+  // A scaled fp8 weight (io/fp8_scaled.hpp): `read` gives its e4m3 codes (uint8, viewing the
+  // mapping) and this its per-row float32 scales, handed over next to it as `<name>_scale`; the
+  // family kit keeps the codes (model.storage = "fp8") or dequantises them.
+  std::function<at::Tensor()> scale = {};
 };
 
 // Where a component's weights come from: its folder (every tensor), or a plan's single file
@@ -163,6 +168,15 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
       if (auto local = selected(n)) names.emplace_back(*local, n);
     located.reserve(names.size());
     for (const auto& [local, n] : names) located.push_back(ws->locate(n));
+    // Scaled fp8 weights: their scales (and the scaled_fp8 marker, input scales) are consumed.
+    std::vector<std::pair<std::string, const io::TensorInfo*>> headers;
+    for (std::size_t i = 0; i < names.size(); ++i) headers.emplace_back(names[i].first, located[i].info);
+    const auto fp8 = io::pair_fp8_scales(headers, where + ", " + from);
+    if (fp8.input_scales)
+      spdlog::info("pipeline: {}: {} scale_input tensors ignored (fp8 storage is weight-only; activations stay in "
+                   "the compute dtype)", b.name, fp8.input_scales);
+    std::map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < names.size(); ++i) index.emplace(names[i].first, i);
     // In file order (shard by shard, by offset), so the mapping is read front to back.
     std::vector<std::size_t> order(names.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -172,9 +186,29 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
     });
     for (const std::size_t i : order) {
       const auto* loc = &located[i];
+      if (fp8.consumed.count(names[i].first)) continue;
+      if (const auto f = fp8.scale_of.find(names[i].first); f != fp8.scale_of.end()) {
+        const auto* sloc = f->second.empty() ? nullptr : &located[index.at(f->second)];
+        const std::int64_t rows = loc->info->shape.empty() ? 1 : loc->info->shape[0];
+        items.push_back({names[i].first, loc->info->shape,
+                         [loc, device](bool* mapped) {
+                           *mapped = device.is_cpu();
+                           at::Tensor codes = io::fp8_codes(loc->file, *loc->info);
+                           if (device.is_cpu()) return codes;
+                           at::Tensor out = codes.to(device);
+                           codes = at::Tensor();
+                           loc->file.release(*loc->info);
+                           return out;
+                         },
+                         loc, [loc, sloc, rows, device] {
+                           return io::fp8_row_scales(sloc ? sloc->file : loc->file, sloc ? sloc->info : nullptr, rows)
+                               .to(device);
+                         }});
+        continue;
+      }
       items.push_back({names[i].first, loc->info->shape,
                        [loc, dtype, device](bool* mapped) { return io::tensor_as(loc->file, *loc->info, dtype, device, mapped); },
-                       loc});
+                       loc, nullptr});
     }
   }
   std::map<std::string, at::Tensor> params;
@@ -248,6 +282,10 @@ void stream_weights(const Built& b, const yeto_component_v1& c, const std::strin
     bytes += static_cast<std::uint64_t>(t.numel()) * t.element_size();
     batch.emplace_back(item.name, std::move(t));
     mapped.push_back(is_mapped ? item.located : nullptr);
+    if (item.scale) {
+      batch.emplace_back(item.name + "_scale", item.scale());
+      mapped.push_back(nullptr);
+    }
     if (bytes >= kBatchBytes) flush();
   }
   flush();

@@ -889,15 +889,17 @@ class NavaPlugin : public sdk::Plugin {
   static json release_plan(const std::string& model_dir) {
     const fs::path dir(model_dir);
     const auto config_path = dir / "config.json";
-    const auto weights = dir / "NAVA.safetensors";
-    if (!fs::exists(config_path) || !fs::exists(weights)) {
-      std::string why = "'" + model_dir + "' is neither a repository in the family file's layout (no model_index.json) "
-                        "nor NAVA's release layout (config.json with NAVA.safetensors)";
-      if (fs::exists(dir / "NAVA_fp8.safetensors"))
-        why += "; NAVA_fp8.safetensors (FP8Linear codes with their weight_scale) is not read: use NAVA.safetensors, "
-               "with model.storage = \"fp8\" to keep the frozen base in 8 bits";
-      throw std::invalid_argument(why);
-    }
+    // NAVA.safetensors (bf16), or NAVA_fp8.safetensors (the block Linears as e4m3 codes with their
+    // weight_scale, read as they are by the host's loader): the fp8 file when it is the only one,
+    // or when both are there and model.storage = "fp8".
+    const auto bf16 = dir / "NAVA.safetensors", fp8 = dir / "NAVA_fp8.safetensors";
+    const bool want_fp8 =
+        fs::exists(fp8) && (!fs::exists(bf16) || family::host_config_string("model.storage", "auto") == "fp8");
+    const auto weights = want_fp8 ? fp8 : bf16;
+    if (!fs::exists(config_path) || !fs::exists(weights))
+      throw std::invalid_argument("'" + model_dir + "' is neither a repository in the family file's layout (no "
+                                  "model_index.json) nor NAVA's release layout (config.json with NAVA.safetensors or "
+                                  "NAVA_fp8.safetensors)");
     auto config = family::read_json_file(config_path.string());
     try {
       NavaConfig::from_json(config);

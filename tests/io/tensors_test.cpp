@@ -60,6 +60,31 @@ TEST(Tensors, Float8DecodesToFloat32) {
   EXPECT_TRUE(std::isinf(m.at("b")[1].item<float>()));
 }
 
+// A scaled fp8 weight's codes view the mapping as they are; its scale becomes float32 per row.
+TEST(Tensors, Float8CodesViewTheFileAndScalesExpandPerRow) {
+  TempDir t;
+  const std::vector<std::byte> codes = {std::byte{0x38}, std::byte{0xc0}, std::byte{0x01}, std::byte{0x7e},
+                                        std::byte{0x00}, std::byte{0x80}};
+  const at::Tensor one = torch::tensor({0.5f}).to(torch::kBFloat16);
+  const at::Tensor rows = torch::tensor({0.25f, 2.0f, 3.0f}).to(torch::kBFloat16).reshape({3, 1});
+  write_safetensors(t / "f8.safetensors",
+                    {{"w", DType::F8_E4M3, {3, 2}, codes},
+                     {"s1", DType::BF16, {}, {static_cast<const std::byte*>(one.data_ptr()), 2}},
+                     {"s3", DType::BF16, {3, 1}, {static_cast<const std::byte*>(rows.data_ptr()), 6}},
+                     {"f", DType::F32, {1}, {codes.data(), 4}}});
+  const auto f = SafetensorsFile::open(t / "f8.safetensors");
+  const at::Tensor c = fp8_codes(f, *f.find("w"));
+  EXPECT_EQ(c.scalar_type(), torch::kByte);
+  EXPECT_EQ(c.sizes(), (std::vector<std::int64_t>{3, 2}));
+  EXPECT_EQ(c.data_ptr(), static_cast<const void*>(f.data(*f.find("w"))));
+  EXPECT_EQ(c[0][1].item<int>(), 0xc0);
+  EXPECT_THROW(fp8_codes(f, *f.find("f")), yeto::Error);
+  EXPECT_TRUE(torch::equal(fp8_row_scales(f, f.find("s1"), 3), torch::full({3}, 0.5f)));
+  EXPECT_TRUE(torch::equal(fp8_row_scales(f, f.find("s3"), 3), torch::tensor({0.25f, 2.0f, 3.0f})));
+  EXPECT_TRUE(torch::equal(fp8_row_scales(f, nullptr, 2), torch::ones({2})));
+  EXPECT_THROW(fp8_row_scales(f, f.find("s3"), 2), yeto::Error);
+}
+
 namespace {
 
 struct Tiny : torch::nn::Module {

@@ -809,6 +809,27 @@ TEST(Fp8, LinearStoresCodesAndMatchesTheDequantisedWeight) {
   EXPECT_THROW(lin->set_base_trainable(true), std::invalid_argument);
 }
 
+// Codes made elsewhere (a scaled fp8 checkpoint's) are kept as they are, without a copy, and
+// compute as store_fp8 of the float weight does; a 4-D tensor dequantises one scale per row.
+TEST(Fp8, LinearKeepsGivenCodesAsTheyAre) {
+  torch::manual_seed(2);
+  Linear a(16, 8), b(16, 8);
+  b->bias.detach().copy_(a->bias.detach());
+  const auto w = a->weight.detach().clone();
+  a->store_fp8(w);
+  const auto [codes, scale] = yeto::nn::quantize_e4m3_rows(w);
+  b->store_fp8_codes(codes, scale, torch::kFloat);
+  EXPECT_EQ(b->weight.data_ptr(), codes.data_ptr());
+  const auto x = torch::randn({3, 16});
+  EXPECT_TRUE(torch::equal(a(x), b(x)));
+  EXPECT_THROW(b->store_fp8_codes(codes.t().contiguous(), scale, torch::kFloat), std::invalid_argument);
+  EXPECT_THROW(b->store_fp8_codes(codes, scale.narrow(0, 0, 4), torch::kFloat), std::invalid_argument);
+  EXPECT_THROW(b->store_fp8_codes(codes.to(torch::kFloat), scale, torch::kFloat), std::invalid_argument);
+  const auto c4 = codes.reshape({8, 2, 2, 4});
+  EXPECT_TRUE(torch::equal(yeto::nn::dequantize_e4m3(c4, scale, torch::kFloat),
+                           yeto::nn::dequantize_e4m3_rows(codes, scale, torch::kFloat).reshape({8, 2, 2, 4})));
+}
+
 TEST(Fp8, BlockedGemmsMatchTheWholeWeight) {
   torch::manual_seed(2);
   const auto w = torch::randn({150, 130}).to(torch::kBFloat16);

@@ -175,7 +175,23 @@ void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, 
   if (host_config_string("model.storage", "auto") == "fp8")
     for (const auto& [path, layer] : nn::lora_capable_layers(model))
       fp8_layers.emplace(path.empty() ? "weight" : path + ".weight", layer);
+  // A scaled fp8 checkpoint's weight arrives as its e4m3 codes (uint8) followed by
+  // `<name>_scale` (float32 per-row scales): fp8 layers keep the codes as they are, every other
+  // destination takes decode(code) x scale in its dtype.
+  std::map<std::string, at::Tensor> fp8_scales;
   for (const auto& [name, t] : weights) {
+    if (t.scalar_type() != at::kByte) continue;
+    const at::Tensor* dst = params.find(name);
+    if (!dst && with_buffers) dst = buffers.find(name);
+    if (dst && dst->is_floating_point()) fp8_scales.emplace(name, at::Tensor());
+  }
+  for (const auto& [name, t] : weights)
+    if (name.size() > 6 && name.compare(name.size() - 6, 6, "_scale") == 0)
+      if (const auto it = fp8_scales.find(name.substr(0, name.size() - 6)); it != fp8_scales.end()) it->second = t;
+  for (const auto& [name, t] : weights) {
+    if (name.size() > 6 && name.compare(name.size() - 6, 6, "_scale") == 0 &&
+        fp8_scales.count(name.substr(0, name.size() - 6)))
+      continue;  // consumed with its codes
     at::Tensor* dst = params.find(name);
     if (!dst && with_buffers) dst = buffers.find(name);
     if (!dst) {
@@ -185,15 +201,29 @@ void load_module_weights(torch::nn::Module& model, const NamedTensors& weights, 
     if (dst->sizes() != t.sizes())
       fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': checkpoint shape " + c10::str(t.sizes()) +
                                           ", model shape " + c10::str(dst->sizes()));
-    // Same dtype and device: the parameter takes the tensor itself (a 16-bit checkpoint the host
-    // maps stays file-backed, never copied); otherwise one converting copy.
-    if (const auto it = fp8_layers.find(name); it != fp8_layers.end()) {
+    if (const auto sc = fp8_scales.find(name); sc != fp8_scales.end()) {
+      if (!sc->second.defined())
+        fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': uint8 (float8 codes) without its '" + name +
+                                            "_scale'; a scaled fp8 weight needs its scale");
+      try {
+        const auto codes = t.to(dst->device());
+        const auto scale = sc->second.to(dst->device(), at::kFloat);
+        if (const auto it = fp8_layers.find(name); it != fp8_layers.end())
+          it->second->store_fp8_codes(codes, scale, dst->scalar_type());
+        else
+          dst->set_data(nn::dequantize_e4m3(codes, scale, dst->scalar_type()).to(dst->device()));
+      } catch (const std::invalid_argument& e) {
+        fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': " + e.what());
+      }
+    } else if (const auto it = fp8_layers.find(name); it != fp8_layers.end()) {
       try {
         it->second->store_fp8(t.to(dst->device(), dst->is_floating_point() ? dst->scalar_type() : t.scalar_type()));
       } catch (const std::invalid_argument& e) {
         fail(YETO_ERR_INVALID_ARGUMENT, cls + " tensor '" + name + "': " + e.what());
       }
     } else if (dst->scalar_type() == t.scalar_type() && dst->device() == t.device())
+      // Same dtype and device: the parameter takes the tensor itself (a 16-bit checkpoint the
+      // host maps stays file-backed, never copied); otherwise one converting copy.
       dst->set_data(t);
     else
       dst->copy_(t);

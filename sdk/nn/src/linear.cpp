@@ -168,6 +168,12 @@ at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale
   return dequantize_e4m3_block(codes, scale, dtype, 0, codes.size(0), 0, codes.size(1));
 }
 
+at::Tensor dequantize_e4m3(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype) {
+  if (codes.dim() < 1 || codes.size(0) == 0) throw std::invalid_argument("dequantize_e4m3: expected codes [out, ...]");
+  const auto rows = codes.reshape({codes.size(0), -1});
+  return dequantize_e4m3_rows(rows.contiguous(), scale, dtype).view(codes.sizes());
+}
+
 namespace {
 // Splits `extent` into equal blocks of about `target` (at least 64, so each block's GEMM stays a
 // real GEMM with the library's fast, float-accumulating kernels): the block size.
@@ -432,8 +438,21 @@ void LinearImpl::store_fp8(const at::Tensor& w) {
                                 std::to_string(in_) + "]");
   if (!w.is_floating_point()) throw std::invalid_argument("Linear: store_fp8 expects a floating-point weight");
   auto [codes, scale] = quantize_e4m3_rows(w);
+  store_fp8_codes(codes, scale, w.scalar_type());
+}
+
+void LinearImpl::store_fp8_codes(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype) {
+  if (codes.scalar_type() != at::kByte || codes.dim() != 2 || codes.size(0) != out_ || codes.size(1) != in_)
+    throw std::invalid_argument("Linear: store_fp8_codes expects uint8 codes [" + std::to_string(out_) + ", " +
+                                std::to_string(in_) + "], got " + std::string(c10::toString(codes.scalar_type())) +
+                                " " + c10::str(codes.sizes()));
+  if (scale.scalar_type() != at::kFloat || scale.dim() != 1 || scale.size(0) != out_ ||
+      scale.device() != codes.device())
+    throw std::invalid_argument("Linear: store_fp8_codes expects float32 scales [" + std::to_string(out_) +
+                                "] on the codes' device");
+  if (!at::isFloatingType(dtype)) throw std::invalid_argument("Linear: store_fp8_codes needs a floating compute dtype");
   at::NoGradGuard no_grad;
-  compute_dtype_ = w.scalar_type();
+  compute_dtype_ = dtype;
   weight.set_requires_grad(false);
   weight.set_data(codes);
   if (weight_scale_.defined())

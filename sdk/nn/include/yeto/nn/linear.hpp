@@ -54,6 +54,9 @@ std::pair<at::Tensor, at::Tensor> quantize_e4m3_rows(const at::Tensor& w);
 // decode(codes) * scale[:, None] in `dtype`: a CPU loop over a lookup table on the CPU, a table
 // lookup (index_select) elsewhere.
 at::Tensor dequantize_e4m3_rows(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype);
+// The same for codes of any rank >= 1 (a convolution's [out, ...]): one scale per index of the
+// first dimension.
+at::Tensor dequantize_e4m3(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype);
 // The block [row0, row0 + rows) x [col0, col0 + cols) of the same, as a contiguous [rows, cols].
 at::Tensor dequantize_e4m3_block(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype,
                                  std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t cols);
@@ -117,6 +120,9 @@ class LinearImpl : public torch::nn::Module {
   // gradients flow, again in backward instead of keeping the dequantised copy. The bias and
   // adapters keep their dtypes. merge() is refused (there is no 16-bit weight to fold into).
   void store_fp8(const at::Tensor& w);
+  // The same from codes already made (a scaled fp8 checkpoint's weight): `codes` uint8 [out, in]
+  // kept as they are (no copy), `scale` float32 [out] on their device, computing in `dtype`.
+  void store_fp8_codes(const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype);
   bool fp8() const { return compute_dtype_.has_value(); }
   // The dtype the layer computes in (its inputs' dtype): the weight's, or under fp8 storage the
   // dtype the codes are dequantised to. Families take their activations' dtype from here, not
