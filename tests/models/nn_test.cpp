@@ -557,33 +557,47 @@ TEST(BlockShards, ShardedBlocksGiveTheSameOutputsAndLoraGradientsOnOneAndTwoRank
     const auto ref_grads = whole->lora_grads();
     ASSERT_EQ(ref_grads.size(), 14u);  // A and B of seven layers
 
-    // One rank: the blocks' parameters are empty between uses; each block gathers once forward
-    // and once for its recomputation in backward.
+    // One rank: the blocks' parameters are empty between uses. Each block gathers its block
+    // unit (the biases) once forward and once for its recomputation in backward; each Linear
+    // gathers its weight around its forward GEMM, its recomputed one and its input gradient:
+    // per block 2 + 2 x 3 = 8 gathers. No Linear weight is whole when another one is gathered.
     {
       Stack m;
       if (fp8) m->to_fp8();
-      int calls = 0;
+      int calls = 0, most_whole = 0;
       shard_stack(m, 0, 1, [&](const torch::Tensor& s, const torch::Tensor& o) {
         ++calls;
+        int resident = 0;
+        for (std::size_t b = 0; b < 3; ++b)
+          for (const char* n : {"a", "b"}) resident += m->layer(b, n)->weight.numel() > 0 ? 1 : 0;
+        most_whole = std::max(most_whole, resident);
         o.copy_(s);
       });
       m->add_lora();  // after sharding, as prepare does: replicated, never sharded
       EXPECT_EQ(yeto::nn::block_modules(*m).size(), 3u);
+      EXPECT_EQ(m->sharding->units(0), 3);
+      // One 8 x 8 float32 weight; under fp8 (64 bytes of codes) block 0's unit of two float32
+      // biases, the second at the 64-byte aligned offset.
+      EXPECT_EQ(m->sharding->largest_unit_bytes(), fp8 ? 64 + 32 : 256);
       EXPECT_EQ(m->layer(0, "a")->weight.numel(), 0);
+      EXPECT_EQ(m->layer(0, "a")->bias.numel(), 0);
       EXPECT_EQ(m->proj->weight.numel(), 48);  // outside the blocks: whole
       const auto out = m->forward(x);
       EXPECT_TRUE(torch::equal(out, ref_out)) << "fp8 " << fp8;
+      EXPECT_EQ(calls, 9);
       out.pow(2).sum().backward();
-      EXPECT_EQ(calls, 6);
+      EXPECT_EQ(calls, 24);
+      EXPECT_EQ(most_whole, 0);
       const auto grads = m->lora_grads();
       ASSERT_EQ(grads.size(), ref_grads.size());
       for (std::size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], ref_grads[i])) << i;
       EXPECT_EQ(m->layer(2, "b")->weight.numel(), 0);
       EXPECT_EQ(m->layer(2, "b")->weight.scalar_type(), fp8 ? torch::kByte : torch::kFloat);
-      // Inference gathers once per block and keeps nothing.
+      // Inference gathers every unit once and keeps nothing.
       torch::NoGradGuard no_grad;
       EXPECT_TRUE(torch::equal(m->forward(x), ref_out));
-      EXPECT_EQ(calls, 9);
+      EXPECT_EQ(calls, 33);
+      EXPECT_EQ(m->layer(1, "a")->weight.numel(), 0);
     }
 
     // Two ranks: each keeps about half of every block; both compute the unsharded numbers.
@@ -612,13 +626,13 @@ TEST(BlockShards, ShardedBlocksGiveTheSameOutputsAndLoraGradientsOnOneAndTwoRank
         full_bytes[static_cast<std::size_t>(r)] = m->sharding->full_bytes();
       });
     for (auto& t : ranks) t.join();
-    EXPECT_EQ(ex.calls, 6);
+    EXPECT_EQ(ex.calls, 24);
     for (std::size_t r = 0; r < 2; ++r) {
       EXPECT_TRUE(torch::equal(outs[r], ref_out)) << r;
       ASSERT_EQ(grads[r].size(), ref_grads.size());
       for (std::size_t i = 0; i < grads[r].size(); ++i) EXPECT_TRUE(torch::equal(grads[r][i], ref_grads[i])) << r << " " << i;
-      // Half of each block, padded to 64-byte pieces.
-      EXPECT_LE(shard_bytes[r], full_bytes[r] / 2 + 3 * 64 * 3) << r;
+      // Half of each unit (three per block), each padded to 64-byte pieces and entries.
+      EXPECT_LE(shard_bytes[r], full_bytes[r] / 2 + 3 * 3 * 64 + 3 * 64) << r;
       EXPECT_GE(shard_bytes[r], full_bytes[r] / 2) << r;
     }
   }

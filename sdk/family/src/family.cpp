@@ -232,7 +232,9 @@ void check_block_sharding(torch::nn::Module& model, const std::string& component
   sdk::Host::info("train.shard = fsdp: " + component + " keeps " + std::to_string(blocks->sharding->size()) +
                   " blocks as shards of " + std::to_string(blocks->sharding->shard_bytes() >> 10) + " KiB (of " +
                   std::to_string(blocks->sharding->full_bytes() >> 10) + " KiB) on rank " +
-                  std::to_string(blocks->sharding->rank()) + " of " + std::to_string(blocks->sharding->world_size()));
+                  std::to_string(blocks->sharding->rank()) + " of " + std::to_string(blocks->sharding->world_size()) +
+                  "; at most " + std::to_string(blocks->sharding->largest_unit_bytes() >> 10) +
+                  " KiB of them whole at a time (one Linear weight, or a block's other parameters)");
 }
 
 std::string parse_tuning(const json& options) {

@@ -23,11 +23,11 @@ namespace yeto::nn {
 using CheckpointFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
 // What runs around each run of a checkpointed fn (its forward and its recomputation in
-// backward): enter() before it, exit() after it (in backward: after the recomputed graph's own
-// backward, so what enter() made stays valid while that graph uses it). exit() runs also when
-// fn or the backward throws. Sharded blocks gather and free their weights with it.
+// backward): enter(recompute) before it, exit() after it (in backward: after the recomputed
+// graph's own backward, so what enter() made stays valid while that graph uses it). exit() runs
+// also when fn or the backward throws. Sharded blocks gather and free their weights with it.
 struct CheckpointScope {
-  std::function<void()> enter;
+  std::function<void(bool recompute)> enter;
   std::function<void()> exit;
 };
 
@@ -54,21 +54,27 @@ struct BlockCheckpointing {
 
 // ---- the frozen blocks sharded across ranks (train.shard = "fsdp") ---------------------------
 //
-// Every rank keeps 1/world_size of each block's frozen parameters as one flat byte shard in the
-// parameters' own dtypes (bf16, fp8 codes, ...): a block's parameters are laid end to end in
-// their order (each at a 64-byte aligned offset), the layout is padded to world_size equal
-// pieces and rank r keeps piece r. Between uses a sharded parameter is an empty tensor ([0], its
-// dtype and device; the module's tensor object itself, so the module needs no change); gather()
-// all-gathers the pieces into one buffer and points every parameter of the block into it, and
-// release() empties them again. Buffers and the parameters outside the blocks (embeddings, the
-// final layers) stay whole on every rank; so do LoRA adapters added after loading.
+// Every rank keeps 1/world_size of each block's frozen parameters as flat byte shards in the
+// parameters' own dtypes (bf16, fp8 codes, ...), one per gather unit: the weight of every
+// nn::Linear in the block is a unit of its own, and the block's other parameters (biases, norms,
+// modulation tables) are one more, its block unit. A unit's parameters are laid end to end in
+// their order (each at a 64-byte aligned offset), the layout is padded to world_size equal pieces
+// and rank r keeps piece r. Between uses a sharded parameter is an empty tensor ([0], its dtype and
+// device; the module's tensor object itself, so the module needs no change). gather(block)
+// all-gathers the block unit for a run of the block and release() empties it again; each Linear
+// gathers its own weight around its GEMM and again for its input gradient in backward (its
+// WeightGather), so a block's whole weights are never resident at once: at most the block unit
+// plus one Linear weight (the largest such unit is largest_unit_bytes()). Buffers and the
+// parameters outside the blocks (embeddings, the final layers) stay whole on every rank; so do
+// LoRA adapters added after loading.
 
 // `shard` (uint8 [n]) of every rank into `out` (uint8 [n * world_size]), rank r's at r * n.
 using AllGatherFn = std::function<void(const at::Tensor& shard, const at::Tensor& out)>;
 
-class BlockShards {
+class BlockShards : public std::enable_shared_from_this<BlockShards> {
  public:
   // blocks[i]: block i's module (run_block's index i) and its path in the model ("blocks.3").
+  // Held by a std::shared_ptr (the Linears find their units through it).
   BlockShards(int rank, int world_size, AllGatherFn all_gather,
               std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks);
   std::int64_t size() const { return static_cast<std::int64_t>(blocks_.size()); }
@@ -76,19 +82,23 @@ class BlockShards {
   int world_size() const { return world_; }
 
   // `names` (model paths) now hold their checkpoint values: every block all of whose parameters
-  // have been loaded is sharded (this rank's piece copied out, the whole tensors dropped).
+  // have been loaded is sharded (this rank's pieces copied out, the whole tensors dropped).
   void loaded(const std::vector<std::string>& names);
   bool sharded(std::int64_t block) const;
   // The first block not sharded yet and the path of a parameter it still waits for; "" when
   // every block is sharded.
   std::string first_unsharded() const;
-  // A sharded block's whole parameters for its next run (a collective: every rank calls it in
-  // the same order); nested calls count. release() drops them when the outermost use ends.
-  void gather(std::int64_t block);
+  // A sharded block's unit of parameters outside its Linears for its next run (a collective:
+  // every rank calls it in the same order); nested calls count. release() drops them when the
+  // outermost use ends. `recompute`: the run is backward's recomputation.
+  void gather(std::int64_t block, bool recompute = false);
   void release(std::int64_t block);
-  // Bytes of this rank's pieces, and of the whole sharded blocks.
+  // Bytes of this rank's pieces, of the whole sharded blocks, and of the largest unit whole.
   std::int64_t shard_bytes() const;
   std::int64_t full_bytes() const;
+  std::int64_t largest_unit_bytes() const;
+  // Gather units of a sharded block (its block unit and one per Linear weight).
+  std::int64_t units(std::int64_t block) const;
 
  private:
   struct Entry {
@@ -96,21 +106,27 @@ class BlockShards {
     at::Tensor tensor;  // the module's own parameter
     at::ScalarType dtype;
     std::vector<std::int64_t> sizes;
-    std::int64_t offset = 0;  // bytes into the block's layout
+    std::int64_t offset = 0;  // bytes into the unit's layout
     std::int64_t bytes = 0;
+  };
+  struct Unit {
+    std::vector<Entry> entries;
+    at::Tensor shard;  // uint8 [piece]
+    std::int64_t piece = 0;
+    std::int64_t bytes = 0;  // the layout's end, unpadded
+    int uses = 0;
   };
   struct Block {
     std::string path;
     std::shared_ptr<torch::nn::Module> module;
     std::vector<std::string> waiting;  // parameters not loaded yet (paths in the model)
-    std::vector<Entry> entries;
-    at::Tensor shard;  // uint8 [piece]
-    std::int64_t piece = 0;
-    int uses = 0;
+    std::vector<Unit> units;           // [0]: the block unit; then one per Linear weight
     bool sharded = false;
   };
-  void shard(Block& b);
+  void shard(Block& b, std::int64_t index);
   Block& block_at(std::int64_t block, const char* what);
+  void gather_unit(std::int64_t block, std::size_t unit, int use);
+  void release_unit(Unit& u);
 
   int rank_;
   int world_;
