@@ -243,7 +243,12 @@ std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> block_mo
 
 BlockShards::BlockShards(int rank, int world_size, AllGatherFn all_gather,
                          std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks)
-    : rank_(rank), world_(world_size), all_gather_(std::move(all_gather)) {
+    : BlockShards(rank, world_size, std::move(all_gather), std::move(blocks), Options{}) {}
+
+BlockShards::BlockShards(int rank, int world_size, AllGatherFn all_gather,
+                         std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks,
+                         Options options)
+    : rank_(rank), world_(world_size), all_gather_(std::move(all_gather)), options_(std::move(options)) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw std::invalid_argument("BlockShards: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
   for (auto& [path, module] : blocks) {
@@ -306,6 +311,7 @@ void BlockShards::shard(Block& b, std::int64_t index) {
   const std::int64_t rank = rank_;
   for (std::size_t k = 0; k < b.units.size(); ++k) {
     auto& u = b.units[k];
+    if (k == 0 && !options_.block_unit) continue;  // the block's other parameters stay as they are
     u.piece = aligned((u.bytes + world_ - 1) / world_);
     const at::Device device = u.entries.empty() ? at::Device(at::kCPU) : u.entries.front().tensor.device();
     u.shard = at::zeros({u.piece}, at::TensorOptions().dtype(at::kByte).device(device));
@@ -318,6 +324,7 @@ void BlockShards::shard(Block& b, std::int64_t index) {
       }
       e.tensor.set_(empty_like_kind(e.tensor));
     }
+    if (options_.pin) u.shard = u.shard.pin_memory();
     if (k == 0) continue;
     // The layer gathers its weight unit itself (the block's index and the unit's stay valid: the
     // blocks and their units never change once sharded).
@@ -356,26 +363,86 @@ BlockShards::Block& BlockShards::block_at(std::int64_t block, const char* what) 
   return b;
 }
 
-void BlockShards::gather_unit(std::int64_t block, std::size_t unit, int /*use*/) {
+namespace {
+// A gather's identity for the prefetch order: block, unit, use (WeightGather::Use; 3: the
+// block unit of a recomputation).
+std::int64_t gather_key(std::int64_t block, std::size_t unit, int use) {
+  return (block << 32) | (static_cast<std::int64_t>(unit) << 2) | use;
+}
+std::int64_t key_block(std::int64_t key) { return key >> 32; }
+std::size_t key_unit(std::int64_t key) { return static_cast<std::size_t>((key & 0xffffffff) >> 2); }
+}  // namespace
+
+void BlockShards::gather_unit(std::int64_t block, std::size_t unit, int use) {
   auto& b = block_at(block, "gather");
   auto& u = b.units.at(unit);
-  if (u.uses++ > 0) return;
-  at::NoGradGuard no_grad;
-  at::Tensor full = at::empty({u.piece * world_}, u.shard.options());
-  try {
-    all_gather_(u.shard, full);
-  } catch (...) {
-    --u.uses;
-    throw;
+  const std::int64_t key = gather_key(block, unit, use);
+  at::Tensor full;
+  if (in_flight_.valid()) {
+    // Always wait for the gather in flight first: the collectives keep one order on every rank.
+    const std::int64_t pkey = in_flight_key_;
+    in_flight_key_ = -1;
+    at::Tensor buffer = in_flight_.get();  // a failed gather fails here, with its message
+    if (key_block(pkey) == block && key_unit(pkey) == unit && u.uses == 0) {
+      full = std::move(buffer);
+      ++prefetched_;
+    }
   }
-  for (auto& e : u.entries) {
-    if (e.tensor.scalar_type() != e.dtype)
-      throw std::logic_error("BlockShards: " + b.path + "." + e.name + " changed dtype after it was sharded");
-    const auto esize = static_cast<std::int64_t>(e.tensor.element_size());
-    std::vector<std::int64_t> strides(e.sizes.size(), 1);
-    for (std::size_t d = e.sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * e.sizes[d];
-    e.tensor.set_(full.storage(), e.offset / esize, e.sizes, strides);
+  if (last_ >= 0) next_[last_] = key;
+  last_ = key;
+  if (u.uses++ == 0) {
+    at::NoGradGuard no_grad;
+    if (!full.defined()) {
+      full = whole_buffer(u, unit);
+      try {
+        all_gather_(u.shard, full);
+      } catch (...) {
+        --u.uses;
+        throw;
+      }
+    }
+    for (auto& e : u.entries) {
+      if (e.tensor.scalar_type() != e.dtype)
+        throw std::logic_error("BlockShards: " + b.path + "." + e.name + " changed dtype after it was sharded");
+      const auto esize = static_cast<std::int64_t>(e.tensor.element_size());
+      std::vector<std::int64_t> strides(e.sizes.size(), 1);
+      for (std::size_t d = e.sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * e.sizes[d];
+      e.tensor.set_(full.storage(), e.offset / esize, e.sizes, strides);
+    }
   }
+  if (!prefetch_) return;
+  const auto it = next_.find(key);
+  if (it == next_.end()) return;
+  const auto& next_unit = blocks_.at(static_cast<std::size_t>(key_block(it->second))).units.at(key_unit(it->second));
+  in_flight_key_ = it->second;
+  // The buffer is allocated here, on the caller's thread: memory allocated on the prefetch thread
+  // would come from an allocator arena of that thread's own, which the process keeps.
+  at::Tensor out = whole_buffer(next_unit, key_unit(it->second));
+  in_flight_ = std::async(std::launch::async, [gather = all_gather_, shard = next_unit.shard, out]() mutable {
+    gather(shard, out);
+    return out;
+  });
+}
+
+at::Tensor BlockShards::whole_buffer(const Unit& u, std::size_t unit) {
+  const std::int64_t n = u.piece * world_;
+  const at::Device device = whole_device(u);
+  const auto options = u.shard.options().device(device);
+  if (unit == 0) return at::empty({n}, options);  // a block unit: small, and whole for a block's run
+  // Linear weights: at most two buffers of the largest Linear unit, reused while nothing else
+  // holds them (the parameters of a released unit are empty again, so the pool's own reference
+  // is the storage's only one). Without them, buffers of many sizes allocated and freed in turn
+  // (one in use, the next prefetched) left the allocator holding more than two.
+  for (const auto& b : pool_)
+    if (b.device() == device && b.numel() >= n && b.storage().use_count() == 1) return b.narrow(0, 0, n);
+  if (pool_.size() < 2) {
+    std::int64_t largest = n;
+    for (const auto& blk : blocks_)
+      for (std::size_t k = 1; k < blk.units.size(); ++k) largest = std::max(largest, blk.units[k].piece * world_);
+    pool_.push_back(at::empty({largest}, options));
+    return pool_.back().narrow(0, 0, n);
+  }
+  return at::empty({n}, options);
 }
 
 void BlockShards::release_unit(Unit& u) {
@@ -384,13 +451,29 @@ void BlockShards::release_unit(Unit& u) {
   for (auto& e : u.entries) e.tensor.set_(empty_like_kind(e.tensor));
 }
 
+void BlockShards::end_chain() {
+  last_ = -1;
+  in_flight_key_ = -1;
+  if (!in_flight_.valid()) return;
+  // Called on the way out of a block's run, also while an exception unwinds: a failed prefetch
+  // is dropped here (the island's next collective reports the dead rank).
+  try {
+    in_flight_.get();
+  } catch (...) {
+  }
+}
+
 void BlockShards::gather(std::int64_t block, bool recompute) {
+  if (!options_.block_unit) return;
   gather_unit(block, 0, recompute ? 3 : at::GradMode::is_enabled() ? WeightGather::kForward : WeightGather::kInference);
 }
 
 void BlockShards::release(std::int64_t block) {
+  if (!options_.block_unit) return;
   auto& b = block_at(block, "release");
-  release_unit(b.units[0]);
+  auto& u = b.units[0];
+  release_unit(u);
+  if (u.uses == 0) end_chain();
 }
 
 std::int64_t BlockShards::shard_bytes() const {
@@ -403,15 +486,15 @@ std::int64_t BlockShards::shard_bytes() const {
 std::int64_t BlockShards::full_bytes() const {
   std::int64_t n = 0;
   for (const auto& b : blocks_)
-    for (const auto& u : b.units)
-      for (const auto& e : u.entries) n += e.bytes;
+    for (std::size_t k = options_.block_unit ? 0 : 1; k < b.units.size(); ++k)
+      for (const auto& e : b.units[k].entries) n += e.bytes;
   return n;
 }
 
 std::int64_t BlockShards::largest_unit_bytes() const {
   std::int64_t n = 0;
   for (const auto& b : blocks_)
-    for (const auto& u : b.units) n = std::max(n, u.bytes);
+    for (std::size_t k = options_.block_unit ? 0 : 1; k < b.units.size(); ++k) n = std::max(n, b.units[k].bytes);
   return n;
 }
 

@@ -10,7 +10,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,10 +76,23 @@ using AllGatherFn = std::function<void(const at::Tensor& shard, const at::Tensor
 
 class BlockShards : public std::enable_shared_from_this<BlockShards> {
  public:
-  // blocks[i]: block i's module (run_block's index i) and its path in the model ("blocks.3").
-  // Held by a std::shared_ptr (the Linears find their units through it).
+  // Block swap (model.block_swap) is the same machinery on one rank: the "shards" are the whole
+  // Linear weights kept in host memory, "gathering" copies one to the compute device.
+  struct Options {
+    // false: only the Linear weights are units; a block's other parameters stay as they are
+    // (whole, wherever the model puts them), and gather(block) / release(block) do nothing.
+    bool block_unit = true;
+    // Where whole weights are materialised; unset: where the shards are.
+    std::optional<at::Device> device;
+    // The shards in page-locked host memory (asynchronous copies to a CUDA device).
+    bool pin = false;
+  };
+  // blocks[i]: block i's module and its path in the model ("blocks.3"); with sharding, block i is
+  // run_block's index i. Held by a std::shared_ptr (the Linears find their units through it).
   BlockShards(int rank, int world_size, AllGatherFn all_gather,
               std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks);
+  BlockShards(int rank, int world_size, AllGatherFn all_gather,
+              std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks, Options options);
   std::int64_t size() const { return static_cast<std::int64_t>(blocks_.size()); }
   int rank() const { return rank_; }
   int world_size() const { return world_; }
@@ -99,6 +115,20 @@ class BlockShards : public std::enable_shared_from_this<BlockShards> {
   std::int64_t largest_unit_bytes() const;
   // Gather units of a sharded block (its block unit and one per Linear weight).
   std::int64_t units(std::int64_t block) const;
+  // Gathers whose whole weights a prefetch had already brought (see below).
+  std::int64_t prefetched() const { return prefetched_; }
+
+  // Prefetch: within a run of a block (between its block unit's gather and release) the units
+  // are gathered in the same order every time, on every rank (the same code runs). Each gather
+  // records which gather followed the previous one (by block, unit and use: inference / forward
+  // with grad / backward) and, when it has seen what follows this one, starts that unit's
+  // all-gather on a thread of its own while the caller computes; the next gather waits for it and
+  // takes its buffer when it is the unit asked for (else drops it and gathers as usual). Every
+  // gather first waits for the one in flight, and the block unit's release ends the chain (waits,
+  // forgets the previous gather), so the collectives keep one order on every rank and none is in
+  // flight outside a block's run (where the host runs its own all-reduces). The values gathered
+  // are the same bytes either way; at most two units are whole at once.
+  void set_prefetch(bool on) { prefetch_ = on; }
 
  private:
   struct Entry {
@@ -127,11 +157,22 @@ class BlockShards : public std::enable_shared_from_this<BlockShards> {
   Block& block_at(std::int64_t block, const char* what);
   void gather_unit(std::int64_t block, std::size_t unit, int use);
   void release_unit(Unit& u);
+  void end_chain();
+  at::Tensor whole_buffer(const Unit& u, std::size_t unit);
+  at::Device whole_device(const Unit& u) const { return options_.device ? *options_.device : u.shard.device(); }
 
   int rank_;
   int world_;
   AllGatherFn all_gather_;
+  Options options_;
   std::vector<Block> blocks_;
+  bool prefetch_ = true;
+  std::map<std::int64_t, std::int64_t> next_;  // gather key -> the key that followed it last time
+  std::int64_t last_ = -1;                     // the previous gather's key in this chain
+  std::int64_t in_flight_key_ = -1;
+  std::future<at::Tensor> in_flight_;
+  std::int64_t prefetched_ = 0;
+  std::vector<at::Tensor> pool_;  // reusable buffers for whole Linear weights
 };
 
 // The block modules of a model, in run_block's numbering: the elements of every torch::nn::
@@ -150,6 +191,10 @@ class CheckpointedBlocks {
   // Set: every block is sharded and runs as gather, fn, release; with grad mode on it always
   // recomputes in backward (gathering again), whatever activation_checkpointing says.
   std::shared_ptr<BlockShards> sharding;
+  // Set (model.block_swap): some blocks' Linear weights live in host memory and each is copied
+  // to the compute device for its GEMM and again for its input gradient (their Linears do it);
+  // run_block is unchanged, activation_checkpointing applies as it is.
+  std::shared_ptr<BlockShards> block_swap;
 
  protected:
   // fn(inputs) for the block numbered `index`: through checkpoint() when
