@@ -272,6 +272,7 @@ std::int64_t apply_block_swap(torch::nn::Module& model, const std::string& compo
              "computes on the CPU, where every block is in host memory already: set model.block_swap = 0 (or run on "
              "a CUDA device)");
   auto* blocks = dynamic_cast<nn::CheckpointedBlocks*>(&model);
+  if (blocks && blocks->block_swap) return n;  // prepared before: its weights are in host memory already
   if (blocks && blocks->sharding)
     fail(YETO_ERR_UNSUPPORTED, "model.block_swap with train.shard = \"fsdp\": a rank keeps only its shard of each "
                                "block already; use one of the two (model.block_swap = 0, or train.shard = \"ddp\")");
