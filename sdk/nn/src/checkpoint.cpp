@@ -415,8 +415,7 @@ void BlockShards::gather_unit(std::int64_t block, std::size_t unit, int use) {
   if (it == next_.end()) return;
   const auto& next_unit = blocks_.at(static_cast<std::size_t>(key_block(it->second))).units.at(key_unit(it->second));
   in_flight_key_ = it->second;
-  // The buffer is allocated here, on the caller's thread: memory allocated on the prefetch thread
-  // would come from an allocator arena of that thread's own, which the process keeps.
+  // The buffer is taken here, on the caller's thread (the pool is the caller's alone).
   at::Tensor out = whole_buffer(next_unit, key_unit(it->second));
   in_flight_ = std::async(std::launch::async, [gather = all_gather_, shard = next_unit.shard, out]() mutable {
     gather(shard, out);
