@@ -100,6 +100,9 @@ bytes=$(find "$R" -name '*.safetensors' -printf '%s\n' | awk '{s += $1} END {pri
 tbytes=$(find "$R/transformer" -name '*.safetensors' -printf '%s\n' | awk '{s += $1} END {print s}')
 echo "Flux wide bf16: checkpoint $(echo "scale=3; $bytes / 1000000000" | bc) GB (transformer $(echo "scale=3; $tbytes / 1000000000" | bc) GB);" \
   "$STEPS LoRA steps, micro batch 1 per rank, 128 x 128, $THREADS thread(s) per rank"
+echo "bound (fsdp) = checkpoint / N x 1.2 + activations + 400 MB, where activations = the same rank's ddp peak" \
+  "minus the checkpoint's bytes: what a ddp rank holds beyond the whole checkpoint (the encoders' and the" \
+  "denoiser's activations, LoRA, its gradients and AdamW state, the runtime's own memory)"
 printf '%-5s %5s %12s %s\n' shard ranks "island s" "peak GB per rank (fsdp: bound)"
 for n in $RANKS; do
   declare -A peak_ddp=()

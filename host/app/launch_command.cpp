@@ -60,6 +60,7 @@ fleet::Fleet build_fleet(CommandContext& ctx) {
   for (const auto& ov : ctx.args().overrides)
     if (!starts_with(ov.key, "launch.") && ov.key != "run.output" && ov.key != "sync.islands")
       f.sets.push_back(ov.key + "=" + ov.value);
+  f.shard = cfg.get_string("train.shard");
   const std::string run_name = cfg.get_string("run.name");
   f.name = fleet::fleet_name(run_name.empty() ? f.run_dir.filename().string() : run_name);
   const auto gpus = ctx.has("gpu") ? ctx.values("gpu") : cfg.get_list("launch.islands");
@@ -80,7 +81,7 @@ void print_plan(const fleet::Fleet& f, const std::vector<fleet::Manifest>& ms) {
     const auto& s = f.islands[i];
     o << "  island-" << i << "  " << s.to_string() << "  (" << s.nodes << (s.nodes == 1 ? " node" : " nodes") << " x "
       << s.per_node << (s.cpu_only() ? " CPU ranks" : " GPUs") << " = " << s.ranks() << (s.ranks() == 1 ? " rank" : " ranks")
-      << ")\n";
+      << (s.ranks() > 1 ? std::string(", ") + (f.shard == "fsdp" ? "fsdp" : "ddp") : std::string()) << ")\n";
   }
   o << "manifests:\n";
   for (const auto& m : ms) o << "  " << m.role << ": " << m.path.string() << "\n";

@@ -52,7 +52,7 @@ std::vector<Word> learner_words(const Fleet& f, const JobPaths& p, std::size_t i
   std::vector<Word> w{{p.host_bin}, {"learner"}};
   add_common(w, f, p);
   w.insert(w.end(), {{"--set"}, {"train.island_ranks=" + std::to_string(spec.ranks())}});
-  if (spec.ranks() > 1) w.insert(w.end(), {{"--set"}, {"train.shard=ddp"}});
+  if (spec.ranks() > 1) w.insert(w.end(), {{"--set"}, {std::string("train.shard=") + (f.shard == "fsdp" ? "fsdp" : "ddp")}});
   w.insert(w.end(), {{"--syncer"}, syncer, {"--run-secret-file"}, p.secret, {"--learner-id"}, {island_role(island)},
                      {"--island-rank"}, {std::to_string(island)}, {"--output"}, {p.run_dir + "/" + island_role(island)}});
   return w;

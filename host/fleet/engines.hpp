@@ -29,7 +29,7 @@ struct JobPaths {
 // --listen 0.0.0.0:PORT, the secret and RUN_DIR/syncer as the state dir.
 std::vector<Word> syncer_words(const Fleet& f, const JobPaths& p, int port);
 // `yeto-host learner ...` for island i: sync.islands, train.island_ranks (and train.shard =
-// ddp when the island has several ranks), --syncer, the secret, --learner-id island-<i>,
+// fsdp when the run asks for it, else ddp, when the island has several ranks), --syncer, the secret, --learner-id island-<i>,
 // --island-rank i and --output RUN_DIR/island-<i>.
 std::vector<Word> learner_words(const Fleet& f, const JobPaths& p, std::size_t island, const Word& syncer);
 // The --set overrides that point a job that does not share this machine's file system at the

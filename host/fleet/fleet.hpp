@@ -60,6 +60,10 @@ struct Fleet {
   std::filesystem::path config_file;     // absolute; empty: none (defaults and --set only)
   std::vector<std::string> sets;         // KEY=VALUE forwarded to every job with --set
   std::vector<IslandSpec> islands;
+  // The run's train.shard ("none", "ddp" or "fsdp"): an island of several ranks runs fsdp when
+  // it is "fsdp" and ddp otherwise (ranks need one of the two); a one-rank island keeps the
+  // run's setting.
+  std::string shard = "none";
   LaunchSettings s;
   // data.path and model.id when they are paths on this machine (absolute), else empty: the
   // engines that do not share this file system mount them (SkyPilot uploads them; Kubernetes

@@ -179,6 +179,25 @@ TEST(FleetManifests, ParseBackFieldByField) {
   EXPECT_NE(r.out.find("checked 6 cases"), std::string::npos) << r.all();
 }
 
+// A multi-rank island runs the run's shard mode: fsdp when train.shard = "fsdp", ddp otherwise
+// (none included); a one-rank island gets no train.shard of its own.
+TEST(FleetManifests, MultiRankIslandsRunTheRunsShardMode) {
+  for (const auto engine : {yf::Engine::slurm, yf::Engine::skypilot, yf::Engine::kubernetes}) {
+    SCOPED_TRACE(yf::engine_name(engine));
+    for (const std::string shard : {"none", "ddp", "fsdp"}) {
+      auto f = sample_fleet(engine, {"slurm:2xcpu", "slurm:1xcpu"}, true, "/r");
+      f.shard = shard;
+      const auto ms = yf::render(f);
+      ASSERT_EQ(ms.size(), 3u);
+      const std::string want = shard == "fsdp" ? "train.shard=fsdp" : "train.shard=ddp";
+      const std::string other = shard == "fsdp" ? "train.shard=ddp" : "train.shard=fsdp";
+      EXPECT_NE(ms[1].text.find("--set " + want), std::string::npos) << shard;
+      EXPECT_EQ(ms[1].text.find(other), std::string::npos) << shard;
+      EXPECT_EQ(ms[2].text.find("train.shard"), std::string::npos) << shard;
+    }
+  }
+}
+
 TEST(FleetManifests, KubernetesNeedsAnImage) {
   auto f = sample_fleet(yf::Engine::kubernetes, {"k8s:8xH100"}, true, "/tmp/x");
   f.s.image.clear();

@@ -235,6 +235,18 @@ TEST(Fsdp, AnFsdpIslandAndADdpIslandBlendThroughTheSyncer) {
   EXPECT_EQ(merged, (std::set<std::string>{"island-0", "island-1"}));
 }
 
+// Block swap moves blocks between host memory and a GPU: a CPU run refuses the key, naming it.
+TEST(Fsdp, BlockSwapIsRefusedOnTheCpu) {
+  yeto::test::TempDir dir;
+  yeto::learner::test::write_dataset(dir / "data", 6, {}, 32);
+  const auto res = island(dir.write("swap.toml", flux_toml("none", 2, "", "block_swap = 1\n")), dir / "swap", 1);
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_NE(res[0].exit_code, 0) << res[0].all();
+  EXPECT_TRUE(has(res[0].all(), "model.block_swap = 1 keeps blocks' frozen weights in host memory")) << res[0].all();
+  EXPECT_TRUE(has(res[0].all(), "set model.block_swap = 0")) << res[0].all();
+  EXPECT_FALSE(fs::exists(dir / "swap" / "lora.safetensors"));
+}
+
 TEST(Fsdp, FullTuningIsRefused) {
   yeto::test::TempDir dir;
   yeto::learner::test::write_dataset(dir / "data", 6, {}, 32);

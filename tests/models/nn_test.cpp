@@ -1,5 +1,6 @@
 // Unit tests of the sdk/nn building blocks: LoRA Linear, attention fallback, rotary and
 // timestep embeddings, norms, checkpointing, loading by name.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -557,38 +558,81 @@ TEST(BlockShards, ShardedBlocksGiveTheSameOutputsAndLoraGradientsOnOneAndTwoRank
     const auto ref_grads = whole->lora_grads();
     ASSERT_EQ(ref_grads.size(), 14u);  // A and B of seven layers
 
-    // One rank: the blocks' parameters are empty between uses; each block gathers once forward
-    // and once for its recomputation in backward.
+    // One rank: the blocks' parameters are empty between uses. Each block gathers its block
+    // unit (the biases) once forward and once for its recomputation in backward; each Linear
+    // gathers its weight around its forward GEMM, its recomputed one and its input gradient:
+    // per block 2 + 2 x 3 = 8 gathers. No Linear weight is whole when another one is gathered.
     {
       Stack m;
       if (fp8) m->to_fp8();
-      int calls = 0;
+      // (A prefetch calls the gather on a thread of its own; the first step prefetches nothing,
+      // so the module is looked at only then.)
+      std::atomic<int> calls{0};
+      int most_whole = 0;
+      bool look = true;
       shard_stack(m, 0, 1, [&](const torch::Tensor& s, const torch::Tensor& o) {
         ++calls;
+        int resident = 0;
+        for (std::size_t b = 0; b < 3 && look; ++b)
+          for (const char* n : {"a", "b"}) resident += m->layer(b, n)->weight.numel() > 0 ? 1 : 0;
+        most_whole = std::max(most_whole, resident);
         o.copy_(s);
       });
       m->add_lora();  // after sharding, as prepare does: replicated, never sharded
       EXPECT_EQ(yeto::nn::block_modules(*m).size(), 3u);
+      EXPECT_EQ(m->sharding->units(0), 3);
+      // One 8 x 8 float32 weight; under fp8 (64 bytes of codes) block 0's unit of two float32
+      // biases, the second at the 64-byte aligned offset.
+      EXPECT_EQ(m->sharding->largest_unit_bytes(), fp8 ? 64 + 32 : 256);
       EXPECT_EQ(m->layer(0, "a")->weight.numel(), 0);
+      EXPECT_EQ(m->layer(0, "a")->bias.numel(), 0);
       EXPECT_EQ(m->proj->weight.numel(), 48);  // outside the blocks: whole
       const auto out = m->forward(x);
       EXPECT_TRUE(torch::equal(out, ref_out)) << "fp8 " << fp8;
+      EXPECT_EQ(calls, 9);
       out.pow(2).sum().backward();
-      EXPECT_EQ(calls, 6);
+      EXPECT_EQ(calls, 24);
+      EXPECT_EQ(most_whole, 0);
+      look = false;
       const auto grads = m->lora_grads();
       ASSERT_EQ(grads.size(), ref_grads.size());
       for (std::size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], ref_grads[i])) << i;
       EXPECT_EQ(m->layer(2, "b")->weight.numel(), 0);
       EXPECT_EQ(m->layer(2, "b")->weight.scalar_type(), fp8 ? torch::kByte : torch::kFloat);
-      // Inference gathers once per block and keeps nothing.
-      torch::NoGradGuard no_grad;
-      EXPECT_TRUE(torch::equal(m->forward(x), ref_out));
-      EXPECT_EQ(calls, 9);
+      // The first step had seen no gather twice: nothing prefetched.
+      EXPECT_EQ(m->sharding->prefetched(), 0);
+      // Inference gathers every unit once and keeps nothing; each block's second Linear comes
+      // prefetched (the first step's forward showed that it follows the first one).
+      {
+        torch::NoGradGuard no_grad;
+        EXPECT_TRUE(torch::equal(m->forward(x), ref_out));
+      }
+      EXPECT_EQ(calls, 33);
+      EXPECT_EQ(m->sharding->prefetched(), 3);
+      EXPECT_EQ(m->layer(1, "a")->weight.numel(), 0);
+      // A second step: every gather of a block's run after its first is prefetched (forward:
+      // both Linears; recomputation and backward: a and b forward, b and a backward), the same
+      // number of collectives and the same bytes.
+      for (auto& p : m->parameters())
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      const auto out2 = m->forward(x);
+      EXPECT_TRUE(torch::equal(out2, ref_out));
+      out2.pow(2).sum().backward();
+      EXPECT_EQ(calls, 33 + 24);
+      EXPECT_EQ(m->sharding->prefetched(), 3 + 3 * 6);
+      const auto grads2 = m->lora_grads();
+      for (std::size_t i = 0; i < grads2.size(); ++i) EXPECT_TRUE(torch::equal(grads2[i], ref_grads[i])) << i;
+      // Without prefetching, the same step gathers the same units, none prefetched.
+      m->sharding->set_prefetch(false);
+      m->forward(x).pow(2).sum().backward();
+      EXPECT_EQ(calls, 33 + 48);
+      EXPECT_EQ(m->sharding->prefetched(), 21);
     }
 
     // Two ranks: each keeps about half of every block; both compute the unsharded numbers.
     Exchange ex;
-    std::vector<std::vector<torch::Tensor>> grads(2);
+    std::vector<std::vector<torch::Tensor>> grads(2), grads2(2);
+    std::vector<std::int64_t> prefetched(2);
     std::vector<torch::Tensor> outs(2);
     std::vector<std::int64_t> shard_bytes(2), full_bytes(2);
     // Built and sharded one after the other: construction and LoRA initialisation draw from the
@@ -608,19 +652,107 @@ TEST(BlockShards, ShardedBlocksGiveTheSameOutputsAndLoraGradientsOnOneAndTwoRank
         outs[static_cast<std::size_t>(r)] = m->forward(x);
         outs[static_cast<std::size_t>(r)].pow(2).sum().backward();
         grads[static_cast<std::size_t>(r)] = m->lora_grads();
+        // A second step, its gathers prefetched on each rank's own threads.
+        for (auto& p : m->parameters())
+          if (p.grad().defined()) p.mutable_grad().zero_();
+        m->forward(x).pow(2).sum().backward();
+        grads2[static_cast<std::size_t>(r)] = m->lora_grads();
+        prefetched[static_cast<std::size_t>(r)] = m->sharding->prefetched();
         shard_bytes[static_cast<std::size_t>(r)] = m->sharding->shard_bytes();
         full_bytes[static_cast<std::size_t>(r)] = m->sharding->full_bytes();
       });
     for (auto& t : ranks) t.join();
-    EXPECT_EQ(ex.calls, 6);
+    EXPECT_EQ(ex.calls, 48);
     for (std::size_t r = 0; r < 2; ++r) {
       EXPECT_TRUE(torch::equal(outs[r], ref_out)) << r;
       ASSERT_EQ(grads[r].size(), ref_grads.size());
-      for (std::size_t i = 0; i < grads[r].size(); ++i) EXPECT_TRUE(torch::equal(grads[r][i], ref_grads[i])) << r << " " << i;
-      // Half of each block, padded to 64-byte pieces.
-      EXPECT_LE(shard_bytes[r], full_bytes[r] / 2 + 3 * 64 * 3) << r;
+      ASSERT_EQ(grads2[r].size(), ref_grads.size());
+      for (std::size_t i = 0; i < grads[r].size(); ++i) {
+        EXPECT_TRUE(torch::equal(grads[r][i], ref_grads[i])) << r << " " << i;
+        EXPECT_TRUE(torch::equal(grads2[r][i], ref_grads[i])) << r << " " << i;
+      }
+      EXPECT_EQ(prefetched[r], 18) << r;
+      // Half of each unit (three per block), each padded to 64-byte pieces and entries.
+      EXPECT_LE(shard_bytes[r], full_bytes[r] / 2 + 3 * 3 * 64 + 3 * 64) << r;
       EXPECT_GE(shard_bytes[r], full_bytes[r] / 2) << r;
     }
+  }
+}
+
+// Block swap (model.block_swap) is BlockShards on one rank with the whole Linear weights kept
+// elsewhere (host memory; here another CPU tensor) and copied in for each GEMM: blocks 1 and 2
+// swapped, block 0 resident, with and without activation checkpointing.
+TEST(BlockSwap, SwappedLinearsComeInOneAtATimeAndGiveThePlainNumbers) {
+  for (const bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing ? "checkpointing" : "plain");
+    const auto x = torch::randn({5, 6}, torch::TensorOptions().dtype(torch::kFloat));
+    Stack whole;
+    whole->add_lora();
+    whole->activation_checkpointing = {checkpointing, 1};
+    const auto ref_out = whole->forward(x);
+    ref_out.pow(2).sum().backward();
+    const auto ref_grads = whole->lora_grads();
+
+    Stack m;
+    auto swapped = yeto::nn::block_modules(*m);
+    swapped.erase(swapped.begin());  // the last two blocks
+    yeto::nn::BlockShards::Options o;
+    o.block_unit = false;
+    o.device = torch::Device(torch::kCPU);
+    std::atomic<int> calls{0};
+    int most_whole = 0;
+    bool look = true;
+    m->block_swap = std::make_shared<yeto::nn::BlockShards>(
+        0, 1,
+        [&](const torch::Tensor& host, const torch::Tensor& out) {
+          ++calls;
+          int resident = 0;
+          for (std::size_t b = 1; b < 3 && look; ++b)
+            for (const char* n : {"a", "b"}) resident += m->layer(b, n)->weight.numel() > 0 ? 1 : 0;
+          most_whole = std::max(most_whole, resident);
+          out.copy_(host);
+        },
+        swapped, o);
+    std::vector<std::string> names;
+    for (const auto& [path, module] : swapped)
+      for (const auto& p : module->named_parameters()) names.push_back(path + "." + p.key());
+    m->block_swap->loaded(names);
+    m->add_lora();
+    m->activation_checkpointing = {checkpointing, 1};
+    // Block 0 whole; blocks 1 and 2 keep their biases but not their Linear weights.
+    EXPECT_EQ(m->layer(0, "a")->weight.numel(), 64);
+    EXPECT_EQ(m->layer(1, "a")->weight.numel(), 0);
+    EXPECT_EQ(m->layer(2, "b")->weight.numel(), 0);
+    EXPECT_EQ(m->layer(1, "a")->bias.numel(), 8);
+    EXPECT_EQ(m->block_swap->shard_bytes(), 4 * 256);  // four 8 x 8 float32 weights, nothing else
+    EXPECT_EQ(m->block_swap->full_bytes(), 4 * 256);
+
+    const auto out = m->forward(x);
+    EXPECT_TRUE(torch::equal(out, ref_out));
+    out.pow(2).sum().backward();
+    // Each swapped Linear: forward and input gradient; with checkpointing also the forward
+    // without grad that the recomputation repeats.
+    const int per_step = 4 * (checkpointing ? 3 : 2);
+    EXPECT_EQ(calls, per_step);
+    EXPECT_EQ(most_whole, 0);  // never two swapped weights on the device at once
+    EXPECT_EQ(m->layer(1, "a")->weight.numel(), 0);
+    auto grads = m->lora_grads();
+    ASSERT_EQ(grads.size(), ref_grads.size());
+    for (std::size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], ref_grads[i])) << i;
+
+    // The second step: every copy but its first was prefetched (the order learned in the first
+    // step; that the next step's first copy follows the last one is learned now), the same numbers.
+    look = false;
+    for (auto& p : m->parameters())
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    m->forward(x).pow(2).sum().backward();
+    // (+1: the copy that begins the next step is prefetched as this one ends, and may have
+    // started already.)
+    EXPECT_GE(calls, 2 * per_step);
+    EXPECT_LE(calls, 2 * per_step + 1);
+    EXPECT_EQ(m->block_swap->prefetched(), per_step - 1);
+    grads = m->lora_grads();
+    for (std::size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], ref_grads[i])) << i;
   }
 }
 

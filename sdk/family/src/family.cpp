@@ -1,6 +1,10 @@
 #include "yeto/family/family.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#if defined(YETO_HAVE_CUDA)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <algorithm>
 #include <fstream>
@@ -262,7 +266,71 @@ void check_block_sharding(torch::nn::Module& model, const std::string& component
   sdk::Host::info("train.shard = fsdp: " + component + " keeps " + std::to_string(blocks->sharding->size()) +
                   " blocks as shards of " + std::to_string(blocks->sharding->shard_bytes() >> 10) + " KiB (of " +
                   std::to_string(blocks->sharding->full_bytes() >> 10) + " KiB) on rank " +
-                  std::to_string(blocks->sharding->rank()) + " of " + std::to_string(blocks->sharding->world_size()));
+                  std::to_string(blocks->sharding->rank()) + " of " + std::to_string(blocks->sharding->world_size()) +
+                  "; at most " + std::to_string(blocks->sharding->largest_unit_bytes() >> 10) +
+                  " KiB of them whole at a time (one Linear weight, or a block's other parameters)");
+}
+
+namespace {
+// One whole Linear weight from host memory to the compute device (block swap's "gather").
+void copy_to_device(const at::Tensor& host, const at::Tensor& out) {
+#if defined(YETO_HAVE_CUDA)
+  if (out.is_cuda()) {
+    // On a side stream, so the copy overlaps the GEMMs on the compute stream; the prefetch
+    // thread waits for it, and the layer uses the buffer only after that.
+    auto side = c10::cuda::getStreamFromPool(false, out.device().index());
+    {
+      c10::cuda::CUDAStreamGuard on_side(side);
+      out.copy_(host, /*non_blocking=*/true);
+    }
+    side.synchronize();
+    return;
+  }
+#endif
+  out.copy_(host);
+}
+}  // namespace
+
+std::int64_t apply_block_swap(torch::nn::Module& model, const std::string& component, const at::Device& device) {
+  const std::int64_t n = host_config_int("model.block_swap", 0);
+  if (n == 0) return 0;
+  if (n < 0) fail(YETO_ERR_INVALID_ARGUMENT, "model.block_swap must be 0 or a number of blocks, got " + std::to_string(n));
+  if (device.is_cpu())
+    fail(YETO_ERR_UNSUPPORTED,
+         "model.block_swap = " + std::to_string(n) +
+             " keeps blocks' frozen weights in host memory and copies each to the GPU just before it runs; this run "
+             "computes on the CPU, where every block is in host memory already: set model.block_swap = 0 (or run on "
+             "a CUDA device)");
+  auto* blocks = dynamic_cast<nn::CheckpointedBlocks*>(&model);
+  if (blocks && blocks->block_swap) return n;  // prepared before: its weights are in host memory already
+  if (blocks && blocks->sharding)
+    fail(YETO_ERR_UNSUPPORTED, "model.block_swap with train.shard = \"fsdp\": a rank keeps only its shard of each "
+                               "block already; use one of the two (model.block_swap = 0, or train.shard = \"ddp\")");
+  auto list = blocks ? nn::block_modules(model) : decltype(nn::block_modules(model)){};
+  if (list.empty())
+    fail(YETO_ERR_UNSUPPORTED, "model.block_swap: the denoiser " + component +
+                                   " has no block stacks (an nn::CheckpointedBlocks whose blocks are the elements "
+                                   "of its ModuleLists); set model.block_swap = 0");
+  if (n > static_cast<std::int64_t>(list.size()))
+    fail(YETO_ERR_INVALID_ARGUMENT, "model.block_swap = " + std::to_string(n) + ": the denoiser " + component +
+                                        " has " + std::to_string(list.size()) + " blocks; use at most that many");
+  list.erase(list.begin(), list.end() - n);
+  const std::string first = list.front().first, last = list.back().first;
+  nn::BlockShards::Options o;
+  o.block_unit = false;
+  o.device = device;
+  o.pin = device.is_cuda();
+  auto swap = std::make_shared<nn::BlockShards>(0, 1, copy_to_device, list, o);
+  std::vector<std::string> names;
+  for (const auto& [path, module] : list)
+    for (const auto& p : module->named_parameters()) names.push_back(path + "." + p.key());
+  swap->loaded(names);
+  blocks->block_swap = swap;
+  sdk::Host::info("model.block_swap = " + std::to_string(n) + ": " + component + " keeps the Linear weights of " +
+                  first + " .. " + last + " (" + std::to_string(swap->shard_bytes() >> 20) +
+                  " MiB) in host memory; each goes to " + device.str() + " for its GEMM and its input gradient, at "
+                  "most " + std::to_string(swap->largest_unit_bytes() >> 20) + " MiB at a time, the next one prefetched");
+  return n;
 }
 
 std::string parse_tuning(const json& options) {

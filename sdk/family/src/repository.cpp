@@ -79,6 +79,7 @@ std::string prepare_denoisers(const std::vector<torch::nn::Module*>& denoisers, 
     if (const auto at = shown.rfind("::"); at != std::string::npos) shown = shown.substr(at + 2);
     if (shown.size() > 4 && shown.ends_with("Impl")) shown.resize(shown.size() - 4);
     check_block_sharding(*m, shown);
+    apply_block_swap(*m, shown, placement.device);
     m->to(placement.device, placement.dtype);
     prepare_tuning(*m, tuning, options, spec);
     if (!set_block_checkpointing(*m, checkpointing) && checkpointing.enabled)

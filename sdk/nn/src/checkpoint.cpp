@@ -12,6 +12,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include "yeto/nn/linear.hpp"
+
 namespace yeto::nn {
 
 namespace {
@@ -61,8 +63,8 @@ struct RngStates {
 // enter() now, exit() when it goes (also on an exception); nothing for no scope.
 class ScopeGuard {
  public:
-  explicit ScopeGuard(const CheckpointScope* scope) : scope_(scope) {
-    if (scope_ && scope_->enter) scope_->enter();
+  ScopeGuard(const CheckpointScope* scope, bool recompute) : scope_(scope) {
+    if (scope_ && scope_->enter) scope_->enter(recompute);
   }
   ~ScopeGuard() {
     if (scope_ && scope_->exit) scope_->exit();
@@ -101,7 +103,7 @@ class CheckpointNode : public torch::autograd::Node {
     }
     // The scope (a sharded block's gathered weights) lasts until the recomputed graph's backward
     // is done with them.
-    ScopeGuard guard(scope_.get());
+    ScopeGuard guard(scope_.get(), /*recompute=*/true);
     std::vector<at::Tensor> outputs;
     {
       // Recompute with the RNG as it was for the original forward, then put the RNG back.
@@ -149,13 +151,13 @@ class CheckpointNode : public torch::autograd::Node {
 std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs,
                                    std::shared_ptr<const CheckpointScope> scope) {
   if (!at::GradMode::is_enabled()) {
-    ScopeGuard guard(scope.get());
+    ScopeGuard guard(scope.get(), false);
     return fn(inputs);
   }
   auto rng = RngStates::capture(inputs);
   std::vector<at::Tensor> outputs;
   {
-    ScopeGuard guard(scope.get());
+    ScopeGuard guard(scope.get(), false);
     at::NoGradGuard no_grad;
     outputs = fn(inputs);
   }
@@ -199,7 +201,7 @@ std::vector<at::Tensor> CheckpointedBlocks::run_block(std::int64_t index, const 
     // Gather, run, release; in training the block always recomputes, so its backward gathers
     // again instead of keeping the whole weights alive between forward and backward.
     auto scope = std::make_shared<CheckpointScope>();
-    scope->enter = [s = sharding, index] { s->gather(index); };
+    scope->enter = [s = sharding, index](bool recompute) { s->gather(index, recompute); };
     scope->exit = [s = sharding, index] { s->release(index); };
     return checkpoint(fn, inputs, std::move(scope));
   }
@@ -241,7 +243,12 @@ std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> block_mo
 
 BlockShards::BlockShards(int rank, int world_size, AllGatherFn all_gather,
                          std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks)
-    : rank_(rank), world_(world_size), all_gather_(std::move(all_gather)) {
+    : BlockShards(rank, world_size, std::move(all_gather), std::move(blocks), Options{}) {}
+
+BlockShards::BlockShards(int rank, int world_size, AllGatherFn all_gather,
+                         std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> blocks,
+                         Options options)
+    : rank_(rank), world_(world_size), all_gather_(std::move(all_gather)), options_(std::move(options)) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw std::invalid_argument("BlockShards: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
   for (auto& [path, module] : blocks) {
@@ -254,7 +261,8 @@ BlockShards::BlockShards(int rank, int world_size, AllGatherFn all_gather,
 }
 
 void BlockShards::loaded(const std::vector<std::string>& names) {
-  for (auto& b : blocks_) {
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    auto& b = blocks_[i];
     if (b.sharded) continue;
     const std::string prefix = b.path + ".";
     bool touched = false;
@@ -266,35 +274,70 @@ void BlockShards::loaded(const std::vector<std::string>& names) {
         touched = true;
       }
     }
-    if (touched && b.waiting.empty()) shard(b);
+    if (touched && b.waiting.empty()) shard(b, static_cast<std::int64_t>(i));
   }
 }
 
-void BlockShards::shard(Block& b) {
+void BlockShards::shard(Block& b, std::int64_t index) {
   at::NoGradGuard no_grad;
-  std::int64_t total = 0;
+  const std::weak_ptr<BlockShards> self = weak_from_this();
+  if (self.expired()) throw std::logic_error("BlockShards: must be held by a std::shared_ptr");
+  // The Linears of the block, by their weight's tensor: each weight is a unit of its own.
+  std::vector<std::pair<const c10::TensorImpl*, std::shared_ptr<LinearImpl>>> linears;
+  for (const auto& m : b.module->modules(/*include_self=*/true))
+    if (auto l = std::dynamic_pointer_cast<LinearImpl>(m); l && l->weight.defined())
+      linears.emplace_back(l->weight.unsafeGetTensorImpl(), l);
+  b.units.assign(1, Unit{});
+  std::vector<std::shared_ptr<LinearImpl>> unit_layer{nullptr};
   for (const auto& p : b.module->named_parameters()) {
     Entry e;
     e.name = p.key();
     e.tensor = p.value();
     e.dtype = e.tensor.scalar_type();
     e.sizes = e.tensor.sizes().vec();
-    e.offset = aligned(total);
     e.bytes = e.tensor.numel() * static_cast<std::int64_t>(e.tensor.element_size());
-    total = e.offset + e.bytes;
-    b.entries.push_back(std::move(e));
-  }
-  b.piece = aligned((total + world_ - 1) / world_);
-  const at::Device device = b.entries.empty() ? at::Device(at::kCPU) : b.entries.front().tensor.device();
-  b.shard = at::zeros({b.piece}, at::TensorOptions().dtype(at::kByte).device(device));
-  const std::int64_t lo = static_cast<std::int64_t>(rank_) * b.piece, hi = lo + b.piece;
-  for (auto& e : b.entries) {
-    const std::int64_t from = std::max(lo, e.offset), to = std::min(hi, e.offset + e.bytes);
-    if (from < to) {
-      const at::Tensor src = bytes_of(e.tensor.contiguous());
-      b.shard.narrow(0, from - lo, to - from).copy_(src.narrow(0, from - e.offset, to - from));
+    std::size_t u = 0;
+    for (const auto& [impl, layer] : linears) {
+      if (impl != e.tensor.unsafeGetTensorImpl()) continue;
+      u = b.units.size();
+      b.units.emplace_back();
+      unit_layer.push_back(layer);
     }
-    e.tensor.set_(empty_like_kind(e.tensor));
+    auto& unit = b.units[u];
+    e.offset = aligned(unit.bytes);
+    unit.bytes = e.offset + e.bytes;
+    unit.entries.push_back(std::move(e));
+  }
+  const std::int64_t rank = rank_;
+  for (std::size_t k = 0; k < b.units.size(); ++k) {
+    auto& u = b.units[k];
+    if (k == 0 && !options_.block_unit) continue;  // the block's other parameters stay as they are
+    u.piece = aligned((u.bytes + world_ - 1) / world_);
+    const at::Device device = u.entries.empty() ? at::Device(at::kCPU) : u.entries.front().tensor.device();
+    u.shard = at::zeros({u.piece}, at::TensorOptions().dtype(at::kByte).device(device));
+    const std::int64_t lo = rank * u.piece, hi = lo + u.piece;
+    for (auto& e : u.entries) {
+      const std::int64_t from = std::max(lo, e.offset), to = std::min(hi, e.offset + e.bytes);
+      if (from < to) {
+        const at::Tensor src = bytes_of(e.tensor.contiguous());
+        u.shard.narrow(0, from - lo, to - from).copy_(src.narrow(0, from - e.offset, to - from));
+      }
+      e.tensor.set_(empty_like_kind(e.tensor));
+    }
+    if (options_.pin) u.shard = u.shard.pin_memory();
+    if (k == 0) continue;
+    // The layer gathers its weight unit itself (the block's index and the unit's stay valid: the
+    // blocks and their units never change once sharded).
+    auto g = std::make_shared<WeightGather>();
+    g->gather = [self, index, k](int use) {
+      const auto s = self.lock();
+      if (!s) throw std::logic_error("BlockShards: a sharded Linear outlived its sharding");
+      s->gather_unit(index, k, use);
+    };
+    g->release = [self, index, k] {
+      if (const auto s = self.lock()) s->release_unit(s->blocks_[static_cast<std::size_t>(index)].units[k]);
+    };
+    unit_layer[k]->set_weight_gather(std::move(g));
   }
   b.sharded = true;
 }
@@ -320,40 +363,142 @@ BlockShards::Block& BlockShards::block_at(std::int64_t block, const char* what) 
   return b;
 }
 
-void BlockShards::gather(std::int64_t block) {
+namespace {
+// A gather's identity for the prefetch order: block, unit, use (WeightGather::Use; 3: the
+// block unit of a recomputation).
+std::int64_t gather_key(std::int64_t block, std::size_t unit, int use) {
+  return (block << 32) | (static_cast<std::int64_t>(unit) << 2) | use;
+}
+std::int64_t key_block(std::int64_t key) { return key >> 32; }
+std::size_t key_unit(std::int64_t key) { return static_cast<std::size_t>((key & 0xffffffff) >> 2); }
+}  // namespace
+
+void BlockShards::gather_unit(std::int64_t block, std::size_t unit, int use) {
   auto& b = block_at(block, "gather");
-  if (b.uses++ > 0) return;
+  auto& u = b.units.at(unit);
+  const std::int64_t key = gather_key(block, unit, use);
+  at::Tensor full;
+  if (in_flight_.valid()) {
+    // Always wait for the gather in flight first: the collectives keep one order on every rank.
+    const std::int64_t pkey = in_flight_key_;
+    in_flight_key_ = -1;
+    at::Tensor buffer = in_flight_.get();  // a failed gather fails here, with its message
+    if (key_block(pkey) == block && key_unit(pkey) == unit && u.uses == 0) {
+      full = std::move(buffer);
+      ++prefetched_;
+    }
+  }
+  if (last_ >= 0) next_[last_] = key;
+  last_ = key;
+  if (u.uses++ == 0) {
+    at::NoGradGuard no_grad;
+    if (!full.defined()) {
+      full = whole_buffer(u, unit);
+      try {
+        all_gather_(u.shard, full);
+      } catch (...) {
+        --u.uses;
+        throw;
+      }
+    }
+    for (auto& e : u.entries) {
+      if (e.tensor.scalar_type() != e.dtype)
+        throw std::logic_error("BlockShards: " + b.path + "." + e.name + " changed dtype after it was sharded");
+      const auto esize = static_cast<std::int64_t>(e.tensor.element_size());
+      std::vector<std::int64_t> strides(e.sizes.size(), 1);
+      for (std::size_t d = e.sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * e.sizes[d];
+      e.tensor.set_(full.storage(), e.offset / esize, e.sizes, strides);
+    }
+  }
+  if (!prefetch_) return;
+  const auto it = next_.find(key);
+  if (it == next_.end()) return;
+  const auto& next_unit = blocks_.at(static_cast<std::size_t>(key_block(it->second))).units.at(key_unit(it->second));
+  in_flight_key_ = it->second;
+  // The buffer is taken here, on the caller's thread (the pool is the caller's alone).
+  at::Tensor out = whole_buffer(next_unit, key_unit(it->second));
+  in_flight_ = std::async(std::launch::async, [gather = all_gather_, shard = next_unit.shard, out]() mutable {
+    gather(shard, out);
+    return out;
+  });
+}
+
+at::Tensor BlockShards::whole_buffer(const Unit& u, std::size_t unit) {
+  const std::int64_t n = u.piece * world_;
+  const at::Device device = whole_device(u);
+  const auto options = u.shard.options().device(device);
+  if (unit == 0) return at::empty({n}, options);  // a block unit: small, and whole for a block's run
+  // Linear weights: at most two buffers of the largest Linear unit, reused while nothing else
+  // holds them (the parameters of a released unit are empty again, so the pool's own reference
+  // is the storage's only one). Without them, buffers of many sizes allocated and freed in turn
+  // (one in use, the next prefetched) left the allocator holding more than two.
+  for (const auto& b : pool_)
+    if (b.device() == device && b.numel() >= n && b.storage().use_count() == 1) return b.narrow(0, 0, n);
+  if (pool_.size() < 2) {
+    std::int64_t largest = n;
+    for (const auto& blk : blocks_)
+      for (std::size_t k = 1; k < blk.units.size(); ++k) largest = std::max(largest, blk.units[k].piece * world_);
+    pool_.push_back(at::empty({largest}, options));
+    return pool_.back().narrow(0, 0, n);
+  }
+  return at::empty({n}, options);
+}
+
+void BlockShards::release_unit(Unit& u) {
+  if (u.uses == 0 || --u.uses > 0) return;
   at::NoGradGuard no_grad;
-  at::Tensor full = at::empty({b.piece * world_}, b.shard.options());
-  all_gather_(b.shard, full);
-  for (auto& e : b.entries) {
-    if (e.tensor.scalar_type() != e.dtype)
-      throw std::logic_error("BlockShards: " + b.path + "." + e.name + " changed dtype after it was sharded");
-    const auto esize = static_cast<std::int64_t>(e.tensor.element_size());
-    std::vector<std::int64_t> strides(e.sizes.size(), 1);
-    for (std::size_t d = e.sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * e.sizes[d];
-    e.tensor.set_(full.storage(), e.offset / esize, e.sizes, strides);
+  for (auto& e : u.entries) e.tensor.set_(empty_like_kind(e.tensor));
+}
+
+void BlockShards::end_chain() {
+  last_ = -1;
+  in_flight_key_ = -1;
+  if (!in_flight_.valid()) return;
+  // Called on the way out of a block's run, also while an exception unwinds: a failed prefetch
+  // is dropped here (the island's next collective reports the dead rank).
+  try {
+    in_flight_.get();
+  } catch (...) {
   }
 }
 
+void BlockShards::gather(std::int64_t block, bool recompute) {
+  if (!options_.block_unit) return;
+  gather_unit(block, 0, recompute ? 3 : at::GradMode::is_enabled() ? WeightGather::kForward : WeightGather::kInference);
+}
+
 void BlockShards::release(std::int64_t block) {
+  if (!options_.block_unit) return;
   auto& b = block_at(block, "release");
-  if (b.uses == 0 || --b.uses > 0) return;
-  at::NoGradGuard no_grad;
-  for (auto& e : b.entries) e.tensor.set_(empty_like_kind(e.tensor));
+  auto& u = b.units[0];
+  release_unit(u);
+  if (u.uses == 0) end_chain();
 }
 
 std::int64_t BlockShards::shard_bytes() const {
   std::int64_t n = 0;
-  for (const auto& b : blocks_) n += b.sharded ? b.piece : 0;
+  for (const auto& b : blocks_)
+    for (const auto& u : b.units) n += u.piece;
   return n;
 }
 
 std::int64_t BlockShards::full_bytes() const {
   std::int64_t n = 0;
   for (const auto& b : blocks_)
-    for (const auto& e : b.entries) n += e.bytes;
+    for (std::size_t k = options_.block_unit ? 0 : 1; k < b.units.size(); ++k)
+      for (const auto& e : b.units[k].entries) n += e.bytes;
   return n;
+}
+
+std::int64_t BlockShards::largest_unit_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& b : blocks_)
+    for (std::size_t k = options_.block_unit ? 0 : 1; k < b.units.size(); ++k) n = std::max(n, b.units[k].bytes);
+  return n;
+}
+
+std::int64_t BlockShards::units(std::int64_t block) const {
+  return sharded(block) ? static_cast<std::int64_t>(blocks_[static_cast<std::size_t>(block)].units.size()) : 0;
 }
 
 }  // namespace yeto::nn

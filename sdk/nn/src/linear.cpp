@@ -59,6 +59,53 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
   }
 };
 
+// The layer and its gather for ShardedLinearFunction's backward (the module outlives the step's
+// graph; the gather is held, so a layer whose sharding was replaced meanwhile still finds it).
+struct LayerRef : torch::CustomClassHolder {
+  LayerRef(const LinearImpl* l, std::shared_ptr<const WeightGather> g) : layer(l), gather(std::move(g)) {}
+  const LinearImpl* layer;
+  std::shared_ptr<const WeightGather> gather;
+};
+
+// gather() now, release() when it goes (also on an exception).
+class GatheredWeight {
+ public:
+  GatheredWeight(const WeightGather& g, int use) : g_(g) { g_.gather(use); }
+  ~GatheredWeight() { g_.release(); }
+  GatheredWeight(const GatheredWeight&) = delete;
+  GatheredWeight& operator=(const GatheredWeight&) = delete;
+
+ private:
+  const WeightGather& g_;
+};
+
+// y = x W^T + b for a layer whose weight is a shard between uses: forward gathers W for its GEMM
+// and releases it; backward gathers it again for the input gradient g W. Autograd keeps no
+// reference to W, so a block's recomputed graph holds one layer's whole weight at a time instead
+// of all of them. The same GEMMs as autograd's linear (addmm / mm, and mm for the input gradient),
+// so the values equal the plain layer's bit for bit.
+struct ShardedLinearFunction : torch::autograd::Function<ShardedLinearFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& bias,
+                            const LinearImpl* layer, const std::shared_ptr<const WeightGather>& gather) {
+    ctx->saved_data["layer"] = c10::IValue::make_capsule(c10::make_intrusive<LayerRef>(layer, gather));
+    ctx->saved_data["has_bias"] = bias.numel() > 0;
+    GatheredWeight whole(*gather, WeightGather::kForward);
+    return layer->base_forward(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto ref = c10::static_intrusive_pointer_cast<LayerRef>(ctx->saved_data["layer"].toCapsule());
+    const at::Tensor& g = grads[0];
+    at::Tensor gx, gb;
+    if (ctx->needs_input_grad(0)) {
+      GatheredWeight whole(*ref->gather, WeightGather::kBackward);
+      gx = ref->layer->base_grad_input(g);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(1)) gb = g.reshape({-1, g.size(-1)}).sum(0);
+    return {gx, gb, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 std::uint8_t encode_e4m3(float x) {
@@ -238,9 +285,29 @@ LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features, bool
   }
 }
 
+at::Tensor LinearImpl::base_forward(const at::Tensor& x) const {
+  if (!compute_dtype_) return at::linear(x, weight, bias);
+  return fp8_linear(x, weight, weight_scale_, bias, *compute_dtype_);
+}
+
+at::Tensor LinearImpl::base_grad_input(const at::Tensor& g) const {
+  if (compute_dtype_) return fp8_grad_input(g, weight, weight_scale_, *compute_dtype_);
+  // What autograd's addmm / mm backward computes for the input: grad.mm(W) on the rows.
+  auto sizes = g.sizes().vec();
+  sizes.back() = in_;
+  return g.reshape({-1, g.size(-1)}).mm(weight).view(sizes);
+}
+
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
   at::Tensor y;
-  if (!compute_dtype_)
+  if (weight_gather_) {
+    if (at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad()))) {
+      y = ShardedLinearFunction::apply(x, bias.defined() ? bias : at::empty({0}, x.options()), this, weight_gather_);
+    } else {
+      GatheredWeight whole(*weight_gather_, WeightGather::kInference);
+      y = base_forward(x);
+    }
+  } else if (!compute_dtype_)
     y = at::linear(x, weight, bias);
   else if (at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())))
     y = Fp8LinearFunction::apply(x, weight, weight_scale_, bias.defined() ? bias : at::empty({0}, x.options()),
@@ -411,6 +478,8 @@ at::Tensor LinearImpl::delta_weight(const std::string& name) const {
 void LinearImpl::merge() {
   if (compute_dtype_)
     throw std::invalid_argument("Linear: cannot merge LoRA adapters into an fp8-stored base weight");
+  if (weight_gather_)
+    throw std::invalid_argument("Linear: cannot merge LoRA adapters into a weight sharded across ranks");
   at::NoGradGuard no_grad;
   for (const auto& name : order_) {
     auto& a = adapters_.at(name);

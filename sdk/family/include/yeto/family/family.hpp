@@ -167,6 +167,13 @@ void shard_loaded_blocks(torch::nn::Module& model, const NamedTensors& weights);
 // At prepare, under fsdp: fails naming `component` when the denoiser has no block stacks to
 // shard, or a block whose weights did not all load; logs the shard sizes.
 void check_block_sharding(torch::nn::Module& model, const std::string& component);
+// model.block_swap = N (> 0), at prepare before the denoiser moves to `device`: the Linear
+// weights of its last N blocks (nn::block_modules order) stay in host memory (page-locked on
+// CUDA) and each is copied to `device` for its GEMM and again for its input gradient, the next
+// one prefetched (on CUDA on a side stream). Refused naming the key: a CPU device (the blocks
+// are in host memory already, there is nothing to swap), fsdp, a denoiser without block stacks,
+// N above its block count. Logs what stays in host memory. Returns N.
+std::int64_t apply_block_swap(torch::nn::Module& model, const std::string& component, const at::Device& device);
 
 // A plugin component class implemented by a torch::nn::Module: what the kit (DiffusersFamily's
 // tuning, trainables) reaches through the component of any class the plugin registered.

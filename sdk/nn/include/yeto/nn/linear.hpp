@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -71,6 +73,17 @@ at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& codes, const at::Te
 // g W (the input gradient of fp8_linear), dequantised in equal blocks of input columns (>= 64).
 at::Tensor fp8_grad_input(const at::Tensor& g, const at::Tensor& codes, const at::Tensor& scale, at::ScalarType dtype,
                           std::int64_t block_elements = kFp8BlockElements);
+
+// The whole weight of a Linear that keeps only a shard of it between uses (train.shard = "fsdp":
+// BlockShards gathers every Linear weight of a block as its own unit). gather() points the
+// layer's `weight` at the whole weight (a collective: every rank calls it in the same order),
+// release() empties it again. gather's argument says what for (the sharding learns the order of
+// its gathers from it to prefetch the next one).
+struct WeightGather {
+  enum Use : int { kInference = 0, kForward = 1, kBackward = 2 };  // no grad, forward with grad, input gradient
+  std::function<void(int use)> gather;
+  std::function<void()> release;
+};
 
 class LinearImpl : public torch::nn::Module {
  public:
@@ -135,6 +148,19 @@ class LinearImpl : public torch::nn::Module {
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
   void to(torch::Dtype dtype, bool non_blocking = false) override;
 
+  // With a WeightGather set, forward gathers the weight just for its GEMM and releases it, and
+  // when gradients flow the input gradient gathers it again in backward (autograd keeps no
+  // reference to the whole weight in between); the values are those of the plain layer. Unset
+  // (nullptr): the weight is always whole.
+  void set_weight_gather(std::shared_ptr<const WeightGather> g) { weight_gather_ = std::move(g); }
+  bool weight_gathered() const { return weight_gather_ != nullptr; }
+
+  // x W^T + b without the adapters and outside autograd (the weight must be whole), and the
+  // input gradient g W of the same: the pieces the sharded path runs between a gather and a
+  // release.
+  at::Tensor base_forward(const at::Tensor& x) const;
+  at::Tensor base_grad_input(const at::Tensor& g) const;
+
   at::Tensor weight;
   at::Tensor bias;  // undefined when the layer has no bias
 
@@ -152,6 +178,7 @@ class LinearImpl : public torch::nn::Module {
   std::int64_t out_;
   std::optional<at::ScalarType> compute_dtype_;  // set under fp8 storage
   at::Tensor weight_scale_;
+  std::shared_ptr<const WeightGather> weight_gather_;
   std::vector<std::string> order_;
   std::map<std::string, Adapter> adapters_;
   std::shared_ptr<torch::nn::Module> lora_A_;  // children named by adapter, each holding `weight`
