@@ -133,7 +133,7 @@ memory::RunShape run_shape_from_config(const config::Config& cfg) {
   r.storage = cfg.get_string("model.storage");
   r.checkpointing = cfg.get_bool("train.activation_checkpointing");
   r.checkpointing_every = static_cast<int>(cfg.get_int("train.activation_checkpointing_every"));
-  if (config::find_key("model.block_swap") != nullptr) r.block_swap = static_cast<int>(cfg.get_int("model.block_swap"));
+  r.block_swap = static_cast<int>(cfg.get_int("model.block_swap"));
   if (cfg.get_string("train.shard") == "fsdp") r.fsdp_ranks = static_cast<int>(cfg.get_int("train.island_ranks"));
   r.backend = memory::Backend::cpu;
   r.fused_attention = false;  // LibTorch 1.13 on the CPU has no fused attention

@@ -173,6 +173,7 @@ bool ends_with_module(const std::string& module, const std::string& pattern) {
 struct Block {
   std::string component;
   double base_bytes = 0;              // as stored (after fp8)
+  double linear_bytes = 0;            // of it, its 2-D Linear weights (what fsdp and block swap move)
   double feature_sum = 0;             // sum of in + out features of its per-token 2-D weights
   double text_feature_sum = 0;        // the same for its linear layers that see text tokens only
   std::int64_t hidden = 0;            // its most common input width
@@ -198,6 +199,7 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
   std::vector<Block> blocks;
   std::map<std::string, std::size_t> block_index;
   double largest_linear = 0;  // elements of the denoisers' largest 2-D weight
+  double largest_block_linear = 0;  // bytes, as stored, of the largest 2-D weight inside a block
   std::int64_t pixel_channels = 0;  // out channels of the widest convolution reading RGB pixels
   for (const auto& c : inv.components) {
     for (const auto& t : c.parameters) {
@@ -221,11 +223,13 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
         auto it = block_index.find(key);
         if (it == block_index.end()) {
           it = block_index.emplace(key, blocks.size()).first;
-          blocks.push_back(Block{c.name, 0, 0, 0, 0});
+          blocks.push_back(Block{c.name, 0, 0, 0, 0, 0});
         }
         Block& b = blocks[it->second];
         b.base_bytes += bytes;
         if (linear) {
+          b.linear_bytes += bytes;
+          largest_block_linear = std::max(largest_block_linear, bytes);
           const std::string module = rest.substr(0, rest.size() - 7);
           bool per_sample = false, text = false;
           for (const auto& p : inv.tokens.per_sample_linears) per_sample = per_sample || ends_with_module(module, p);
@@ -343,23 +347,26 @@ Breakdown estimate(const Inventory& inv, const RunShape& run) {
   }
 
   // Where the frozen base lives.
-  double block_bytes = 0, largest_block = 0;
+  double block_bytes = 0, block_linear_bytes = 0;
   for (const auto& b : blocks) {
     block_bytes += b.base_bytes;
-    largest_block = std::max(largest_block, b.base_bytes);
+    block_linear_bytes += b.linear_bytes;
   }
   out.blocks_bytes = block_bytes;
+  // fsdp and block swap move a block's Linear weights one at a time (nn::BlockShards): the one in
+  // use and the next one prefetched are whole, so at most two of the largest are in flight.
+  const double in_flight = 2 * largest_block_linear;
   // Block swap moves blocks between host and device memory: nothing to move on the CPU backend.
   const bool cuda = run.backend == Backend::cuda;
   const int swap = cuda ? std::min<int>(run.block_swap, static_cast<int>(blocks.size())) : 0;
-  const double mean_block = blocks.empty() ? 0 : block_bytes / static_cast<double>(blocks.size());
   double blocks_resident = block_bytes;
-  if (sharded) blocks_resident = block_bytes / run.fsdp_ranks + largest_block;  // shards + one gathered block
-  double swapped_host = 0, swapped_in_flight = 0;
+  if (sharded) blocks_resident = block_bytes / run.fsdp_ranks + in_flight;  // shards + two whole weights
+  double swapped_host = 0;
   if (swap > 0) {
-    swapped_host = mean_block * swap / (sharded ? run.fsdp_ranks : 1);
-    swapped_in_flight = mean_block * std::min(swap, 2);
-    blocks_resident = blocks_resident - mean_block * swap / (sharded ? run.fsdp_ranks : 1) + swapped_in_flight;
+    // The swapped blocks' Linear weights live on the host; their biases and norms stay.
+    const double mean_linear = block_linear_bytes / static_cast<double>(blocks.size());
+    swapped_host = mean_linear * swap;
+    blocks_resident = blocks_resident - swapped_host + std::min(swapped_host, in_flight);
   }
   const double base_total = encoders + nonblock_denoiser + blocks_resident;
 

@@ -28,8 +28,9 @@
 // - encoding (raw media, not cached latents): the VAE's first feature maps, a few maps of the
 //   widest convolution that reads pixels at full resolution (encode_frames at a time), float32;
 //   a transient before the step, so the peak holds the larger of it and the step's activations;
-// - fsdp: each rank keeps 1/N of the blocks plus one gathered block (and checkpoints every
-//   block); block swap: N blocks live in host memory, two of them in flight on the device.
+// - fsdp: each rank keeps 1/N of the blocks plus two whole Linear weights (the one gathered for
+//   its GEMM and the next one prefetched; checkpoints every block); block swap: the Linear weights
+//   of N blocks live in host memory, two of them (the largest) in flight on the device.
 #pragma once
 
 #include <cstdint>

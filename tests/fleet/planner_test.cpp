@@ -122,22 +122,22 @@ TEST(Planner, BlockSwapNeedsTheNodesMemory) {
   ASSERT_TRUE(roomy.chosen);
   ASSERT_GT(roomy.chosen->chosen->run.block_swap, 0);
   // A node whose memory cannot hold the swapped blocks: the shape is rejected, saying so.
-  l4.host_memory_gb = 4;
+  l4.host_memory_gb = 2;
   const auto p = plan_fleet(inv, shape(), {l4}, {});
   EXPECT_FALSE(p.chosen);
   ASSERT_EQ(p.rejected.size(), 1u);
-  EXPECT_THAT(p.rejected[0].reason, HasSubstr("of host memory, 3.6 GB usable on the node"));
+  EXPECT_THAT(p.rejected[0].reason, HasSubstr("of host memory, 1.8 GB usable on the node"));
   EXPECT_THAT(parse_gpu_table("[[gpu]]\nname = \"A\"\nmemory_gb = 8\nprice = 1\ntflops = 1\nhost_memory_gb = 64\n", "t")[0].host_memory_gb,
               64);
 }
 
 TEST(Planner, ShapesThatCannotFitAreRejectedWithTheirNeed) {
   const auto inv = model(40, 500000000);
-  const auto p = plan_fleet(inv, shape(), {gpu("T4", 4, 0.2, 65, 1)}, {});
+  const auto p = plan_fleet(inv, shape(), {gpu("T4", 2, 0.2, 65, 1)}, {});
   EXPECT_FALSE(p.chosen);
   ASSERT_EQ(p.rejected.size(), 1u);
   EXPECT_EQ(p.rejected[0].shape, "1xT4");
-  EXPECT_THAT(p.rejected[0].reason, HasSubstr("does not fit 4 GB per GPU even at the leanest configuration (fp8, checkpointing, block swap 40: needs"));
+  EXPECT_THAT(p.rejected[0].reason, HasSubstr("does not fit 2 GB per GPU even at the leanest configuration (fp8, checkpointing, block swap 40: needs"));
   EXPECT_THAT(describe_plan(p, {}), HasSubstr("plan: no island shape fits"));
 }
 

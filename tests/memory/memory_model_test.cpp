@@ -130,16 +130,27 @@ TEST(MemoryModel, CudaFsdpAndBlockSwap) {
   run.fused_attention = true;
   const double block_bytes = (256 * 64 + 64 * 256 + 384 * 64 + 256) * 2.0;
   const double plain = estimate(inv, run).device_bytes;
-  run.fsdp_ranks = 2;  // half of each block + one gathered block; checkpointing implied
+  const double largest = 384 * 64 * 2.0;  // the blocks' largest Linear weight, bf16
+  const double linears = (256 * 64 + 64 * 256 + 384 * 64) * 2.0;  // a block's Linear weights
+  const auto base = [](const Breakdown& x) {  // the frozen base on the device, all dtypes
+    double sum = 0;
+    for (const auto& p : x.parts)
+      if (p.name.rfind("frozen base", 0) == 0) sum += p.device_bytes;
+    return sum;
+  };
+  const double plain_base = base(estimate(inv, run));
+  run.fsdp_ranks = 2;  // half of each block + two whole Linear weights; checkpointing implied
   const Breakdown f = estimate(inv, run);
-  EXPECT_DOUBLE_EQ(part(f, "frozen base bf16"), 64 * 16 * 2.0 + 2 * block_bytes / 2 + block_bytes);
+  EXPECT_DOUBLE_EQ(base(f), plain_base - 2 * block_bytes + 2 * block_bytes / 2 + 2 * largest);
   EXPECT_EQ(f.host_bytes, BackendCosts::of(Backend::cuda).runtime_host_bytes);
   run.fsdp_ranks = 1;
-  run.block_swap = 2;  // both blocks on the host, both in flight: nothing saved on 2 blocks
+  run.block_swap = 2;  // both blocks' Linear weights on the host, the two largest in flight
   const Breakdown s = estimate(inv, run);
-  EXPECT_DOUBLE_EQ(part(s, "swapped blocks (host)"), 2 * block_bytes);
-  EXPECT_DOUBLE_EQ(s.device_bytes, plain);
+  EXPECT_DOUBLE_EQ(part(s, "swapped blocks (host)"), 2 * linears);
+  EXPECT_DOUBLE_EQ(s.device_bytes, plain - 2 * linears + 2 * largest);
   EXPECT_GT(s.host_bytes, f.host_bytes);
+  run.block_swap = 1;  // one block's weights on the host: in flight at most what was moved
+  EXPECT_DOUBLE_EQ(estimate(inv, run).device_bytes, plain - linears + 2 * largest);
   // On the CPU backend there is no device to swap from: the same peak as without swapping.
   RunShape cpu;
   cpu.height = cpu.width = 64;
