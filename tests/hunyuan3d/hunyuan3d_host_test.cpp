@@ -28,34 +28,7 @@ bool contains(const std::string& s, const std::string& what) { return s.find(wha
 // check-parity over `names`: each case supported, passing, and comparing every key of its compare
 // table except the recorded inputs to the loss (loss_target).
 void expect_cases_pass(const std::vector<std::string>& names) {
-  std::vector<fs::path> dirs;
-  for (const auto& n : names) dirs.push_back(kParity / n);
-  std::vector<std::string> args = {"check-parity", "--json"};
-  for (const auto& d : dirs) args.push_back(d.string());
-  args.insert(args.end(), kAccept.begin(), kAccept.end());
-  const auto r = yeto::test::run_host(args);
-  ASSERT_EQ(r.exit_code, 0) << r.all();
-  const auto cases = nlohmann::json::parse(r.out).at("cases");
-  ASSERT_EQ(cases.size(), names.size());
-  for (const auto& c : cases) {
-    const auto name = c.at("case").get<std::string>();
-    EXPECT_TRUE(c.at("supported").get<bool>()) << c.dump(1);
-    EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
-    const auto case_json = nlohmann::json::parse(yeto::test::read_text(kParity / name / "case.json"));
-    std::set<std::string> compared;
-    double worst = 0.0;
-    for (const auto& cmp : c.at("comparisons")) {
-      EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
-      compared.insert(cmp.at("name").get<std::string>());
-      const double atol = cmp.at("atol").get<double>(), err = cmp.at("max_abs").get<double>();
-      if (atol > 0) worst = std::max(worst, err / atol);
-    }
-    for (const auto& [key, _] : case_json.at("compare").items()) {
-      if (key == "loss_target") continue;
-      EXPECT_TRUE(compared.count(key)) << name << ": '" << key << "' was not compared";
-    }
-    std::printf("  %s: %zu outputs compared, worst max_abs / atol %.3g\n", name.c_str(), compared.size(), worst);
-  }
+  yeto::test::expect_parity_cases(kParity, names, kAccept, {"loss_target"});
 }
 
 }  // namespace

@@ -36,29 +36,7 @@ TEST(NavaHost, PluginIsBuiltSignedAndVerifies) {
 
 // Every compared key of the three cases is produced and within its tolerance.
 TEST(NavaHost, CheckParityPassesTheDiTLoraRopeAndSamplerCases) {
-  const std::vector<std::string> names = {"nava-dit", "nava-dit-lora", "nava-rope", "nava-sampler"};
-  std::vector<fs::path> dirs;
-  for (const auto& n : names) dirs.push_back(kParity / n);
-  nlohmann::json cases;
-  ASSERT_NO_FATAL_FAILURE(yeto::test::run_check_parity(dirs, &cases));
-  ASSERT_EQ(cases.size(), names.size());
-  for (const auto& c : cases) {
-    const auto name = c.at("case").get<std::string>();
-    EXPECT_TRUE(c.at("supported").get<bool>()) << c.dump(1);
-    EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
-    const auto case_json = nlohmann::json::parse(yeto::test::read_text(kParity / name / "case.json"));
-    std::set<std::string> compared;
-    double worst = 0.0;
-    for (const auto& cmp : c.at("comparisons")) {
-      EXPECT_TRUE(cmp.at("pass").get<bool>()) << cmp.dump();
-      compared.insert(cmp.at("name").get<std::string>());
-      const double atol = cmp.at("atol").get<double>(), err = cmp.at("max_abs").get<double>();
-      if (atol > 0) worst = std::max(worst, err / atol);
-    }
-    for (const auto& [key, _] : case_json.at("compare").items())
-      EXPECT_TRUE(compared.count(key)) << name << ": '" << key << "' was not compared";
-    std::printf("  %s: %zu outputs compared, worst max_abs / atol %.3g\n", name.c_str(), compared.size(), worst);
-  }
+  yeto::test::expect_parity_cases(kParity, {"nava-dit", "nava-dit-lora", "nava-rope", "nava-sampler"});
 }
 
 // A wrong speaker position moves the outputs far beyond the tolerance: the comparison can fail.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -37,14 +38,48 @@ inline void verify_staged_plugin(const std::string& plugin, nlohmann::json* mani
   if (manifest) *manifest = nlohmann::json::parse(read_text(dir / (plugin + ".yeto.json")));
 }
 
-// `check-parity <dirs...> --json` exits 0; its "cases" array goes to *cases.
-inline void run_check_parity(const std::vector<std::filesystem::path>& dirs, nlohmann::json* cases) {
+// `check-parity <dirs...> --json [extra...]` exits 0; its "cases" array goes to *cases.
+inline void run_check_parity(const std::vector<std::filesystem::path>& dirs, nlohmann::json* cases,
+                             const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {"check-parity"};
   for (const auto& d : dirs) args.push_back(d.string());
   args.push_back("--json");
+  args.insert(args.end(), extra.begin(), extra.end());
   const auto r = run_host(args);
   ASSERT_EQ(r.exit_code, 0) << r.all();
   *cases = nlohmann::json::parse(r.out).at("cases");
+}
+
+// check-parity of the named cases under `dir`: each is supported and passes, each comparison is
+// within its tolerance, and every key of its case.json "compare" (but those in `not_compared`)
+// was compared. Prints each case's worst max_abs / atol.
+inline void expect_parity_cases(const std::filesystem::path& dir, const std::vector<std::string>& names,
+                                const std::vector<std::string>& extra = {},
+                                const std::set<std::string>& not_compared = {}) {
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& n : names) dirs.push_back(dir / n);
+  nlohmann::json cases;
+  ASSERT_NO_FATAL_FAILURE(run_check_parity(dirs, &cases, extra));
+  ASSERT_EQ(cases.size(), names.size());
+  for (const auto& c : cases) {
+    const auto name = c.at("case").get<std::string>();
+    EXPECT_TRUE(c.at("supported").get<bool>()) << c.dump(1);
+    EXPECT_TRUE(c.at("pass").get<bool>()) << c.dump(1);
+    const auto case_json = nlohmann::json::parse(read_text(dir / name / "case.json"));
+    std::set<std::string> compared;
+    double worst = 0.0;
+    for (const auto& cmp : c.at("comparisons")) {
+      EXPECT_TRUE(cmp.at("pass").get<bool>()) << name << ": " << cmp.dump();
+      compared.insert(cmp.at("name").get<std::string>());
+      const double atol = cmp.at("atol").get<double>(), err = cmp.at("max_abs").get<double>();
+      if (atol > 0) worst = std::max(worst, err / atol);
+    }
+    for (const auto& [key, _] : case_json.at("compare").items()) {
+      if (not_compared.count(key)) continue;
+      EXPECT_TRUE(compared.count(key)) << name << ": '" << key << "' was not compared";
+    }
+    std::printf("  %s: %zu outputs compared, worst max_abs / atol %.3g\n", name.c_str(), compared.size(), worst);
+  }
 }
 
 // A copy of the plugin without its signature, found through plugins.dirs, is refused (exit 20,
