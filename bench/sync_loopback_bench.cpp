@@ -194,6 +194,10 @@ struct Latencies {
   double load_before = 0, load_after = 0;  // the machine's 1-minute load average
   std::vector<double> client;  // the learners' latency of the small fragment (push queued -> merge applied)
   std::size_t small_merges = 0, large_merges = 0, small_during_large = 0;
+  // Small merges the grace window or the deadline closed (a learner had not pushed): their wait is
+  // the pacing's, not the syncer's delay, and they are left out of `tape` (at the end of a run
+  // the learners finish their steps at different times).
+  std::size_t small_paced = 0;
   double large_merge_s = 0;    // the large fragment's merge computation, median (s)
   double wall = 0;
 };
@@ -303,7 +307,8 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
       if (j["event"] != "merge" || j["reason"] == "learners_done") continue;
       const double t = j["time"].get<double>();
       if (j["fragment"].get<std::uint32_t>() == small_p) {
-        if (last_sent > 0) {
+        if (j["reason"] != "all_live") ++r.small_paced;
+        else if (last_sent > 0) {
           r.tape.push_back(t - last_sent);
           r.to_read.push_back(last_read - last_sent);
           r.read_to_merge.push_back(t - last_read);
@@ -386,12 +391,12 @@ int fragments_main(int argc, char** argv) {
   std::printf("  priorities: the syncer's bulk lanes at nice +%d (sync.bulk_nice) and the learners' threads at nice "
               "+%d (they stand in for other machines) in the first two arms; none in the others\n",
               bulk_nice, learner_nice);
-  std::printf("  %-38s %6s %9s %6s %8s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n", "arm", "wall_s", "load", "merges",
+  std::printf("  %-38s %6s %9s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n", "arm", "wall_s", "load", "merges",
               "overlap", "tape_med", "tape_mean", "tape_p90", "to_read", "to_merge", "cli_med", "cli_mean", "cli_p90",
               "large_s");
   const auto row = [&](const char* name, const Latencies& r) {
-    std::printf("  %-38s %6.1f %4.1f-%-4.1f %3zu/%-3zu %8zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f\n",
-                name, r.wall, r.load_before, r.load_after, r.small_merges, r.large_merges, r.small_during_large,
+    std::printf("  %-38s %6.1f %4.1f-%-4.1f %3zu+%zu/%-3zu %8zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f\n",
+                name, r.wall, r.load_before, r.load_after, r.small_merges, r.small_paced, r.large_merges, r.small_during_large,
                 quantile(r.tape, 0.5), mean(r.tape), quantile(r.tape, 0.9), quantile(r.to_read, 0.5),
                 quantile(r.read_to_merge, 0.5), quantile(r.client, 0.5), mean(r.client), quantile(r.client, 0.9),
                 r.large_merge_s);
@@ -409,7 +414,8 @@ int fragments_main(int argc, char** argv) {
   ratio("lanes, priorities:", pool);
   ratio("lanes, no priorities:", flat);
   if (io_arm) ratio("I/O thread only:", inline_io);
-  std::printf("  (load: 1-minute load average before-after the arm; merges: small/large merges in the run; overlap:\n"
+  std::printf("  (load: 1-minute load average before-after the arm; merges: small merges closed by their last push\n"
+              "   + closed by the grace window or deadline (not in tape) / large merges; overlap:\n"
               "   small rounds whose last push was in flight while a large merge was being computed; tape: the\n"
               "   syncer's delay on the small fragment's round, from the learner beginning to write the completing\n"
               "   push to its socket to the merge record (broadcast queued right after), split (medians) into\n"

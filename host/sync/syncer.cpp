@@ -35,6 +35,7 @@
 #include "sync/clock.hpp"
 #include "sync/lanes.hpp"
 #include "sync/merge.hpp"
+#include "sync/outqueue.hpp"
 #include "sync/pace.hpp"
 #include "sync/protocol.hpp"
 #include "sync/state.hpp"
@@ -93,6 +94,8 @@ struct Outgoing {
   MsgType type = MsgType::error;
   std::shared_ptr<const std::string> plain;  // set: still to be sealed
   std::shared_ptr<LazyPayload> lazy;         // set: still to be made and sealed
+  std::uint32_t fragment = kNoFragment;      // an `update` or `fragment` frame's fragment
+  std::size_t bytes() const { return plain ? plain->size() : lazy ? lazy->size : frame.size(); }
 };
 
 struct Conn {
@@ -397,6 +400,19 @@ struct Syncer::Impl {
     c->outq.push_back(Outgoing{{}, t, std::move(payload), nullptr});
     c->wake.cancel();
   }
+  // A merge's update or full fragment for fragment p: a small one goes ahead of the bulk updates
+  // and fragments of other fragments still waiting in the queue (overtake_position).
+  void send_state(const ConnPtr& c, MsgType t, std::uint32_t p, std::shared_ptr<const std::string> plain,
+                  std::shared_ptr<LazyPayload> lazy) {
+    if (c->closed || !c->session) return;
+    Outgoing out{{}, t, std::move(plain), std::move(lazy), p};
+    const auto pos = out.bytes() < o.offload_bytes
+                         ? overtake_position(c->outq, p, o.offload_bytes, [](const Outgoing& f) { return f.bytes(); })
+                         : c->outq.size();
+    c->outq.insert(c->outq.begin() + static_cast<std::ptrdiff_t>(pos), std::move(out));
+    c->wake.cancel();
+    note_sent(c, p);
+  }
   void send(const ConnPtr& c, MsgType t, std::string payload) {
     send(c, t, std::make_shared<const std::string>(std::move(payload)));
   }
@@ -554,7 +570,8 @@ struct Syncer::Impl {
   // The full public state of fragment p (catch-up, a refused push, the f32 downlink).
   void send_fragment(const ConnPtr& c, std::uint32_t p, std::shared_ptr<LazyPayload> payload = nullptr) {
     if (c->closed || !c->session) return;
-    c->outq.push_back(Outgoing{{}, MsgType::fragment, nullptr, payload ? std::move(payload) : fragment_payload(p)});
+    c->outq.push_back(
+        Outgoing{{}, MsgType::fragment, nullptr, payload ? std::move(payload) : fragment_payload(p), p});
     c->wake.cancel();
     note_sent(c, p);
   }
@@ -577,12 +594,11 @@ struct Syncer::Impl {
     for (const auto& c : conns) {
       if (!c->session || c->closed) continue;
       if (update && holds_base(c, p)) {
-        send(c, MsgType::update, update);
-        note_sent(c, p);
+        send_state(c, MsgType::update, p, update, nullptr);
         continue;
       }
       if (!full) full = fragment_payload(p);
-      send_fragment(c, p, full);
+      send_state(c, MsgType::fragment, p, nullptr, full);
     }
   }
 
@@ -634,9 +650,11 @@ struct Syncer::Impl {
           c->outq.front().frame = std::move(frame);
           if (c->closed) break;
         }
+        // Held here while it is written: a frame may be inserted behind the front meanwhile
+        // (send_state), which may move the queue's elements.
+        const std::string wire = std::move(c->outq.front().frame);
         boost::system::error_code ec;
-        co_await asio::async_write(c->sock, asio::buffer(c->outq.front().frame),
-                                   asio::redirect_error(use_awaitable, ec));
+        co_await asio::async_write(c->sock, asio::buffer(wire), asio::redirect_error(use_awaitable, ec));
         if (ec) {
           close(c);
           co_return;

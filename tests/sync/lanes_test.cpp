@@ -1,13 +1,15 @@
 // The syncer's lanes (sync/lanes.hpp): the bulk lanes run at sync.bulk_nice below the thread that
 // made them and the latency-critical ones do not (read back with getpriority, in the lanes and in
 // a syncer's own threads); a small fragment's data file and the manifest are written on lanes of
-// their own, so they are written while a large fragment's data file is held.
+// their own, so they are written while a large fragment's data file is held. A connection's queue:
+// where a small fragment's new state goes (overtake_position).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -24,6 +26,7 @@
 
 #include "support/temp_dir.hpp"
 #include "sync/lanes.hpp"
+#include "sync/outqueue.hpp"
 #include "sync/syncer.hpp"
 
 namespace ys = yeto::sync;
@@ -34,20 +37,27 @@ namespace {
 // The nice values of a lane's threads: one job per thread, each held until all have started, so
 // every thread of the lane runs exactly one.
 std::vector<int> lane_nices(ys::WorkLane& lane) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int> seen;
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int> seen;
+    unsigned left = 0;  // jobs still running
+  };
+  auto sh = std::make_shared<Shared>();
   const unsigned n = lane.threads();
+  sh->left = n;
   for (unsigned i = 0; i < n; ++i)
-    lane.post([&] {
-      std::unique_lock lk(mu);
-      seen.push_back(ys::thread_nice());
-      cv.notify_all();
-      cv.wait(lk, [&] { return seen.size() == n; });
+    lane.post([sh, n] {
+      std::unique_lock lk(sh->mu);
+      sh->seen.push_back(ys::thread_nice());
+      sh->cv.notify_all();
+      sh->cv.wait(lk, [&] { return sh->seen.size() == n; });
+      --sh->left;
+      sh->cv.notify_all();
     });
-  std::unique_lock lk(mu);
-  cv.wait(lk, [&] { return seen.size() == n; });
-  return seen;
+  std::unique_lock lk(sh->mu);
+  sh->cv.wait(lk, [&] { return sh->left == 0; });
+  return sh->seen;
 }
 
 // A job that holds its lane's thread until released.
@@ -118,6 +128,7 @@ TEST(SyncLanes, ASmallFragmentsDataFileIsWrittenWhileEveryBulkThreadIsHeld) {
       << "the queued large data file ran while every bulk thread was held";
   for (auto& h : holds) h->release.set_value();
   large_future.wait();
+  lanes.join();  // the held jobs end before their Holds go
 }
 
 #ifdef __linux__
@@ -179,4 +190,33 @@ TEST(SyncLanes, BulkNiceOutOfRangeIsRefused) {
   EXPECT_THROW(ys::Syncer{so}, std::exception);
   so.bulk_nice = -1;
   EXPECT_THROW(ys::Syncer{so}, std::exception);
+}
+
+namespace {
+struct Queued {
+  ys::MsgType type;
+  std::uint32_t fragment;
+  std::size_t bytes;
+};
+std::size_t position(const std::deque<Queued>& q, std::uint32_t p) {
+  return ys::overtake_position(q, p, 1000, [](const Queued& f) { return f.bytes; });
+}
+}  // namespace
+
+TEST(SyncOutQueue, ASmallFragmentsStateGoesAheadOfOtherFragmentsBulkStateOnly) {
+  using ys::MsgType;
+  // The front is never passed, even when it is another fragment's bulk update.
+  EXPECT_EQ(position({}, 1), 0u);
+  EXPECT_EQ(position({{MsgType::update, 0, 5000}}, 1), 1u);
+  // Behind the front: two bulk states of fragment 0 waiting are passed.
+  EXPECT_EQ(position({{MsgType::update, 0, 5000}, {MsgType::update, 0, 5000}, {MsgType::fragment, 0, 5000}}, 1), 1u);
+  // Not a frame of the same fragment (its base must arrive first), nor a small one, nor a control
+  // frame or a raw frame.
+  EXPECT_EQ(position({{MsgType::update, 0, 5000}, {MsgType::update, 1, 5000}, {MsgType::update, 0, 5000}}, 1), 2u);
+  EXPECT_EQ(position({{MsgType::update, 0, 5000}, {MsgType::update, 2, 999}, {MsgType::update, 0, 5000}}, 1), 2u);
+  EXPECT_EQ(position({{MsgType::update, 0, 5000}, {MsgType::final_cut, ys::kNoFragment, 5000},
+                      {MsgType::fragment, 0, 5000}},
+                     1),
+            2u);
+  EXPECT_EQ(position({{MsgType::update, 0, 5000}, {MsgType::fragment, ys::kNoFragment, 5000}}, 1), 2u);
 }
