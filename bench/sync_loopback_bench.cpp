@@ -11,10 +11,14 @@
 //   sync_loopback_bench [params=50000000] [learners=4] [rounds=3] [inner_steps=10] [keep]
 //
 // Fragment isolation: the round latency of a small fragment alone, next to a large fragment
-// whose merges run on the syncer's worker pool (the default), and next to the same large
+// whose merges run on the syncer's worker lanes (the default), and next to the same large
 // fragment with all the syncer's work on its I/O thread (the baseline), in one process; a
 // checkpoint at every merge (the default) in each arm.
-//   sync_loopback_bench fragments [large=50000000] [learners=4] [steps=200] [inner_steps=10] [small=65536] [keep]
+// The syncer's bulk lanes run at nice +sync.bulk_nice and the learners' threads at nice +19 (they
+// stand in for other machines), and the pool arm is repeated without either priority; `io` adds
+// the arm with everything on the I/O thread.
+//   sync_loopback_bench fragments [large=50000000] [learners=4] [steps=200] [inner_steps=10] [small=65536]
+//                               [keep] [io] [learner-nice=19]
 //
 // Checkpoint isolation: the time a small fragment's checkpoint takes (its data file, then a
 // manifest, each written and fsynced as the syncer does after a merge) alone, and while a large
@@ -39,6 +43,7 @@
 
 #include "core/atomic_file.hpp"
 #include "sync/client.hpp"
+#include "sync/lanes.hpp"
 #include "sync/quant.hpp"
 #include "sync/state.hpp"
 #include "sync/syncer.hpp"
@@ -184,18 +189,35 @@ struct Latencies {
   // written its push to the socket to the merge going out (the syncer's own delay, including
   // any time the push waited unread), per merge.
   std::vector<double> tape;
+  std::vector<double> tape_overlap;  // the same, of the rounds in flight while a large merge was computed
+  // The same split in two: written -> read by the syncer (its push record), read -> merge record.
+  std::vector<double> to_read, read_to_merge;
+  double load_before = 0, load_after = 0;  // the machine's 1-minute load average
   std::vector<double> client;  // the learners' latency of the small fragment (push queued -> merge applied)
   std::size_t small_merges = 0, large_merges = 0, small_during_large = 0;
+  // Small merges the grace window or the deadline closed (a learner had not pushed): their wait is
+  // the pacing's, not the syncer's delay, and they are left out of `tape` (at the end of a run
+  // the learners finish their steps at different times).
+  std::size_t small_paced = 0;
   double large_merge_s = 0;    // the large fragment's merge computation, median (s)
   double wall = 0;
 };
 
+double load_average() {
+  double l[1] = {0};
+  return ::getloadavg(l, 1) == 1 ? l[0] : 0.0;
+}
+
 // `large` == 0: the small fragment alone. offload: the syncer's default (bulk work on its worker
-// pool); otherwise everything on its I/O thread.
+// lanes); otherwise everything on its I/O thread. bulk_nice: the syncer's sync.bulk_nice;
+// learner_nice: nice steps each learner's threads (its training loop and its client's thread) run
+// below the syncer, standing in for the other machines the learners run on in a deployment.
 Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, int steps, std::uint32_t H,
-                        bool offload, const fs::path& dir) {
+                        bool offload, int bulk_nice, int learner_nice, const fs::path& dir) {
   fs::create_directories(dir);
+  const double load_before = load_average();
   ys::SyncerOptions so = bench_syncer_options(dir, learners);
+  so.bulk_nice = bulk_nice;
   so.expected_learners = static_cast<std::uint32_t>(learners);
   // A checkpoint at every merge, as a run has by default (sync.checkpoint_every = 1): with the
   // pools it is written on the syncer's checkpoint writers, a fragment's values only when that
@@ -215,6 +237,8 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
   const auto t0 = std::chrono::steady_clock::now();
   for (int l = 0; l < learners; ++l)
     ts.emplace_back([&, l] {
+      // Before the client starts: its communication thread inherits this thread's nice value.
+      ys::lower_thread_priority(learner_nice);
       const ys::ClientOptions o = bench_client_options(so, port, l, H, dir);
       std::vector<std::vector<float>> t;
       for (const auto& s : specs) t.emplace_back(s.numel, 0.0f);
@@ -238,6 +262,8 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
   st.join();
   Latencies r;
   r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.load_before = load_before;
+  r.load_after = load_average();
   // The syncer's tape: the small fragment's rounds, and whether the large fragment's merge was
   // being computed while each was open.
   struct Span {
@@ -245,7 +271,9 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
   };
   std::vector<Span> small_rounds, large_merges;
   std::vector<double> large_s;
-  // When each learner's small push (by base version) was written to its socket.
+  // When each learner's small push (by base version) began to be written to its socket (its
+  // completion is seen only once the learner's thread runs again, which a niced learner on a
+  // busy machine may do after the syncer has read the push).
   std::map<std::pair<std::string, std::uint64_t>, std::vector<double>> sent_at;
   for (int l = 0; l < learners; ++l) {
     std::ifstream in(dir / ("bench-" + std::to_string(l) + ".jsonl"));
@@ -253,12 +281,13 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
       const auto j = nlohmann::json::parse(line);
       if (j["event"] == "push" && j["fragment"].get<std::uint32_t>() == small_p)
         sent_at[{j["learner"].get<std::string>(), j["base_version"].get<std::uint64_t>()}].push_back(
-            j["time"].get<double>());
+            j["write_started"].get<double>());
     }
   }
   {
     std::ifstream in(so.state_dir / "tape.jsonl");
     double last_sent = -1;  // the latest send among the small pushes since the previous small merge
+    double last_read = -1;  // when the syncer read that push
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line);
       if (j["event"] == "push" && j["fragment"].get<std::uint32_t>() == small_p) {
@@ -270,17 +299,24 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
         if (it != sent_at.end())
           for (double x : it->second)
             if (x <= read) sent = std::max(sent, x);
-        if (sent > 0) last_sent = std::max(last_sent, sent);
+        if (sent > last_sent) {
+          last_sent = sent;
+          last_read = read;
+        }
         continue;
       }
       if (j["event"] != "merge" || j["reason"] == "learners_done") continue;
       const double t = j["time"].get<double>();
       if (j["fragment"].get<std::uint32_t>() == small_p) {
-        if (last_sent > 0) {
+        if (j["reason"] != "all_live") ++r.small_paced;
+        else if (last_sent > 0) {
           r.tape.push_back(t - last_sent);
+          r.to_read.push_back(last_read - last_sent);
+          r.read_to_merge.push_back(t - last_read);
           small_rounds.push_back({last_sent, t});
         }
         last_sent = -1;
+        last_read = -1;
       } else {
         large_s.push_back(j.value("merge_s", 0.0));
         large_merges.push_back({t - large_s.back(), t});
@@ -293,8 +329,10 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
     for (const auto& m : large_merges)
       if (s.from < m.to && m.from < s.to) {
         ++r.small_during_large;
+        r.tape_overlap.push_back(s.to - s.from);
         break;
       }
+  std::sort(r.tape_overlap.begin(), r.tape_overlap.end());
   std::sort(large_s.begin(), large_s.end());
   r.large_merge_s = large_s.empty() ? 0.0 : large_s[large_s.size() / 2];
   for (int l = 0; l < learners; ++l) {
@@ -306,6 +344,8 @@ Latencies run_fragments(std::uint64_t large, std::uint64_t small, int learners, 
     }
   }
   std::sort(r.tape.begin(), r.tape.end());
+  std::sort(r.to_read.begin(), r.to_read.end());
+  std::sort(r.read_to_merge.begin(), r.read_to_merge.end());
   std::sort(r.client.begin(), r.client.end());
   return r;
 }
@@ -326,40 +366,67 @@ int fragments_main(int argc, char** argv) {
   const int steps = argc > 4 ? std::atoi(argv[4]) : 200;
   const std::uint32_t H = argc > 5 ? static_cast<std::uint32_t>(std::atoi(argv[5])) : 10;
   const std::uint64_t small = argc > 6 ? std::strtoull(argv[6], nullptr, 10) : 65'536ull;
-  const bool keep = argc > 7 && std::string(argv[7]) == "keep";
+  bool keep = false, io_arm = false;
+  int learner_nice = 19;
+  for (int i = 7; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "keep") keep = true;
+    else if (a == "io") io_arm = true;
+    else if (a.rfind("learner-nice=", 0) == 0) learner_nice = std::atoi(a.c_str() + 13);
+    else {
+      std::fprintf(stderr, "sync_loopback_bench fragments: unknown option %s (keep, io, learner-nice=N)\n", a.c_str());
+      return 2;
+    }
+  }
+  const int bulk_nice = ys::SyncerOptions{}.bulk_nice;
   const fs::path dir = fs::temp_directory_path() / ("yeto-sync-frag-bench-" + std::to_string(::getpid()));
-  const Latencies alone = run_fragments(0, small, learners, steps, H, true, dir / "alone");
-  const Latencies pool = run_fragments(large, small, learners, steps, H, true, dir / "pool");
-  const Latencies inline_io = run_fragments(large, small, learners, steps, H, false, dir / "io");
+  const Latencies alone = run_fragments(0, small, learners, steps, H, true, bulk_nice, learner_nice, dir / "alone");
+  const Latencies pool = run_fragments(large, small, learners, steps, H, true, bulk_nice, learner_nice, dir / "pool");
+  // The same without any priorities: the syncer's bulk lanes and the learners at the I/O thread's.
+  const Latencies flat = run_fragments(large, small, learners, steps, H, true, 0, 0, dir / "flat");
+  Latencies inline_io;
+  if (io_arm) inline_io = run_fragments(large, small, learners, steps, H, false, 0, 0, dir / "io");
   if (keep) std::printf("run directories (tapes, learners' events) kept in %s\n", dir.c_str());
   else fs::remove_all(dir);
   std::printf("sync fragment isolation: %d learners, a small fragment of %llu values next to a large one of %llu, "
               "H = %u, %d inner steps (20 ms) per learner\n",
               learners, static_cast<unsigned long long>(small), static_cast<unsigned long long>(large), H, steps);
-  std::printf("  %-34s %6s %6s %8s %9s %9s %9s %9s %9s %9s %8s\n", "arm", "wall_s", "merges", "overlap",
-              "tape_med", "tape_mean", "tape_p90", "cli_med", "cli_mean", "cli_p90", "large_s");
+  std::printf("  priorities: the syncer's bulk lanes at nice +%d (sync.bulk_nice) and the learners' threads at nice "
+              "+%d (they stand in for other machines) in the first two arms; none in the others\n",
+              bulk_nice, learner_nice);
+  std::printf("  %-38s %6s %9s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n", "arm", "wall_s", "load", "merges",
+              "overlap", "ovl_med", "tape_med", "tape_mean", "tape_p90", "to_read", "to_merge", "cli_med", "cli_mean", "cli_p90",
+              "large_s");
   const auto row = [&](const char* name, const Latencies& r) {
-    std::printf("  %-34s %6.1f %3zu/%-3zu %8zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f\n", name, r.wall,
-                r.small_merges, r.large_merges, r.small_during_large, quantile(r.tape, 0.5), mean(r.tape),
-                quantile(r.tape, 0.9), quantile(r.client, 0.5), mean(r.client), quantile(r.client, 0.9),
+    std::printf("  %-38s %6.1f %4.1f-%-4.1f %3zu+%zu/%-3zu %8zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f\n",
+                name, r.wall, r.load_before, r.load_after, r.small_merges, r.small_paced, r.large_merges, r.small_during_large,
+                quantile(r.tape_overlap, 0.5), quantile(r.tape, 0.5), mean(r.tape), quantile(r.tape, 0.9), quantile(r.to_read, 0.5),
+                quantile(r.read_to_merge, 0.5), quantile(r.client, 0.5), mean(r.client), quantile(r.client, 0.9),
                 r.large_merge_s);
   };
   row("small alone", alone);
-  row("small + large, worker pool", pool);
-  row("small + large, all on the I/O thread", inline_io);
-  std::printf("  small fragment's latency with the large one / alone (median; mean):\n"
-              "    worker pool:        syncer %.2fx; %.2fx   learners %.2fx; %.2fx\n"
-              "    I/O thread only:    syncer %.2fx; %.2fx   learners %.2fx; %.2fx\n",
-              quantile(pool.tape, 0.5) / quantile(alone.tape, 0.5), mean(pool.tape) / mean(alone.tape),
-              quantile(pool.client, 0.5) / quantile(alone.client, 0.5), mean(pool.client) / mean(alone.client),
-              quantile(inline_io.tape, 0.5) / quantile(alone.tape, 0.5), mean(inline_io.tape) / mean(alone.tape),
-              quantile(inline_io.client, 0.5) / quantile(alone.client, 0.5),
-              mean(inline_io.client) / mean(alone.client));
-  std::printf("  (merges: small/large merges in the run; overlap: small rounds whose last push was in flight while a\n"
-              "   large merge was being computed; tape: the syncer's delay on the small fragment's round, from the\n"
-              "   completing push written to the socket to the merge record (broadcast queued right after);\n"
-              "   cli: push queued -> merge applied at the learner, including the wait for the other learners'\n"
-              "   pushes; large_s: the large merge's computation, median)\n");
+  row("small + large, lanes, priorities", pool);
+  row("small + large, lanes, no priorities", flat);
+  if (io_arm) row("small + large, all on the I/O thread", inline_io);
+  const auto ratio = [&](const char* name, const Latencies& r) {
+    std::printf("    %-32s syncer %.2fx; %.2fx (rounds overlapping a large merge: %.2fx)   learners %.2fx; %.2fx\n",
+                name, quantile(r.tape, 0.5) / quantile(alone.tape, 0.5), mean(r.tape) / mean(alone.tape),
+                quantile(r.tape_overlap, 0.5) / quantile(alone.tape, 0.5),
+                quantile(r.client, 0.5) / quantile(alone.client, 0.5), mean(r.client) / mean(alone.client));
+  };
+  std::printf("  small fragment's latency with the large one / alone (median; mean):\n");
+  ratio("lanes, priorities:", pool);
+  ratio("lanes, no priorities:", flat);
+  if (io_arm) ratio("I/O thread only:", inline_io);
+  std::printf("  (load: 1-minute load average before-after the arm; merges: small merges closed by their last push\n"
+              "   + closed by the grace window or deadline (not in tape) / large merges; overlap:\n"
+              "   small rounds whose last push was in flight while a large merge was being computed, ovl_med: their\n"
+              "   median tape; tape: the\n"
+              "   syncer's delay on the small fragment's round, from the learner beginning to write the completing\n"
+              "   push to its socket to the merge record (broadcast queued right after), split (medians) into\n"
+              "   to_read: written -> read by the syncer, and to_merge: read -> merge record; cli: push queued ->\n"
+              "   merge applied at the learner,\n"
+              "   including the wait for the other learners' pushes; large_s: the large merge's computation, median)\n");
   return 0;
 }
 

@@ -210,6 +210,10 @@ struct SyncClient::Impl {
           const Push m = Push::from_delta_q4(push->fragment, push->base_version, push->samples, push->inner_steps,
                                              push->delta, o.quant_block);
           const std::string frame = l->session->seal(MsgType::push, run_id, m.encode());
+          // When the write began as well as (the event's time) when it completed: the completion
+          // is seen only when this thread runs again, which on a busy machine can be after the
+          // syncer has read the frame.
+          const double write_started = unix_now();
           co_await write_raw(*l, frame);
           {
             std::lock_guard lk(mu);
@@ -217,7 +221,7 @@ struct SyncClient::Impl {
           }
           event("push", {{"fragment", push->fragment}, {"base_version", push->base_version},
                          {"samples", push->samples}, {"inner_steps", push->inner_steps}, {"bytes", frame.size()},
-                         {"f32_bytes", push->delta.size() * 4}});
+                         {"f32_bytes", push->delta.size() * 4}, {"write_started", write_started}});
           continue;
         }
         boost::system::error_code ec;

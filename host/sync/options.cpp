@@ -52,6 +52,7 @@ void SyncerOptions::validate() const {
   if (max_pending_per_address < 1) throw UsageError("sync.max_pending_per_address must be at least 1");
   if (!(accept_rate > 0)) throw UsageError("sync.accept_rate must be positive");
   if (!(reject_log_interval_s > 0)) throw UsageError("the reject log interval must be positive");
+  if (bulk_nice < 0 || bulk_nice > 19) throw UsageError("sync.bulk_nice must lie in [0, 19]");
 }
 
 void ClientOptions::validate() const {
@@ -129,6 +130,7 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.tape_keep = static_cast<std::uint32_t>(c.get_int("sync.tape_keep"));
   o.worker_threads = static_cast<std::uint32_t>(c.get_int("sync.worker_threads"));
   o.offload_bytes = static_cast<std::size_t>(c.get_int("sync.offload_kb")) << 10;
+  o.bulk_nice = static_cast<int>(c.get_int("sync.bulk_nice"));
   return o;
 }
 

@@ -97,6 +97,11 @@ struct SyncerOptions {
   // pool (tests).
   std::uint32_t worker_threads = 0;
   std::size_t offload_bytes = 1u << 20;
+  // The threads of that bulk work (merges, bulk frames, large fragments' data files) run this
+  // many nice steps below the I/O thread (Linux, per thread; sync.bulk_nice), so they take the
+  // cores the I/O thread, the small fragments' checkpoint and the manifest leave; 0: same
+  // priority.
+  int bulk_nice = 10;
   void validate() const;
 };
 

@@ -5,7 +5,6 @@
 #include <boost/asio.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 #include <array>
 #include <chrono>
@@ -34,7 +33,9 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "sync/clock.hpp"
+#include "sync/lanes.hpp"
 #include "sync/merge.hpp"
+#include "sync/outqueue.hpp"
 #include "sync/pace.hpp"
 #include "sync/protocol.hpp"
 #include "sync/state.hpp"
@@ -93,6 +94,8 @@ struct Outgoing {
   MsgType type = MsgType::error;
   std::shared_ptr<const std::string> plain;  // set: still to be sealed
   std::shared_ptr<LazyPayload> lazy;         // set: still to be made and sealed
+  std::uint32_t fragment = kNoFragment;      // an `update` or `fragment` frame's fragment
+  std::size_t bytes() const { return plain ? plain->size() : lazy ? lazy->size : frame.size(); }
 };
 
 struct Conn {
@@ -249,22 +252,18 @@ struct Syncer::Impl {
   std::map<std::string, std::uint64_t> reject_window_counts;
   std::uint64_t strangers_dropped = 0;  // dropped to make room (counted in the summary)
   std::uint64_t strangers_left = 0;     // closed by the peer before authenticating
-  // Merges, and the sealing and opening of bulk frames, of o.offload_bytes or more: one thread per
-  // core (o.worker_threads), so one large fragment's work never holds up the I/O thread and the
-  // other fragments. Smaller work (under 1 MiB by default: a merge of a fragment under 256 K
-  // values, a small frame) stays on the I/O thread, where it costs less than the hand-over and
-  // never queues behind a large fragment's work. Joined first when the syncer goes (its jobs
-  // read the state).
-  asio::thread_pool pool{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
-  // Sealing and opening of bulk frames have threads of their own (as many): a connection whose
-  // bulk frame is being opened reads nothing else meanwhile, so its next frames (a small
-  // fragment's push) must not queue behind a long merge on `pool`.
-  asio::thread_pool frames{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
-  // The checkpoint off the I/O thread (checkpoint_every = 1): fragments' data files, one thread
-  // per core so a small fragment's file is not written behind a large one's; and the manifest,
-  // one write at a time.
-  asio::thread_pool ckpt_writers{o.worker_threads ? o.worker_threads : std::max(1u, std::thread::hardware_concurrency())};
-  asio::thread_pool ckpt_manifest{1};
+  // Merges, and the sealing and opening of bulk frames, of o.offload_bytes or more, each on a lane
+  // of one thread per core (o.worker_threads), so one large fragment's work never holds up the I/O
+  // thread and the other fragments. Smaller work (under 1 MiB by default: a merge of a fragment
+  // under 256 K values, a small frame) stays on the I/O thread, where it costs less than the
+  // hand-over and never queues behind a large fragment's work. Sealing and opening have a lane of
+  // their own: a connection whose bulk frame is being opened reads nothing else meanwhile, so its
+  // next frames (a small fragment's push) must not queue behind a long merge. The checkpoint off
+  // the I/O thread (checkpoint_every = 1): a large fragment's data file on a bulk lane, a small
+  // fragment's on a lane of its own (never behind a large one's), and the manifest, one write at a
+  // time. The bulk lanes run o.bulk_nice nice steps below the I/O thread (sync/lanes.hpp). Joined
+  // first when the syncer goes (their jobs read the state).
+  SyncerLanes lanes{o.worker_threads, o.bulk_nice, o.offload_bytes};
   // Per fragment, the version and data-file CRC the last durable manifest names.
   std::vector<std::uint64_t> durable_version;
   std::vector<std::uint32_t> durable_crc;
@@ -291,10 +290,7 @@ struct Syncer::Impl {
   }
 
   ~Impl() {
-    frames.join();
-    pool.join();
-    ckpt_writers.join();
-    ckpt_manifest.join();
+    lanes.join();
     if (lock_fd >= 0) ::close(lock_fd);
   }
 
@@ -403,6 +399,19 @@ struct Syncer::Impl {
     if (c->closed || !c->session) return;
     c->outq.push_back(Outgoing{{}, t, std::move(payload), nullptr});
     c->wake.cancel();
+  }
+  // A merge's update or full fragment for fragment p: a small one goes ahead of the bulk updates
+  // and fragments of other fragments still waiting in the queue (overtake_position).
+  void send_state(const ConnPtr& c, MsgType t, std::uint32_t p, std::shared_ptr<const std::string> plain,
+                  std::shared_ptr<LazyPayload> lazy) {
+    if (c->closed || !c->session) return;
+    Outgoing out{{}, t, std::move(plain), std::move(lazy), p};
+    const auto pos = out.bytes() < o.offload_bytes
+                         ? overtake_position(c->outq, p, o.offload_bytes, [](const Outgoing& f) { return f.bytes(); })
+                         : c->outq.size();
+    c->outq.insert(c->outq.begin() + static_cast<std::ptrdiff_t>(pos), std::move(out));
+    c->wake.cancel();
+    note_sent(c, p);
   }
   void send(const ConnPtr& c, MsgType t, std::string payload) {
     send(c, t, std::make_shared<const std::string>(std::move(payload)));
@@ -561,7 +570,8 @@ struct Syncer::Impl {
   // The full public state of fragment p (catch-up, a refused push, the f32 downlink).
   void send_fragment(const ConnPtr& c, std::uint32_t p, std::shared_ptr<LazyPayload> payload = nullptr) {
     if (c->closed || !c->session) return;
-    c->outq.push_back(Outgoing{{}, MsgType::fragment, nullptr, payload ? std::move(payload) : fragment_payload(p)});
+    c->outq.push_back(
+        Outgoing{{}, MsgType::fragment, nullptr, payload ? std::move(payload) : fragment_payload(p), p});
     c->wake.cancel();
     note_sent(c, p);
   }
@@ -584,12 +594,11 @@ struct Syncer::Impl {
     for (const auto& c : conns) {
       if (!c->session || c->closed) continue;
       if (update && holds_base(c, p)) {
-        send(c, MsgType::update, update);
-        note_sent(c, p);
+        send_state(c, MsgType::update, p, update, nullptr);
         continue;
       }
       if (!full) full = fragment_payload(p);
-      send_fragment(c, p, full);
+      send_state(c, MsgType::fragment, p, nullptr, full);
     }
   }
 
@@ -603,7 +612,7 @@ struct Syncer::Impl {
     using R = std::invoke_result_t<std::decay_t<F>&>;
     return asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr, R)>(
         [this](auto handler, std::decay_t<F> fn) {
-          asio::post(frames, [this, handler = std::move(handler), fn = std::move(fn)]() mutable {
+          lanes.frames.post([this, handler = std::move(handler), fn = std::move(fn)]() mutable {
             std::exception_ptr error;
             R result{};
             try {
@@ -641,9 +650,11 @@ struct Syncer::Impl {
           c->outq.front().frame = std::move(frame);
           if (c->closed) break;
         }
+        // Held here while it is written: a frame may be inserted behind the front meanwhile
+        // (send_state), which may move the queue's elements.
+        const std::string wire = std::move(c->outq.front().frame);
         boost::system::error_code ec;
-        co_await asio::async_write(c->sock, asio::buffer(c->outq.front().frame),
-                                   asio::redirect_error(use_awaitable, ec));
+        co_await asio::async_write(c->sock, asio::buffer(wire), asio::redirect_error(use_awaitable, ec));
         if (ec) {
           close(c);
           co_return;
@@ -1471,7 +1482,7 @@ struct Syncer::Impl {
       return land(job);
     }
     job->offloaded = true;
-    asio::post(pool, [this, job] {
+    lanes.merges.post([this, job] {
       compute_merge(*job);
       job->base_params.reset();
       job->base_momentum.reset();
@@ -1571,7 +1582,7 @@ struct Syncer::Impl {
       next.params = j.new_params;
       next.momentum = j.new_momentum;
       next.pub = j.new_pub;
-      asio::post(ckpt_writers, [this, job, next = std::move(next), dir = o.state_dir] {
+      lanes.data_file(j.new_params->size() * sizeof(float)).post([this, job, next = std::move(next), dir = o.state_dir] {
         std::uint32_t crc = 0;
         std::exception_ptr error;
         try {
@@ -1600,7 +1611,7 @@ struct Syncer::Impl {
   void retire_buffers(FragmentState& f) {
     if (!f.params || f.params->size() * sizeof(float) < o.offload_bytes) return;
     std::array<Floats, 3> old{std::move(f.params), std::move(f.momentum), std::move(f.pub)};
-    asio::post(ckpt_writers, [old = std::move(old)]() mutable {
+    lanes.bulk_files.post([old = std::move(old)]() mutable {
       for (auto& b : old) b.reset();
     });
   }
@@ -1668,7 +1679,7 @@ struct Syncer::Impl {
     w->snap.wall_seconds = st.wall_seconds + (steady_now() - started);
     w->written = w->result.get_future().share();
     manifest_in_flight = w;
-    asio::post(ckpt_manifest, [this, w, path = ckpt_path()] {
+    lanes.manifest.post([this, w, path = ckpt_path()] {
       std::exception_ptr error;
       try {
         atomic_write(path, encode_manifest(w->snap, w->crcs));

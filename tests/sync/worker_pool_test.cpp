@@ -42,6 +42,9 @@ Outcome run(const fs::path& dir, std::uint64_t large, std::size_t offload_bytes,
   so.quorum = 2;
   so.expected_learners = 2;
   so.offload_bytes = offload_bytes;
+  // The bulk lanes at the I/O thread's priority: the counts of large merges below need their share
+  // of a machine other processes load (sync_lanes_test covers sync.bulk_nice).
+  so.bulk_nice = 0;
   so.budget_outer_steps = budget_outer_steps;
   so.timeouts.heartbeat_s = 0.2;
   so.timeouts.learner_timeout_s = 20;
