@@ -193,7 +193,7 @@ std::vector<KeyDef> build_schema() {
       I("sync.tape_keep", 4, "Rotated event tapes kept (tape.1.jsonl is the newest).").range(1, 1000),
       I("sync.worker_threads", 0, "Syncer worker threads for merges and for sealing and opening bulk frames, off the thread that serves the connections; 0: one per core.").range(0, 1024),
       I("sync.offload_kb", 1024, "Merges of fragments, and frames, of at least this many KiB run on the syncer's worker threads; smaller ones on its I/O thread (0: everything on the workers).").range(0, std::nullopt),
-      I("sync.bulk_nice", 10, "Nice steps the syncer's bulk threads (large merges, sealing and opening bulk frames, large fragments' checkpoint files) run below its I/O thread, so they use the cores the latency-critical work leaves (Linux, per thread, needs no privilege; elsewhere ignored); 0: same priority.").range(0, 19),
+      I("sync.bulk_nice", 10, "Nice steps the syncer's bulk threads (large merges, sealing and opening bulk frames, large fragments' checkpoint files) run below its I/O thread, so they use the cores the latency-critical work leaves (Linux, per thread, needs no privilege; elsewhere ignored); 0: same priority. `train --islands` starts its syncer with 0 unless this key is set.").range(0, 19),
       I("sync.budget_outer_steps", 0, "Budget: stop after this many merges (outer steps, all fragments together); 0: no limit.").range(0, std::nullopt),
       I("sync.budget_samples", 0, "Budget: stop once merged pushes cover this many samples; 0: no limit.").range(0, std::nullopt),
       F("sync.budget_seconds", 0.0, "Budget: stop after this much wall time; 0: no limit.").range(0.0, std::nullopt),

@@ -676,20 +676,34 @@ std::string format_summary(const json& s) {
   return o.str();
 }
 
-int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
-  if (e.islands < 1) throw UsageError("--islands must be at least 1");
-  if (e.run_dir.empty()) throw UsageError("train --islands needs a run directory (--output DIR)");
+namespace {
+std::vector<std::string> embedded_common_args(const EmbeddedRun& e) {
   std::vector<std::string> common;
   if (e.config_file) common.insert(common.end(), {"--config", e.config_file->string()});
   for (const auto& s : e.sets) common.insert(common.end(), {"--set", s});
   if (!e.log_level.empty()) common.insert(common.end(), {"--log-level", e.log_level});
+  return common;
+}
+}  // namespace
+
+std::vector<std::string> embedded_syncer_argv(const config::Config& cfg, const EmbeddedRun& e) {
+  std::vector<std::string> a = {e.host_bin.string(), "syncer"};
+  const auto common = embedded_common_args(e);
+  a.insert(a.end(), common.begin(), common.end());
+  a.insert(a.end(), {"--set", "sync.islands=" + std::to_string(e.islands)});
+  if (cfg.entry("sync.bulk_nice").origin == config::Origin::default_value) a.insert(a.end(), {"--set", "sync.bulk_nice=0"});
+  return a;
+}
+
+int run_embedded(const config::Config& cfg, const EmbeddedRun& e) {
+  if (e.islands < 1) throw UsageError("--islands must be at least 1");
+  if (e.run_dir.empty()) throw UsageError("train --islands needs a run directory (--output DIR)");
+  const auto common = embedded_common_args(e);
   IslandLaunch L;
   L.run_dir = e.run_dir;
   L.islands = e.islands;
   L.island_ranks.assign(e.islands, std::max<std::uint32_t>(1, e.island_ranks));
-  L.syncer_argv = {e.host_bin.string(), "syncer"};
-  L.syncer_argv.insert(L.syncer_argv.end(), common.begin(), common.end());
-  L.syncer_argv.insert(L.syncer_argv.end(), {"--set", "sync.islands=" + std::to_string(e.islands)});
+  L.syncer_argv = embedded_syncer_argv(cfg, e);
   L.learner_argv = [&](const IslandSlot& s) {
     std::vector<std::string> a = {e.host_bin.string(), "learner"};
     a.insert(a.end(), common.begin(), common.end());

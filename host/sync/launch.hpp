@@ -135,4 +135,10 @@ struct EmbeddedRun {
 };
 int run_embedded(const config::Config& cfg, const EmbeddedRun& run);
 
+// The embedded run's syncer command: `host_bin syncer` with the run's config and overrides and
+// sync.islands. Its syncer shares the machine with the islands' CPU-bound learners, so unless
+// the config or an override sets sync.bulk_nice, its bulk lanes keep the learners' priority
+// (`--set sync.bulk_nice=0`): lowered below them, a large merge would get a tenth of a core.
+std::vector<std::string> embedded_syncer_argv(const config::Config& cfg, const EmbeddedRun& run);
+
 }  // namespace yeto::sync

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/config.hpp"
 #include "support/temp_dir.hpp"
 #include "sync/launch.hpp"
 #include "sync/tape.hpp"
@@ -308,3 +310,34 @@ TEST(SyncLaunch, AnIslandThatFailsAfterTheFinalCutIsNotRestarted) {
 }
 
 }  // namespace
+
+// `train --islands`: the syncer shares the machine with the learners, so its bulk lanes keep
+// their priority unless the config or an override says otherwise.
+TEST(SyncLaunch, TheEmbeddedSyncerKeepsItsBulkLanesAtTheLearnersPriorityUnlessConfigured) {
+  namespace yc = yeto::config;
+  yeto::test::TempDir dir;
+  ys::EmbeddedRun e;
+  e.host_bin = "/bin/yeto-host";
+  e.islands = 3;
+  auto count = [](const std::vector<std::string>& a, const std::string& s) { return std::count(a.begin(), a.end(), s); };
+
+  e.sets = {"sync.inner_steps=8"};
+  auto a = ys::embedded_syncer_argv(yc::Config::resolve(std::nullopt, {{"sync.inner_steps", "8", "--set"}}), e);
+  EXPECT_EQ(a.at(0), "/bin/yeto-host");
+  EXPECT_EQ(a.at(1), "syncer");
+  EXPECT_EQ(count(a, "sync.inner_steps=8"), 1);
+  EXPECT_EQ(count(a, "sync.islands=3"), 1);
+  EXPECT_EQ(count(a, "sync.bulk_nice=0"), 1);
+
+  e.sets = {"sync.bulk_nice=7"};
+  a = ys::embedded_syncer_argv(yc::Config::resolve(std::nullopt, {{"sync.bulk_nice", "7", "--set"}}), e);
+  EXPECT_EQ(count(a, "sync.bulk_nice=0"), 0);
+  EXPECT_EQ(count(a, "sync.bulk_nice=7"), 1);
+
+  const fs::path file = dir.write("run.toml", "[sync]\nbulk_nice = 12\n");
+  e.sets = {};
+  e.config_file = file;
+  a = ys::embedded_syncer_argv(yc::Config::resolve(file, {}), e);
+  EXPECT_EQ(count(a, "sync.bulk_nice=0"), 0);
+  EXPECT_EQ(count(a, file.string()), 1);
+}
