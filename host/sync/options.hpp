@@ -30,11 +30,11 @@ struct Timeouts {
   // clamp(grace_fraction x its learner's push period, grace_min_s, grace_max_s); a missing learner
   // is waited for up to its expected arrival plus grace_factor x its prediction error.
   double grace_min_s = 0.0;
-  double grace_max_s = 60.0;
+  double grace_max_s = 300.0;
   double grace_factor = 3.0;
   double grace_fraction = 0.6;
-  double round_deadline_s = 90.0;
-  double reconnect_budget_s = 120.0;
+  double round_deadline_s = 400.0;
+  double reconnect_budget_s = 600.0;
   double final_timeout_s = 10.0;
   // Throws UsageError naming the keys that break the hierarchy.
   void validate() const;

@@ -40,7 +40,7 @@ namespace yeto::sync {
 
 struct PaceOptions {
   double grace_min_s = 0.0;
-  double grace_max_s = 60.0;
+  double grace_max_s = 300.0;
   double grace_factor = 3.0;     // slack = grace_factor x a learner's prediction error
   double grace_fraction = 0.6;  // the bound: this fraction of a learner's push period
   std::uint32_t inner_steps = 64;  // H before a learner's pushes show its own

@@ -841,12 +841,12 @@ TEST(SyncOptions, TimeoutHierarchyIsValidated) {
   t.learner_timeout_s = t.heartbeat_s;
   EXPECT_THROW(t.validate(), yeto::UsageError);
   t = ys::Timeouts{};
-  t.grace_max_s = 100;  // beyond the round deadline (90)
+  t.grace_max_s = 500;  // beyond the round deadline (400)
   try {
     t.validate();
     FAIL();
   } catch (const yeto::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("sync.grace_max_s = 100 must be shorter than sync.round_deadline_s"),
+    EXPECT_NE(std::string(e.what()).find("sync.grace_max_s = 500 must be shorter than sync.round_deadline_s"),
               std::string::npos)
         << e.what();
   }
@@ -854,7 +854,7 @@ TEST(SyncOptions, TimeoutHierarchyIsValidated) {
   t.reconnect_budget_s = 10;
   EXPECT_THROW(t.validate(), yeto::UsageError);
   t = ys::Timeouts{};
-  t.grace_min_s = 70;  // above grace_max_s (60)
+  t.grace_min_s = 310;  // above grace_max_s (300)
   EXPECT_THROW(t.validate(), yeto::UsageError);
   t = ys::Timeouts{};
   t.grace_fraction = 1.0;  // a push would wait a whole period

@@ -411,9 +411,9 @@ TEST(SyncerCommand, ValidatesConfigurationAtStartUp) {
   yeto::test::TempDir dir;
   const auto secret = dir.write("run.secret", kSecret);
   auto r = yeto::test::run_host({"syncer", "--listen", "127.0.0.1:0", "--run-secret-file", secret.string(),
-                                 "--state-dir", (dir / "s").string(), "--set", "sync.grace_max_s=100"});
+                                 "--state-dir", (dir / "s").string(), "--set", "sync.grace_max_s=500"});
   EXPECT_EQ(r.exit_code, 2) << r.all();
-  EXPECT_NE(r.all().find("sync.grace_max_s = 100 must be shorter than sync.round_deadline_s"), std::string::npos)
+  EXPECT_NE(r.all().find("sync.grace_max_s = 500 must be shorter than sync.round_deadline_s"), std::string::npos)
       << r.all();
   r = yeto::test::run_host({"syncer", "--listen", "127.0.0.1:0", "--state-dir", (dir / "s").string()});
   EXPECT_EQ(r.exit_code, 2) << r.all();

@@ -178,6 +178,31 @@ TEST(SyncPace, IslandsDriftingApartAreStillMergedTogether) {
   }
 }
 
+// Periods of minutes, as on GPUs or on a loaded CPU (64 steps of 3 s: 192 s): two islands at any
+// phase, one stalling 60 s every 100 steps (validation renders) and the other 3 % slower, are
+// still merged together under the default ceiling, which leaves the bound at grace_fraction of
+// the period; a 60 s ceiling (the default before) cuts that bound to a third of the period.
+TEST(SyncPace, LongPeriodsAreMergedTogetherUnderTheDefaultCeiling) {
+  for (std::uint32_t seed : {1u, 2u, 3u}) {
+    std::size_t both[2] = {0, 0}, merges[2] = {0, 0};
+    for (const int old_ceiling : {0, 1}) {
+      Sim s;
+      s.seed = seed;
+      s.horizon_s = 192.0 * 40;
+      std::mt19937 start(seed);
+      s.learners = {{"isle-0", 3.0, 0.3, 1e18, 100, 60.0}, {"isle-1", 3.09, 0.3}};
+      s.learners[1].start_s = std::uniform_real_distribution<double>(0.0, 192.0)(start);
+      if (old_ceiling) s.opts.grace_max_s = 60;
+      const auto ms = s.run();
+      both[old_ceiling] = holding(ms, {"isle-0", "isle-1"});
+      merges[old_ceiling] = ms.size();
+    }
+    std::printf("192 s periods, seed %u: %zu of %zu merges hold both islands (ceiling 60 s: %zu of %zu)\n", seed,
+                both[0], merges[0], both[1], merges[1]);
+    EXPECT_GE(both[0] * 10, merges[0] * 8) << "seed " << seed;
+  }
+}
+
 // A dead island (it stops pushing but is never timed out) and an island 5x slower than the
 // others never delay a round by more than its bound, the bound is half the fast islands' push
 // period, and the fast islands keep being merged together.
