@@ -6,8 +6,11 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Flags.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -20,6 +23,9 @@
 #include "yeto/family/wan_vae.hpp"
 #include "yeto/nn/linear.hpp"
 #include "yeto/nn/state_dict.hpp"
+
+// LibTorch's CPU allocator fills every new allocation with junk when this is set (c10/core/CPUAllocator.cpp).
+C10_DECLARE_bool(caffe2_cpu_allocator_do_junk_fill);
 
 namespace fs = std::filesystem;
 
@@ -218,6 +224,44 @@ TEST(WanVae, Wan22ParityEncodeDecodeAndImage) {
   expect_close(raw, ex.at("decode.decoder_output"), compare.at("decode.decoder_output"), "wan22-vae decoder_output");
   expect_close(out, ex.at("decode.sample"), compare.at("decode.sample"), "wan22-vae decode");
   EXPECT_EQ(out.size(2), 5);  // 1 + 4 (t - 1) frames from t = 2
+}
+
+// Same latents -> same bytes in bf16 (model.precision = "bf16"; oneDNN's bf16 kernels on CPU):
+// decoded on one intra-op thread, on two, and with every new allocation junk-filled (one and two),
+// the Wan 2.2 VAE gives bit-identical pictures. Three latent frames, so the causal cache (the first
+// latent frame decodes alone, later ones through the cached frames and the temporal upsampler's
+// time_conv) is read twice. A kernel whose reduction depends on the thread count or on the timing
+// of the threads, or a read of memory nothing wrote, shows here as a difference.
+TEST(WanVae, Wan22Bf16DecodeIsTheSameBytesOnAnyThreadsAndAllocations) {
+  const auto dir = case_dir("wan22-vae");
+  yeto::wan::AutoencoderKLWan vae(yeto::wan::WanVaeConfig::from_json(read_json(dir / "config.json")));
+  yeto::nn::load_named_tensors(*vae, yeto::io::load_safetensors(dir / "diffusion_pytorch_model.safetensors"));
+  vae->to(at::kBFloat16);
+  torch::NoGradGuard ng;
+  const auto z = at::randn({1, vae->config().z_dim, 3, 2, 2}, at::detail::createCPUGenerator(7));
+  const int threads = at::get_num_threads();
+  const bool junk = FLAGS_caffe2_cpu_allocator_do_junk_fill;
+  auto decode = [&](int n, bool junk_fill) {
+    at::set_num_threads(n);
+    FLAGS_caffe2_cpu_allocator_do_junk_fill = junk_fill;
+    auto y = vae->decode(z);
+    FLAGS_caffe2_cpu_allocator_do_junk_fill = junk;
+    at::set_num_threads(threads);
+    return y;
+  };
+  const auto one = decode(1, false);
+  ASSERT_EQ(one.scalar_type(), at::kBFloat16);
+  ASSERT_EQ(one.size(2), 9);
+  EXPECT_TRUE(at::isfinite(one).all().item<bool>());
+  for (const auto& [n, junk_fill] : std::vector<std::pair<int, bool>>{{2, false}, {1, true}, {2, true}}) {
+    const auto y = decode(n, junk_fill);
+    if (at::equal(y, one)) continue;
+    const auto diff = (y.to(at::kFloat) - one.to(at::kFloat)).abs().amax({0, 1, 3, 4});
+    std::ostringstream frames;
+    for (std::int64_t f = 0; f < diff.size(0); ++f) frames << " " << diff[f].item<float>();
+    ADD_FAILURE() << n << " thread(s)" << (junk_fill ? ", junk-filled allocations" : "")
+                  << ": the frames differ from one thread's by at most" << frames.str();
+  }
 }
 
 TEST(WanVae, Wan22ConfigErrorsNameTheKey) {
