@@ -51,6 +51,8 @@ struct Link {  // one TCP connection to the syncer
   std::optional<Session> session;
   bool closed = false;
   bool done_sent = false;  // this connection has told the syncer that we are done
+  // Welcomed with InitAsk::pending: the syncer may still ask this connection for `init`.
+  bool init_pending = false;
   void close() {
     closed = true;
     boost::system::error_code ec;
@@ -65,7 +67,8 @@ class ClientError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-// A handshake that no retry can fix (the run secrets or the layouts differ).
+// A refusal that no retry can fix (the run secrets or the layouts differ, or the syncer refused
+// this learner's initial state).
 class RefusedError : public ClientError {
  public:
   using ClientError::ClientError;
@@ -151,6 +154,26 @@ struct SyncClient::Impl {
 
   // ---------------------------------------------------------------- comm thread
 
+  // The `init` payload: every trainable tensor's initial values, exact.
+  std::string init_payload() const {
+    Init in;
+    in.pattern = layout.pattern;
+    in.fragments = static_cast<std::uint32_t>(layout.fragments.size());
+    in.tensors = layout.tensors;
+    in.params = initial;
+    return in.encode();
+  }
+  // Claims fragment p at version 0 with this learner's initial values.
+  void claim_initial(std::size_t p) {
+    std::vector<std::span<const float>> spans;
+    std::size_t at = 0;
+    for (const auto& t : layout.tensors) {
+      spans.emplace_back(initial.data() + at, t.numel);
+      at += t.numel;
+    }
+    claimed[p] = FragmentMsg{static_cast<std::uint32_t>(p), 0, pack_fragment(layout, static_cast<std::uint32_t>(p), spans)};
+  }
+
   static awaitable<Frame> read_frame(Link& l, FrameDecoder& dec, std::vector<char>& buf, std::uint64_t& received) {
     for (;;) {
       if (auto f = dec.next()) co_return std::move(*f);
@@ -197,7 +220,16 @@ struct SyncClient::Impl {
           }
         }
         if (ctl) {
-          co_await write_raw(*l, l->session->seal(ctl->first, run_id, ctl->second));
+          const std::string frame = l->session->seal(ctl->first, run_id, ctl->second);
+          co_await write_raw(*l, frame);
+          if (ctl->first == MsgType::init) {
+            {
+              std::lock_guard lk(mu);
+              ++st.inits_sent;
+              st.init_bytes += frame.size();
+            }
+            event("init_sent", {{"bytes", frame.size()}, {"numel", layout.total_numel()}});
+          }
           if (ctl->first == MsgType::final_ack) {
             std::lock_guard lk(mu);
             final_ack_sent = true;
@@ -295,14 +327,7 @@ struct SyncClient::Impl {
       st.bytes_received += received;
       // Heartbeats and pushes of a dead connection are meaningless now.
       control.clear();
-      if (w.needs_init) {
-        Init in;
-        in.pattern = layout.pattern;
-        in.fragments = static_cast<std::uint32_t>(layout.fragments.size());
-        in.tensors = layout.tensors;
-        in.params = initial;
-        control.emplace_front(MsgType::init, in.encode());
-      }
+      if (w.init == InitAsk::send) control.emplace_front(MsgType::init, init_payload());
       if (final_ack_queued && !final_ack_sent && final_cut) control.emplace_back(MsgType::final_ack, FinalAck{final_cut->digest}.encode());
     }
     // A new connection starts from what the syncer sends or accepts: nothing of an earlier one
@@ -312,17 +337,15 @@ struct SyncClient::Impl {
     for (std::size_t p = 0; p < held.size(); ++p) {
       claimed[p] = std::move(held[p]);
       held[p].reset();
-      if (!claimed[p] && !delivered[p]) {
-        std::vector<std::span<const float>> spans;
-        std::size_t at = 0;
-        for (const auto& t : layout.tensors) {
-          spans.emplace_back(initial.data() + at, t.numel);
-          at += t.numel;
-        }
-        claimed[p] = FragmentMsg{static_cast<std::uint32_t>(p), 0, pack_fragment(layout, static_cast<std::uint32_t>(p), spans)};
-      }
+      if (!claimed[p] && !delivered[p]) claim_initial(p);
     }
-    if (!w.needs_init) {
+    if (w.init == InitAsk::send) {
+      // The syncer's state will be what this `init` carries, which is what its `holding` accepts.
+      for (std::size_t p = 0; p < claimed.size(); ++p) claim_initial(p);
+    } else {
+      // Into a run with state, or one whose state another learner was asked for: the claim is
+      // answered once the state exists.
+      l->init_pending = w.init == InitAsk::pending;
       Holds claims;
       for (const auto& c : claimed) {
         FragmentClaim fc;
@@ -333,7 +356,7 @@ struct SyncClient::Impl {
       std::lock_guard lk(mu);
       control.emplace_front(MsgType::holds, claims.encode());
     }
-    event("connected", {{"needs_init", w.needs_init}, {"versions", w.versions}});
+    event("connected", {{"init", init_ask_name(w.init)}, {"versions", w.versions}});
     asio::co_spawn(io, writer(l), asio::detached);
     asio::co_spawn(io, heartbeat(l), asio::detached);
     try {
@@ -448,7 +471,31 @@ struct SyncClient::Impl {
             cv.notify_all();
             break;
           }
-          case MsgType::error: throw ClientError("syncer error: " + ErrorMsg::decode(p).message);
+          case MsgType::init_request: {
+            // The learner the syncer asked first is gone before its `init` was taken: this one is
+            // asked now (only ever after a welcome that said the state was pending, once).
+            if (!p.empty()) throw ClientError("malformed init_request from the syncer (non-empty payload)");
+            if (!l->init_pending)
+              throw ClientError("unexpected init_request: the syncer did not welcome this connection as waiting for "
+                                "the run's state");
+            l->init_pending = false;
+            for (std::size_t q = 0; q < claimed.size(); ++q) claim_initial(q);
+            {
+              std::lock_guard lk(mu);
+              control.emplace_back(MsgType::init, init_payload());
+            }
+            l->wake.cancel();
+            event("init_requested");
+            break;
+          }
+          case MsgType::error: {
+            const ErrorMsg e = ErrorMsg::decode(p);
+            if (e.code == kErrorInitRefused)
+              throw RefusedError("the syncer at " + o.host + ":" + std::to_string(o.port) +
+                                 " refused this learner's initial state (" + e.message +
+                                 "): check the trainable tensors it starts from");
+            throw ClientError("syncer error: " + e.message);
+          }
           default: throw ClientError(std::string("unexpected ") + msg_name(m.type) + " from the syncer");
         }
       }
@@ -700,6 +747,7 @@ void SyncClient::close(double timeout_s) {
                           {"bytes_received", s.bytes_received}, {"pushes_sent", s.pushes_sent},
                           {"pushes_accepted", s.pushes_accepted}, {"fragments_received", s.fragments_received},
                           {"updates_received", s.updates_received}, {"fragments_held", s.fragments_held},
+                          {"inits_sent", s.inits_sent}, {"init_bytes", s.init_bytes},
                           {"numel", impl_->layout.total_numel()}});
 }
 

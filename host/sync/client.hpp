@@ -48,6 +48,8 @@ struct ClientStats {
   std::uint64_t fragments_received = 0;  // full fragments (catch-up, the f32 downlink)
   std::uint64_t updates_received = 0;    // q4 updates applied to the public state
   std::uint64_t fragments_held = 0;      // catch-ups not needed: the syncer accepted the claim (holds)
+  std::uint64_t inits_sent = 0;          // `init` frames written: the run's initial state, when asked for it
+  std::uint64_t init_bytes = 0;          // their bytes on the wire
   std::uint64_t steps = 0;
 };
 

@@ -224,6 +224,10 @@ struct DilocoSync::Impl {
       st.fragments_applied += layout.fragments.size();
       event("joined", {{"fragments", layout.fragments.size()}, {"numel", layout.total_numel()},
                        {"fingerprint", layout.fingerprint()}});
+    } else if (client->gave_up()) {
+      spdlog::error("outer sync {}: no global state from {}:{}: the sync client gave up (see above)",
+                    o.client.learner_id, o.client.host, o.client.port);
+      event("join_deferred", {{"join_timeout_s", o.join_timeout_s}, {"gave_up", true}});
     } else {
       spdlog::warn("outer sync {}: no global state from {}:{} within {} s (sync.join_timeout_s); training on the "
                    "local weights until it arrives",
@@ -284,7 +288,8 @@ struct DilocoSync::Impl {
     if (r.finished) st.finished = true;
     if (r.failed && !failed_logged) {
       failed_logged = true;
-      spdlog::error("outer sync {}: the syncer has been unreachable for sync.reconnect_budget_s = {} s; stopping",
+      spdlog::error("outer sync {}: the sync client gave up (the syncer refused this learner, see above, or was "
+                    "unreachable for sync.reconnect_budget_s = {} s); stopping",
                     o.client.learner_id, o.client.timeouts.reconnect_budget_s);
     }
   }

@@ -32,12 +32,13 @@ const char* msg_name(MsgType t) {
     case MsgType::update: return "update";
     case MsgType::holds: return "holds";
     case MsgType::holding: return "holding";
+    case MsgType::init_request: return "init_request";
   }
   return "unknown";
 }
 
 namespace {
-bool known_type(std::uint16_t t) { return t >= 1 && t <= 16; }
+bool known_type(std::uint16_t t) { return t >= 1 && t <= 17; }
 }  // namespace
 
 std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {
@@ -368,10 +369,19 @@ std::string Welcome::signed_text(std::uint64_t run_id, const Nonce& server, cons
   put_arr(w, client);
   return w.take();
 }
+const char* init_ask_name(InitAsk a) {
+  switch (a) {
+    case InitAsk::none: return "none";
+    case InitAsk::send: return "send";
+    case InitAsk::pending: return "pending";
+  }
+  return "unknown";
+}
+
 std::string Welcome::encode() const {
   ByteWriter w;
   put_arr(w, tag);
-  w.u8(needs_init ? 1 : 0);
+  w.u8(static_cast<std::uint8_t>(init));
   w.u32(static_cast<std::uint32_t>(versions.size()));
   for (auto v : versions) w.u64(v);
   return w.take();
@@ -380,7 +390,10 @@ Welcome Welcome::decode(std::string_view p) {
   ByteReader r(p);
   Welcome m;
   get_arr(r, m.tag);
-  m.needs_init = r.u8() != 0;
+  const std::uint8_t ask = r.u8();
+  if (ask > static_cast<std::uint8_t>(InitAsk::pending))
+    throw WireError("welcome: unknown init request " + std::to_string(ask));
+  m.init = static_cast<InitAsk>(ask);
   const std::uint32_t n = r.u32();
   if (n > r.remaining() / 8) throw WireError("welcome: version list is truncated");
   for (std::uint32_t i = 0; i < n; ++i) m.versions.push_back(r.u64());

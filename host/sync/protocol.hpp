@@ -26,7 +26,7 @@
 namespace yeto::sync {
 
 inline constexpr std::uint32_t kMagic = 0x4E595359;  // "YSYN" as little-endian bytes
-inline constexpr std::uint16_t kProtocolVersion = 4;
+inline constexpr std::uint16_t kProtocolVersion = 5;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kTagBytes = 32;   // handshake MAC (welcome)
 inline constexpr std::size_t kSealBytes = 16;  // AEAD tag that ends every sealed payload
@@ -52,6 +52,7 @@ enum class MsgType : std::uint16_t {
   update = 14,  // a q4 update of a fragment on top of the version the learner holds (compressed downlink)
   holds = 15,    // the learner's claim of the public state it already holds, per fragment (after welcome)
   holding = 16,  // the fragments whose claim the syncer accepted: no catch-up is sent for them
+  init_request = 17,  // the syncer asks a learner it welcomed with InitAsk::pending for `init` (empty payload)
 };
 const char* msg_name(MsgType t);
 bool is_bulk(MsgType t);  // init, fragment, push, final_cut, update, holds, holding: capped by max_frame, not kControlCap
@@ -189,10 +190,20 @@ struct Hello {
   static std::optional<Hello> open(const Key& run_key, const Nonce& server, const Frame& f);
 };
 
+// What a welcome asks of the learner about the run's initial state. While the syncer has no
+// state it asks one connected learner at a time for `init`; the others wait for the state (or
+// for an `init_request`, when the learner asked is gone before its `init` was taken).
+enum class InitAsk : std::uint8_t {
+  none = 0,     // the run has state: send `holds`
+  send = 1,     // the syncer has no state and asks this learner for it: send `init`
+  pending = 2,  // the syncer has no state and another learner was asked: send `holds`, send no `init`
+};
+const char* init_ask_name(InitAsk a);
+
 struct Welcome {
   Tag tag{};              // proves the syncer holds the secret too: mac("welcome" | nonces)
-  bool needs_init = false;  // the syncer has no state yet: send INIT
-  std::vector<std::uint64_t> versions;  // current global version per fragment (empty when needs_init)
+  InitAsk init = InitAsk::none;
+  std::vector<std::uint64_t> versions;  // current global version per fragment (empty without state)
   static std::string signed_text(std::uint64_t run_id, const Nonce& server, const Nonce& client);
   std::string encode() const;
   static Welcome decode(std::string_view p);
@@ -319,7 +330,7 @@ struct FinalCut {
 // state_digest({version}, {values}).
 std::array<unsigned char, 32> fragment_digest(std::uint64_t version, std::span<const float> values);
 
-// `holds`, the learner's first message after a welcome without needs_init: per fragment, the
+// `holds`, the learner's first message after a welcome that does not ask for `init`: per fragment, the
 // version of the public state it already holds and that state's digest (kNoClaim: none). The
 // syncer sends no catch-up for a claim that matches its current version and public state
 // exactly (a learner that starts from the same initial state, or one that reconnects having
@@ -351,10 +362,12 @@ struct FinalAck {
   static FinalAck decode(std::string_view p);
 };
 
-// The codes of `error`, the unsealed refusal the syncer sends before it drops a peer. Both are
-// final: a learner does not retry a refused handshake.
+// The codes of `error`, the refusal the syncer sends before it drops a peer. All are final: a
+// learner does not retry. Codes 1 and 2 refuse a handshake and are sent unsealed; code 3 refuses
+// the `init` a learner was asked for (sealed: the message says why, e.g. non-finite values).
 inline constexpr std::uint16_t kErrorLayoutMismatch = 1;
 inline constexpr std::uint16_t kErrorAuthentication = 2;
+inline constexpr std::uint16_t kErrorInitRefused = 3;
 
 struct ErrorMsg {
   std::uint16_t code = 0;

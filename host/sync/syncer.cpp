@@ -126,9 +126,15 @@ struct Conn {
   // Welcomed into an initialised run: the catch-up (and, once finishing, the final cut) waits
   // for the learner's `holds`, so nothing it already holds is sent again.
   bool awaiting_holds = false;
-  // Welcomed before the run had state: its `init` is the run's state or, when another came
-  // first, its claim of version 0 (the catch-up waits for it).
+  // Asked for `init` (welcomed with InitAsk::send, or sent `init_request`) before the run had
+  // state: its `init` is the run's state or, when another came first, its claim of version 0
+  // (the catch-up waits for it).
   bool awaiting_init = false;
+  // Welcomed with InitAsk::pending (the run had no state, another learner was asked for it) and
+  // not asked since: its `holds` waits in parked_claims until the state exists.
+  bool parked = false;
+  std::optional<Holds> parked_claims;
+  std::uint64_t layout_fp = 0;  // the hello's layout fingerprint
   std::deque<Outgoing> outq;
   // Bulk frames of this connection being opened on the frame workers, and the frames read behind
   // them that must wait until they are handled (anything but a push or a heartbeat, with its
@@ -238,6 +244,11 @@ struct Syncer::Impl {
   int exit_code = 0;
   bool done = false;
   bool failed = false;  // a durable write failed: nothing more is persisted or made visible
+  // While the run has no state: the one connection asked for `init` (null: none asked yet). Every
+  // other learner welcomed meanwhile is parked; when this one goes, is silent for
+  // learner_timeout_s or has its `init` refused, the oldest parked learner is asked instead
+  // (ask_for_init, on every tick).
+  ConnPtr init_asked;
 
   // Strangers: connections not authenticated yet, by accept order, and per source address.
   std::map<std::uint64_t, ConnPtr> strangers;
@@ -709,6 +720,9 @@ struct Syncer::Impl {
           break;
         }
         c->dec.feed(buf.data(), n);
+        // The learner asked for `init` is alive while its bytes come in, even when the `init` takes
+        // longer than learner_timeout_s to arrive (nobody else is asked meanwhile).
+        if (c == init_asked && c->session) touch(c->learner_id);
         while (!c->closed && !c->refusing) {
           auto f = c->dec.next();
           if (!f) break;
@@ -988,6 +1002,7 @@ struct Syncer::Impl {
       return;
     }
     c->learner_id = h.learner_id;
+    c->layout_fp = h.layout_fp;
     if (st.initialised && h.layout_fp != st.layout.fingerprint()) {
       reject(c, "layout fingerprint differs from the run's (other tensors, fragments or pattern)");
       refuse(c, ErrorMsg{kErrorLayoutMismatch, "layout mismatch"});
@@ -1007,7 +1022,9 @@ struct Syncer::Impl {
       }
     Welcome w;
     w.tag = mac(key, Welcome::signed_text(run_id, c->server_nonce, h.client_nonce));
-    w.needs_init = !st.initialised;
+    // Without state, one learner at a time is asked for it; the others wait (parked) instead of
+    // each uploading the whole initial state.
+    w.init = st.initialised ? InitAsk::none : asked_for_init_alive() ? InitAsk::pending : InitAsk::send;
     for (const auto& f : st.fragments) w.versions.push_back(f.version);
     send_raw(c, encode_frame(MsgType::welcome, run_id, w.encode()));
     auto& r = st.registry[h.learner_id];
@@ -1024,9 +1041,94 @@ struct Syncer::Impl {
     // the learner's `holds` (its next message) shows it holds already.
     if (st.initialised) c->awaiting_holds = true;
     else {
-      c->awaiting_init = true;
+      if (w.init == InitAsk::send) {
+        c->awaiting_init = true;
+        init_asked = c;
+        taped("init_asked", -1, -1, {h.learner_id}, {{"peer", c->peer}, {"by", "welcome"}});
+      } else {
+        c->parked = true;
+        c->awaiting_holds = true;
+      }
       if (finishing) send_final_cut(c);  // a run that ended before it had any state
     }
+  }
+
+  // The learner asked for `init` is still connected, has not been refused and is not silent
+  // (its bytes count as signs of life while its `init` streams in: serve()).
+  bool asked_for_init_alive() {
+    if (!init_asked || init_asked->closed || init_asked->refusing || !init_asked->session) return false;
+    const auto it = st.registry.find(init_asked->learner_id);
+    return it != st.registry.end() && it->second.live;
+  }
+
+  // Without state: when the learner asked for `init` is gone (disconnected, killed, refused) or
+  // silent, the oldest parked learner is asked instead (`init_request`). A silent one that sends
+  // its `init` after all still creates the state if it comes first; the other `init` then counts
+  // as a claim of version 0, as before.
+  void ask_for_init() {
+    if (st.initialised || finishing || done || failed || asked_for_init_alive()) return;
+    std::string why;
+    std::string before;
+    if (init_asked) {
+      before = init_asked->learner_id;
+      why = init_asked->refusing ? "refused" : init_asked->closed || !init_asked->session ? "disconnected" : "silent";
+      init_asked.reset();
+    }
+    ConnPtr next;
+    for (const auto& c : conns) {
+      if (!c->parked || !c->session || c->closed || c->refusing) continue;
+      const auto it = st.registry.find(c->learner_id);
+      if (it == st.registry.end() || !it->second.live) continue;
+      if (!next || c->serial < next->serial) next = c;
+    }
+    if (!next) return;  // the next learner to connect is asked in its welcome
+    next->parked = false;
+    next->awaiting_init = true;
+    init_asked = next;
+    send(next, MsgType::init_request, std::string());
+    json extra = {{"peer", next->peer}, {"by", "request"}};
+    if (!before.empty()) {
+      extra["instead_of"] = before;
+      extra["reason"] = why;
+    }
+    taped("init_asked", -1, -1, {next->learner_id}, extra);
+  }
+
+  // A learner parked while the run had no state, once it exists: its `holds` is answered as if it
+  // had just arrived (a learner of another layout is dropped; it reconnects and is refused in the
+  // handshake, which says why).
+  void answer_parked(const ConnPtr& c) {
+    Holds h = std::move(*c->parked_claims);
+    c->parked_claims.reset();
+    c->parked = false;
+    c->awaiting_init = false;  // asked too late: its `init`, if one comes, is ignored
+    if (c->layout_fp != st.layout.fingerprint()) {
+      reject(c, "layout fingerprint differs from the run's state (other tensors, fragments or pattern)");
+      close(c);
+      return;
+    }
+    if (h.claims.size() != st.fragments.size()) {
+      reject(c, "holds names " + std::to_string(h.claims.size()) + " fragments, the run has " +
+                    std::to_string(st.fragments.size()));
+      close(c);
+      return;
+    }
+    answer_claims(c, [&](std::uint32_t p) {
+      const FragmentClaim& cl = h.claims[p];
+      return cl.version == st.fragments[p].version && cl.digest == public_digest(p);
+    });
+  }
+
+  // A refused `init`: the learner is told why (sealed `error`, code 3, final) and dropped once
+  // that is out; the next parked learner is asked.
+  void refuse_init(const ConnPtr& c, const std::string& reason) {
+    reject(c, reason);
+    // The refusal is final: the learner stops, so nothing (a round, the final cut) waits for it.
+    st.registry[c->learner_id].live = false;
+    send(c, MsgType::error, ErrorMsg{kErrorInitRefused, reason}.encode());
+    c->refusing = true;
+    c->wake.cancel();
+    ask_for_init();
   }
 
   // The digest of fragment p's public state at its current version (computed once per version).
@@ -1046,6 +1148,11 @@ struct Syncer::Impl {
       return;
     }
     c->awaiting_holds = false;
+    if (!st.initialised) {
+      // Parked: answered when the run has its state (answer_parked).
+      c->parked_claims = h;
+      return;
+    }
     if (h.claims.size() != st.fragments.size()) {
       reject(c, "holds names " + std::to_string(h.claims.size()) + " fragments, the run has " +
                     std::to_string(st.fragments.size()));
@@ -1127,13 +1234,15 @@ struct Syncer::Impl {
     try {
       l = build_layout(in.tensors, in.fragments, in.pattern);
     } catch (const Error& e) {
-      reject(c, std::string("init refused: ") + e.what());
-      close(c);
+      refuse_init(c, std::string("init refused: ") + e.what());
+      return;
+    }
+    if (l.fingerprint() != c->layout_fp) {
+      refuse_init(c, "init refused: its tensors, fragments or pattern differ from the layout of the learner's hello");
       return;
     }
     if (!all_finite(in.params)) {
-      reject(c, "init refused: non-finite initial parameters");
-      close(c);
+      refuse_init(c, "init refused: non-finite initial parameters");
       return;
     }
     st.layout = std::move(l);
@@ -1159,21 +1268,30 @@ struct Syncer::Impl {
                  {"numel", st.layout.total_numel()}, {"pattern", pattern_name(st.layout.pattern)},
                  {"fingerprint", std::to_string(st.layout.fingerprint())}});
     // The initialiser holds version 0 exactly (it sent it): `holding` instead of its own values
-    // back. Learners that were welcomed before the state existed are answered when their own
-    // `init` arrives (above); any other connection gets the state in full.
+    // back. Parked learners get the answer to their `holds` now (one that has not sent it yet is
+    // answered when it arrives), a learner asked for `init` whose `init` is still on its way when
+    // that arrives (above); any other connection gets the state in full.
     c->awaiting_init = false;
+    c->parked = false;
+    c->parked_claims.reset();
+    init_asked.reset();
     Holding all;
     for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
       all.fragments.push_back(p);
       note_sent(c, p);
     }
     send(c, MsgType::holding, all.encode());
+    std::vector<ConnPtr> full;
+    for (const auto& other : std::vector<ConnPtr>(conns.begin(), conns.end())) {
+      if (other == c || !other->session || other->closed || other->refusing) continue;
+      if (other->parked_claims) answer_parked(other);
+      else if (!other->awaiting_init && !other->awaiting_holds) full.push_back(other);
+    }
     for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
-      std::shared_ptr<LazyPayload> full;
-      for (const auto& other : conns) {
-        if (other == c || !other->session || other->closed || other->awaiting_init) continue;
-        if (!full) full = fragment_payload(p);
-        send_fragment(other, p, full);
+      std::shared_ptr<LazyPayload> payload;
+      for (const auto& other : full) {
+        if (!payload) payload = fragment_payload(p);
+        send_fragment(other, p, payload);
       }
     }
   }
@@ -1885,7 +2003,7 @@ struct Syncer::Impl {
                  {"outer_steps", st.outer_steps}, {"samples", st.samples_merged}});
     spdlog::info("syncer: final cut ({}) at outer step {}", reason, st.outer_steps);
     for (const auto& c : conns)
-      if (c->session && !c->awaiting_holds) send_final_cut(c);
+      if (c->session && (!c->awaiting_holds || !st.initialised)) send_final_cut(c);
   }
 
   // The final cut's tensors, in canonical order, as raw little-endian float32 (final_cut.bin).
@@ -2013,6 +2131,7 @@ struct Syncer::Impl {
           if (!finishing) lost_since[id] = now;
           taped("timeout", -1, -1, {id}, {{"silent_s", now - r.last_seen}, {"live", live_ids().size()}});
         }
+      ask_for_init();
       for (std::uint32_t p = 0; p < rounds.size(); ++p) try_close(p, now);
       check_budget();
       check_all_done(now);

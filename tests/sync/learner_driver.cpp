@@ -13,6 +13,8 @@
 // syncer's state). --pid-file names the process for tests that kill it; --crash-after-steps K
 // kills the process (SIGKILL) K steps after each start; --exit-after-final C exits with code C
 // once it holds and acknowledged the final cut (a failure after the end of the run).
+// --init-value V starts every tensor at V instead of 0 (e.g. nan: an initial state the syncer
+// refuses).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
       {"lr", "0.05"},          {"out", ""},             {"events", ""},       {"heartbeat", "0.1"},
       {"learner-timeout", "0.8"}, {"grace-max", "1.0"}, {"round-deadline", "2.0"}, {"reconnect-budget", "15"},
       {"final-timeout", "5"},  {"run-id", "yeto"},      {"samples", "8"},     {"budget-steps", "0"},
-      {"state", ""},           {"pid-file", ""},        {"crash-after-steps", "0"}, {"exit-after-final", "0"}};
+      {"state", ""},           {"pid-file", ""},        {"crash-after-steps", "0"}, {"exit-after-final", "0"},
+      {"init-value", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || i + 1 >= argc || !a.count(k.substr(2))) {
@@ -85,11 +88,12 @@ int main(int argc, char** argv) {
     const int exit_after_final = std::stoi(a["exit-after-final"]);
     if (!a["pid-file"].empty()) yeto::atomic_write(a["pid-file"], std::to_string(::getpid()) + "\n");
 
+    const float init_value = std::stof(a["init-value"]);
     std::vector<std::vector<float>> t;
     std::vector<std::vector<float>> target;
     std::size_t k0 = 0;
     for (const auto& s : layout.tensors) {
-      t.emplace_back(s.numel, 0.0f);
+      t.emplace_back(s.numel, init_value);
       std::vector<float> c(s.numel);
       for (std::size_t k = 0; k < s.numel; ++k) c[k] = static_cast<float>(std::sin(0.37 * double(k0 + k) + seed));
       target.push_back(std::move(c));

@@ -652,8 +652,8 @@ TEST(SyncMultiProcess, ReplayedAndReorderedSealedFramesAreRefused) {
 }
 
 // A learner at the protocol level: a raw socket to the syncer, past the challenge, `hello` (as
-// learner "raw", with the layout the test learners train), `welcome` and its `holds` (of
-// nothing), with its session.
+// learner `id`, with the layout the test learners train), `welcome` and, unless the welcome asks
+// for `init`, its `holds` (of nothing), with its session.
 struct RawLearner {
   const std::uint64_t run_id = ys::run_id_from_name("yeto");
   const ys::Layout layout = ys::build_layout({{"w1", 300}, {"w2", 200}, {"w3", 100}, {"w4", 50}}, 2,
@@ -661,8 +661,12 @@ struct RawLearner {
   int fd = -1;
   ys::FrameDecoder decoder{run_id, 1 << 20};
   std::optional<ys::Session> session;
+  ys::Welcome welcome;
 
-  void connect(int port) {
+  ~RawLearner() {
+    if (fd >= 0) ::close(fd);
+  }
+  void connect(int port, const std::string& id = "raw") {
     const ys::Key key = ys::run_key_from_secret(kSecret);
     fd = dial(port);
     ASSERT_GE(fd, 0);
@@ -670,17 +674,33 @@ struct RawLearner {
     ASSERT_TRUE(ch);
     const auto server = ys::Challenge::decode(ch->payload).server_nonce;
     ys::Hello h;
-    h.learner_id = "raw";
+    h.learner_id = id;
     h.client_nonce = ys::random_nonce();
     h.layout_fp = layout.fingerprint();
     send_all(fd, h.seal(key, run_id, server));
     const auto w = read_frame(fd, decoder);
     ASSERT_TRUE(w && w->type == ys::MsgType::welcome);
+    welcome = ys::Welcome::decode(w->payload);
     session.emplace(ys::session_key(key, server, h.client_nonce), 'L', 'S');
+    if (welcome.init == ys::InitAsk::send) return;
     // It claims to hold nothing, so every fragment follows in full.
     ys::Holds nothing;
     nothing.claims.assign(layout.fragments.size(), ys::FragmentClaim{ys::kNoClaim, {}});
     send_all(fd, session->seal(ys::MsgType::holds, run_id, nothing.encode()));
+  }
+  // A sealed `init` of the test layout with these values (every tensor, in order).
+  std::string init_frame(const std::vector<float>& values) {
+    ys::Init in;
+    in.pattern = layout.pattern;
+    in.fragments = static_cast<std::uint32_t>(layout.fragments.size());
+    in.tensors = layout.tensors;
+    in.params = values;
+    return session->seal(ys::MsgType::init, run_id, in.encode());
+  }
+  void leave() {
+    send_all(fd, session->seal(ys::MsgType::leave, run_id, ""));
+    ::close(fd);
+    fd = -1;
   }
 };
 
@@ -743,8 +763,7 @@ TEST(SyncMultiProcess, ARawLearnerAppliesEveryUpdateOnItsBaseAndGetsNoResendWhen
   EXPECT_EQ(fragments, 2) << "only the catch-up after holds is a full fragment";
   EXPECT_EQ(fragments_after_stale, 0) << "the fragment was sent again after a too-stale push";
   EXPECT_GE(updates, 4);
-  send_all(fd, s.seal(ys::MsgType::leave, run_id, ""));
-  ::close(fd);
+  raw.leave();
   EXPECT_EQ(syncer->wait(30), 0) << run.logs();
   EXPECT_EQ(a->wait(10), 0) << run.logs();
   EXPECT_EQ(expect_continuous(run.tape()), 120u);
@@ -800,8 +819,7 @@ TEST(SyncMultiProcess, ASmallPushIsHandledWhileTheLargePushBeforeItIsOpened) {
   for (const auto& r : run.tape())
     if (r["event"] == "push" && r["learners"][0] == "raw") order.push_back(r["fragment"].get<std::int64_t>());
   EXPECT_EQ(order, (std::vector<std::int64_t>{1, 0}));
-  send_all(fd, s.seal(ys::MsgType::leave, run_id, ""));
-  ::close(fd);
+  raw.leave();
   EXPECT_EQ(syncer->wait(30), 0) << run.logs();
   EXPECT_EQ(a->wait(10), 0) << run.logs();
   EXPECT_EQ(expect_continuous(run.tape()), 30u);
@@ -903,3 +921,301 @@ TEST(SyncMultiProcess, AtEqualSpeedMostMergesIncludeEveryLearner) {
 TEST(SyncMultiProcess, AtEqualSpeedMostMergesIncludeBothLearners) {
   at_equal_speed_most_merges_include_every_learner({"isle-a", "isle-b"});
 }
+
+// ---- The run's initial state: while the syncer has none, it asks one learner at a time for `init`.
+
+namespace {
+
+std::size_t count_events(const std::vector<json>& tape, const std::string& event) {
+  return static_cast<std::size_t>(
+      std::count_if(tape.begin(), tape.end(), [&](const json& r) { return r["event"] == event; }));
+}
+
+// The `init` frames the learner processes wrote, from their own traffic counters (each life's
+// `closed` event) and their `init_sent` events, which must agree.
+std::uint64_t inits_sent(const RunDir& run, const std::vector<std::string>& lives) {
+  std::uint64_t frames = 0, events = 0;
+  for (const auto& life : lives)
+    for (const auto& e : learner_events(run, life)) {
+      if (e["event"] == "init_sent") {
+        ++events;
+        EXPECT_GT(e["bytes"].get<std::uint64_t>(), 0u) << life;
+      }
+      if (e["event"] == "closed") frames += e.value("inits_sent", std::uint64_t{0});
+    }
+  EXPECT_EQ(frames, events);
+  return frames;
+}
+
+// Polls a learner's events until one satisfies `pred` (bounded).
+bool wait_event(const RunDir& run, const std::string& life, const std::function<bool(const json&)>& pred,
+                double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    for (const auto& e : learner_events(run, life))
+      if (pred(e)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return false;
+}
+
+// The tape's init_asked records as "learner:by[:instead_of:reason]".
+std::vector<std::string> init_asks(const std::vector<json>& tape) {
+  std::vector<std::string> v;
+  for (const auto& r : tape)
+    if (r["event"] == "init_asked") {
+      std::string s = r["learners"][0].get<std::string>() + ":" + r["by"].get<std::string>();
+      if (r.contains("instead_of")) s += ":" + r["instead_of"].get<std::string>() + ":" + r["reason"].get<std::string>();
+      v.push_back(s);
+    }
+  return v;
+}
+
+// A learner process at the protocol level that is asked for `init` and dies with it: fork()ed, it
+// completes the handshake, checks that its welcome asks it for `init`, writes `init_fraction` of
+// its sealed `init` frame (0: nothing; less than 1: the syncer has a partial frame), tells the
+// test through a pipe and waits for the SIGKILL.
+class AskedLearnerProcess {
+ public:
+  AskedLearnerProcess(std::uint16_t port, const std::string& id, double init_fraction) {
+    int p[2];
+    if (::pipe(p) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(p[0]);
+      ::_exit(child(port, id, init_fraction, p[1]));
+    }
+    ::close(p[1]);
+    ready_fd_ = p[0];
+  }
+  ~AskedLearnerProcess() {
+    kill9();
+    if (ready_fd_ >= 0) ::close(ready_fd_);
+  }
+  // True once the child was welcomed with InitAsk::send and wrote its share of `init`.
+  bool ready(int ms) {
+    pollfd pf{ready_fd_, POLLIN, 0};
+    char c = 0;
+    return ready_fd_ >= 0 && ::poll(&pf, 1, ms) == 1 && ::read(ready_fd_, &c, 1) == 1 && c == 'k';
+  }
+  void kill9() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+
+ private:
+  static int child(std::uint16_t port, const std::string& id, double fraction, int ready) {
+    try {
+      RawLearner raw;
+      raw.connect(port, id);
+      if (!raw.session || raw.welcome.init != ys::InitAsk::send) return 3;
+      std::vector<float> values(raw.layout.total_numel());
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.1f * static_cast<float>(i)) + 1.5f;
+      const std::string frame = raw.init_frame(values);
+      send_all(raw.fd, frame.substr(0, static_cast<std::size_t>(static_cast<double>(frame.size()) * fraction)));
+      const char ok = 'k';
+      if (::write(ready, &ok, 1) != 1) return 4;
+      for (;;) ::pause();
+    } catch (...) {
+      return 5;
+    }
+  }
+  pid_t pid_ = -1;
+  int ready_fd_ = -1;
+};
+
+std::vector<std::string> isle_ids(std::size_t n) {
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < n; ++i) ids.push_back(std::string("isle-") + static_cast<char>('a' + i));
+  return ids;
+}
+
+// Learners that start at the same moment on a fresh syncer: exactly one `init` crosses the wire
+// (the learners' own counters and the tape agree), the others are told the state is pending or
+// join after it exists, and all end bit-identical to the final cut.
+void learners_starting_at_once_upload_one_init(std::size_t n) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=" + std::to_string(n), "sync.budget_outer_steps=12"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const auto ids = isle_ids(n);
+  std::vector<std::unique_ptr<Proc>> learners;
+  for (std::size_t i = 0; i < n; ++i) learners.push_back(run.start_learner(ids[i], static_cast<int>(i + 1)));
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  for (auto& l : learners) EXPECT_EQ(l->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  EXPECT_EQ(count_events(tape, "init"), 1u);
+  EXPECT_EQ(count_events(tape, "init_ignored"), 0u) << "a second learner uploaded the initial state";
+  EXPECT_EQ(init_asks(tape).size(), 1u);
+  EXPECT_EQ(inits_sent(run, ids), 1u);
+  std::size_t pending = 0;
+  for (const auto& id : ids)
+    for (const auto& e : learner_events(run, id))
+      if (e["event"] == "connected" && e["init"] == "pending") ++pending;
+  std::printf("%zu learners at once: %zu welcomed while the state was pending\n", n, pending);
+  EXPECT_EQ(expect_continuous(tape), 12u);
+  expect_bit_identical_to_final_cut(run, ids);
+  expect_downlink(run, ids, "q4");
+}
+
+TEST(SyncInit, TwoLearnersStartingAtOnceUploadOneInit) { learners_starting_at_once_upload_one_init(2); }
+TEST(SyncInit, ThreeLearnersStartingAtOnceUploadOneInit) { learners_starting_at_once_upload_one_init(3); }
+
+// The learner asked for `init` is killed (SIGKILL) before its `init` is complete, while n learners
+// welcomed after it wait with the state pending (none uploads anything): the oldest of them is
+// asked (`init_request`), the run gets its state from that one `init` and completes; nothing is
+// applied twice. init_fraction 0: killed before sending a byte of it; 0.5: mid-frame.
+void killed_asked_learner_is_replaced(std::size_t n, double init_fraction) {
+  RunDir run;
+  // The asked learner sends no heartbeats: a learner timeout long enough for the others to start
+  // on a loaded machine keeps it asked (not silent) until it is killed.
+  run.syncer_sets = {"sync.quorum=" + std::to_string(n), "sync.budget_outer_steps=12", "sync.learner_timeout_s=3",
+                     "sync.grace_max_s=4", "sync.round_deadline_s=5"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  AskedLearnerProcess gate(run.port, "gate", init_fraction);
+  ASSERT_TRUE(gate.ready(10000)) << "the first learner was not asked for init\n" << run.logs();
+  const auto ids = isle_ids(n);
+  std::vector<std::unique_ptr<Proc>> learners;
+  for (std::size_t i = 0; i < n; ++i) learners.push_back(run.start_learner(ids[i], static_cast<int>(i + 1)));
+  for (const auto& id : ids)
+    ASSERT_TRUE(wait_event(run, id, [](const json& e) { return e["event"] == "connected"; }, 10)) << run.logs();
+  for (const auto& id : ids)
+    for (const auto& e : learner_events(run, id))
+      if (e["event"] == "connected") {
+        EXPECT_EQ(e["init"], "pending") << id;
+      }
+  EXPECT_EQ(count_events(run.tape(), "init"), 0u);
+  gate.kill9();
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  for (auto& l : learners) EXPECT_EQ(l->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  EXPECT_EQ(count_events(tape, "init"), 1u);
+  EXPECT_EQ(count_events(tape, "init_ignored"), 0u);
+  const auto asks = init_asks(tape);
+  ASSERT_EQ(asks.size(), 2u);
+  EXPECT_EQ(asks[0], "gate:welcome");
+  // One of the waiting learners is asked, and its `init` is the run's state.
+  std::string asked;
+  for (const auto& r : tape)
+    if (r["event"] == "init_asked" && r["by"] == "request") asked = r["learners"][0];
+  EXPECT_EQ(asks[1], asked + ":request:gate:disconnected");
+  EXPECT_NE(std::find(ids.begin(), ids.end(), asked), ids.end()) << asked;
+  for (const auto& r : tape)
+    if (r["event"] == "init") {
+      EXPECT_EQ(learners_of(r), std::set<std::string>{asked});
+    }
+  if (init_fraction > 0) {
+    bool truncated = false;
+    for (const auto& r : tape)
+      if (r["event"] == "reject" && learners_of(r).count("gate") &&
+          r["reason"].get<std::string>().find("truncated frame") != std::string::npos)
+        truncated = true;
+    EXPECT_TRUE(truncated) << "the partial init was not seen";
+  }
+  EXPECT_EQ(inits_sent(run, ids), 1u);
+  EXPECT_EQ(expect_continuous(tape), 12u);
+  expect_bit_identical_to_final_cut(run, ids, {"gate"});  // killed: missing if the cut came before its timeout
+  expect_downlink(run, ids, "q4");
+}
+
+TEST(SyncInit, AskedLearnerKilledBeforeItsInitIsReplacedByAWaitingOne) { killed_asked_learner_is_replaced(2, 0.0); }
+TEST(SyncInit, AskedLearnerKilledMidInitIsReplacedByAWaitingOne) { killed_asked_learner_is_replaced(3, 0.5); }
+
+// The learner asked for `init` stays connected but silent: after sync.learner_timeout_s a
+// waiting learner is asked instead. Its own `init`, arriving after the state exists, counts
+// as a claim (`init_ignored`), never as a second state.
+TEST(SyncInit, ASilentAskedLearnerIsReplacedAndItsLateInitIsIgnored) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=12"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  RawLearner gate;
+  ASSERT_NO_FATAL_FAILURE(gate.connect(run.port, "gate"));
+  ASSERT_EQ(gate.welcome.init, ys::InitAsk::send);
+  const auto ids = isle_ids(2);
+  auto a = run.start_learner(ids[0], 1), b = run.start_learner(ids[1], 2);
+  ASSERT_TRUE(run.wait_tape([](const auto& t) { return count_events(t, "init") == 1; }, 15)) << run.logs();
+  const auto asks = init_asks(run.tape());
+  ASSERT_EQ(asks.size(), 2u) << run.logs();
+  EXPECT_EQ(asks[0], "gate:welcome");
+  // A waiting learner is asked instead (or, when the gate fell silent before either connected,
+  // the first to connect is asked in its welcome).
+  EXPECT_TRUE(asks[1] == "isle-a:request:gate:silent" || asks[1] == "isle-b:request:gate:silent" ||
+              asks[1] == "isle-a:welcome" || asks[1] == "isle-b:welcome")
+      << asks[1];
+  send_all(gate.fd, gate.init_frame(std::vector<float>(gate.layout.total_numel(), 0.0f)));
+  ASSERT_TRUE(run.wait_tape([](const auto& t) { return count_events(t, "init_ignored") == 1; }, 10)) << run.logs();
+  gate.leave();
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  EXPECT_EQ(count_events(tape, "init"), 1u);
+  EXPECT_EQ(inits_sent(run, ids), 1u);
+  EXPECT_EQ(expect_continuous(tape), 12u);
+  expect_bit_identical_to_final_cut(run, ids);
+  expect_downlink(run, ids, "q4");
+}
+
+// A refused `init` (non-finite values): the learner gets a sealed `error` (code 3) that says
+// why and is dropped, and a waiting learner is asked. A learner process whose own initial state
+// is refused stops with that diagnosis at once instead of reconnecting.
+TEST(SyncInit, ARefusedInitIsExplainedAndAWaitingLearnerIsAsked) {
+  {
+    RunDir run;
+    // The gate sends no heartbeats: it must stay asked (not silent) until its `init` is refused.
+    run.syncer_sets = {"sync.quorum=1", "sync.budget_outer_steps=8", "sync.learner_timeout_s=3", "sync.grace_max_s=4",
+                       "sync.round_deadline_s=5"};
+    auto syncer = run.start_syncer();
+    ASSERT_NE(run.port, 0) << run.logs();
+    RawLearner gate;
+    ASSERT_NO_FATAL_FAILURE(gate.connect(run.port, "gate"));
+    ASSERT_EQ(gate.welcome.init, ys::InitAsk::send);
+    auto a = run.start_learner("isle-a", 1);
+    ASSERT_TRUE(wait_event(run, "isle-a", [](const json& e) { return e["event"] == "connected"; }, 10))
+        << run.logs();
+    std::vector<float> bad(gate.layout.total_numel(), 0.5f);
+    bad[17] = std::nanf("");
+    send_all(gate.fd, gate.init_frame(bad));
+    auto f = read_frame(gate.fd, gate.decoder);
+    ASSERT_TRUE(f) << run.logs();
+    ASSERT_EQ(f->type, ys::MsgType::error);
+    const auto e = ys::ErrorMsg::decode(gate.session->open(std::move(*f)));
+    EXPECT_EQ(e.code, ys::kErrorInitRefused);
+    EXPECT_NE(e.message.find("non-finite"), std::string::npos) << e.message;
+    EXPECT_TRUE(closed_by_peer(gate.fd));
+    EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+    EXPECT_EQ(a->wait(10), 0) << run.logs();
+    const auto tape = run.tape();
+    EXPECT_EQ(count_events(tape, "init"), 1u);
+    EXPECT_EQ(init_asks(tape), (std::vector<std::string>{"gate:welcome", "isle-a:request:gate:refused"}));
+    EXPECT_EQ(inits_sent(run, {"isle-a"}), 1u);
+    EXPECT_EQ(expect_continuous(tape), 8u);
+    expect_bit_identical_to_final_cut(run, {"isle-a"});
+  }
+  {
+    RunDir run;
+    auto syncer = run.start_syncer();
+    ASSERT_NE(run.port, 0) << run.logs();
+    auto bad = run.start_learner("isle-nan", 1, "", {"--init-value", "nan"});
+    EXPECT_EQ(bad->wait(10), 4) << "no global state: the learner stops\n" << run.logs();
+    bool refused = false;
+    std::size_t connected = 0;
+    for (const auto& e : learner_events(run, "isle-nan")) {
+      if (e["event"] == "refused") {
+        refused = e["reason"].get<std::string>().find("refused this learner's initial state") != std::string::npos;
+        EXPECT_NE(e["reason"].get<std::string>().find("non-finite"), std::string::npos) << e.dump();
+      }
+      if (e["event"] == "connected") ++connected;
+    }
+    EXPECT_TRUE(refused) << run.logs();
+    EXPECT_EQ(connected, 1u) << "it reconnected after the refusal";
+    EXPECT_EQ(count_events(run.tape(), "init"), 0u);
+  }
+}
+
+}  // namespace

@@ -96,6 +96,18 @@ TEST(SyncFrame, ForeignRunVersionTypeAndChecksumRejected) {
   std::string t = ok;
   t[6] = 99;
   reject(t, "unknown message type");
+  // init_request (17, protocol 5) is known and a control message; 18 is not a type.
+  const std::string ask = ys::encode_frame(ys::MsgType::init_request, kRun, "");
+  ys::FrameDecoder da(kRun, kCap);
+  da.feed(ask.data(), ask.size());
+  const auto fa = da.next();
+  ASSERT_TRUE(fa.has_value());
+  EXPECT_EQ(fa->type, ys::MsgType::init_request);
+  EXPECT_STREQ(ys::msg_name(fa->type), "init_request");
+  EXPECT_FALSE(ys::is_bulk(ys::MsgType::init_request));
+  std::string t18 = ask;
+  t18[6] = 18;
+  reject(t18, "unknown message type");
   std::string c = ok;
   c[ys::kHeaderBytes + 3] ^= 1;
   reject(c, "checksum");
@@ -133,7 +145,7 @@ TEST(SyncSeal, RoundTripHidesThePayloadAndCountsTheTagInTheLength) {
   EXPECT_EQ(len, payload.size() + ys::kSealBytes);
   std::uint16_t version;
   std::memcpy(&version, bytes.data() + 4, 2);
-  EXPECT_EQ(version, 4u);
+  EXPECT_EQ(version, 5u);
   // No 64-byte piece of the tensor's bytes is readable in the frame.
   for (std::size_t off = 0; off + 64 <= data.size() * 4; off += 64)
     ASSERT_FALSE(contains(bytes, reinterpret_cast<const char*>(data.data()) + off, 64)) << off;
@@ -273,7 +285,7 @@ TEST(SyncSeal, VersionOneFramesAreRefused) {
     d.next();
     FAIL() << "a version 1 frame was accepted";
   } catch (const ys::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 4)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 5)"), std::string::npos)
         << e.what();
   }
 }
@@ -341,6 +353,20 @@ TEST(SyncMessages, RoundTrips) {
   ys::Welcome w;
   w.versions = {1, 2, 3};
   EXPECT_EQ(ys::Welcome::decode(w.encode()).versions, w.versions);
+  EXPECT_EQ(ys::Welcome::decode(w.encode()).init, ys::InitAsk::none);
+  for (const auto ask : {ys::InitAsk::send, ys::InitAsk::pending}) {
+    ys::Welcome a;
+    a.init = ask;
+    EXPECT_EQ(ys::Welcome::decode(a.encode()).init, ask) << ys::init_ask_name(ask);
+    EXPECT_TRUE(ys::Welcome::decode(a.encode()).versions.empty());
+  }
+  {  // the init byte follows the 32-byte tag; values past `pending` are refused
+    std::string bad = w.encode();
+    bad[ys::kTagBytes] = 3;
+    EXPECT_THROW(ys::Welcome::decode(bad), ys::WireError);
+    bad[ys::kTagBytes] = static_cast<char>(0xFF);
+    EXPECT_THROW(ys::Welcome::decode(bad), ys::WireError);
+  }
 
   ys::Init in;
   in.pattern = ys::FragmentPattern::strided;
