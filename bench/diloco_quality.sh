@@ -31,13 +31,16 @@
 # sync; diloco4's islands run STEPS/2], H [unset: sync.inner_steps as configured, 64 by default]
 # (inner steps), FRAGMENTS [unset: sync.fragments, 1 by default], MICRO [2], LR [2e-3], SIZE [32],
 # LORA_R [4], TEXT_TOKENS [32] (model.max_sequence_length, as the demo; 0 is the family's default,
-# 512 for FLUX.1, which multiplies a 32x32 step's cost by about 8), ARMS ["sync diloco2 diloco4"],
+# 512 for FLUX.1, which made a mid step at 32x32 about 12x as long), ARMS ["sync diloco2 diloco4"],
 # EXTRA (more `--set KEY=VALUE` for every arm), SUMMARY_ONLY [unset; 1: only print the tables
 # of the runs already in OUT_DIR, with the same settings]. STEPS 640 at H 64 is 10 outer steps:
-# long enough for the whole-run bytes of diloco2 to pass 400x a float32 ring all-reduce
-# (docs/BENCHMARKS.md, "400x both ways": ratio_run ~ 8S / (1.125 S/H + c), c ~ 1 for one `init`
-# upload of a LoRA whose B halves are zero). The tiny-Flux tables in docs/BENCHMARKS.md were
-# measured before TEXT_TOKENS, PRESET and these defaults existed (512 text tokens, H given).
+# long enough for the whole-run bytes of diloco2 to pass 400x a float32 ring all-reduce when
+# every merge holds both islands (docs/BENCHMARKS.md, "400x both ways": ratio_run ~ 8S /
+# (1.125 S/H + c), c ~ 1 for one `init` upload of a LoRA whose B halves are zero; a merge of one
+# island sends an update to both and costs the ratio). Results on the Flux mid preset (a run
+# took 22 minutes per seed for the 3 arms on the shared 2-core machine at load 10-16) and the
+# tiny-Flux history (the family default text length, H given) are in docs/BENCHMARKS.md, "DiLoCo against
+# synchronous training".
 # On real GPUs point MODEL at the checkpoint, DATA at a fixed-shape media set, STEPS at the budget,
 # and run the arms with the same hardware per arm (docs/BENCHMARKS.md).
 set -euo pipefail
@@ -164,11 +167,11 @@ def last(path, key):
     return v
 
 def tape(d):
-    # The syncer's tape, rotated parts (tape.jsonl.N, oldest has the highest N) first.
+    # The syncer's tape, rotated parts first (tape.N.jsonl, the oldest has the highest N).
     base = os.path.join(d, "syncer", "tape.jsonl")
     parts, n = [], 1
-    while os.path.exists(f"{base}.{n}"):
-        parts.insert(0, f"{base}.{n}")
+    while os.path.exists(os.path.join(d, "syncer", f"tape.{n}.jsonl")):
+        parts.insert(0, os.path.join(d, "syncer", f"tape.{n}.jsonl"))
         n += 1
     return [r for p in parts + [base] for r in records(p)]
 
