@@ -1107,16 +1107,7 @@ struct Syncer::Impl {
       close(c);
       return;
     }
-    if (h.claims.size() != st.fragments.size()) {
-      reject(c, "holds names " + std::to_string(h.claims.size()) + " fragments, the run has " +
-                    std::to_string(st.fragments.size()));
-      close(c);
-      return;
-    }
-    answer_claims(c, [&](std::uint32_t p) {
-      const FragmentClaim& cl = h.claims[p];
-      return cl.version == st.fragments[p].version && cl.digest == public_digest(p);
-    });
+    answer_holds(c, h);
   }
 
   // A refused `init`: the learner is told why (sealed `error`, code 3, final) and dropped once
@@ -1141,6 +1132,21 @@ struct Syncer::Impl {
     return d.second;
   }
 
+  // A `holds` of an initialised run: `holding` for every fragment whose claim (version and digest
+  // of the public state) matches, the others in full (answer_claims).
+  void answer_holds(const ConnPtr& c, const Holds& h) {
+    if (h.claims.size() != st.fragments.size()) {
+      reject(c, "holds names " + std::to_string(h.claims.size()) + " fragments, the run has " +
+                    std::to_string(st.fragments.size()));
+      close(c);
+      return;
+    }
+    answer_claims(c, [&](std::uint32_t p) {
+      const FragmentClaim& cl = h.claims[p];
+      return cl.version == st.fragments[p].version && cl.digest == public_digest(p);
+    });
+  }
+
   void on_holds(const ConnPtr& c, const Holds& h) {
     if (!c->awaiting_holds) {
       reject(c, "unexpected holds: it answers a welcome into an initialised run, once");
@@ -1153,16 +1159,7 @@ struct Syncer::Impl {
       c->parked_claims = h;
       return;
     }
-    if (h.claims.size() != st.fragments.size()) {
-      reject(c, "holds names " + std::to_string(h.claims.size()) + " fragments, the run has " +
-                    std::to_string(st.fragments.size()));
-      close(c);
-      return;
-    }
-    answer_claims(c, [&](std::uint32_t p) {
-      const FragmentClaim& cl = h.claims[p];
-      return cl.version == st.fragments[p].version && cl.digest == public_digest(p);
-    });
+    answer_holds(c, h);
   }
 
   // The catch-up of a learner that claimed what it holds: `holding` with the fragments whose
