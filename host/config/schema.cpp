@@ -161,6 +161,7 @@ std::vector<KeyDef> build_schema() {
       C("sync.fragment_pattern", "binpack", {"binpack", "strided"}, "How tensors are laid out into fragments.").flag("fragment-pattern"),
       I("sync.inner_steps", 64, "Inner optimizer steps per fragment between pushes (H).").range(1, std::nullopt),
       F("sync.alpha", 1.0, "Blend factor of the merged global fragment into the local weights.").range(0.0, 1.0),
+      B("sync.carry", false, "Keep each island's own progress across merges: a new global fragment becomes the global state plus what the island trained that it does not count yet (the steps between the island's push and the merge's arrival are kept, not overwritten); one push per fragment is outstanding at a time. sync.alpha is then not used."),
       I("sync.quant_block", 64, "Block size of the 4-bit quantisation of the pseudo-gradients (learners) and of the downlink updates (syncer).").range(8, 65536),
       C("sync.downlink", "q4", {"q4", "f32"}, "What the syncer sends every learner after a merge: q4, a 4-bit update of the public state all learners hold, with the quantisation error carried into the next update (about 1/7 of f32); f32, the exact float32 fragment. Either way every learner holds the same bytes and the final cut is exact."),
       F("sync.outer_lr", 0.7, "Outer (syncer) learning rate.").range(0.0, std::nullopt),

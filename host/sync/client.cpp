@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "sync/carry.hpp"
 #include "sync/clock.hpp"
 #include "sync/merge.hpp"
 #include "sync/protocol.hpp"
@@ -97,6 +98,7 @@ struct SyncClient::Impl {
   bool ended_after_final = false;  // the syncer closed the connection after our final ack
   std::optional<Heartbeat> local_done;          // finish_local() was called: send `done` once per connection
   std::map<std::uint32_t, std::uint64_t> sent_base;  // base version of the last push sent per fragment
+  std::vector<CarryNotes> notes;  // sync.carry: what the connections learned of each fragment's outstanding push
 
   // training thread only
   std::vector<std::vector<float>> base;
@@ -105,6 +107,8 @@ struct SyncClient::Impl {
   std::vector<std::uint64_t> samples_since, steps_since;
   std::vector<double> pushed_at;
   std::vector<std::uint64_t> pushed_base;
+  std::vector<FragmentCarry> carry;  // sync.carry: the outstanding push and its snapshot
+  std::vector<bool> deferred;        // sync.carry: a push fell due while one was outstanding
   std::uint64_t step_no = 0;
 
   // communication thread
@@ -130,6 +134,9 @@ struct SyncClient::Impl {
     claimed.resize(f);
     delivered.assign(f, false);
     base.resize(f);
+    notes.resize(f);
+    carry.resize(f);
+    deferred.assign(f, false);
     base_version.assign(f, 0);
     have_base.assign(f, false);
     samples_since.assign(f, 0);
@@ -213,6 +220,8 @@ struct SyncClient::Impl {
             push = std::move(next->second);
             push_queue.erase(next);
             sent_base[push->fragment] = push->base_version;
+            notes[push->fragment].sent = true;
+            notes[push->fragment].sent_epoch = st.connects;
           } else if (local_done && !l->done_sent) {
             // Only after every queued push: the syncer must see our last pseudo-gradients first.
             ctl.emplace(MsgType::done, local_done->encode());
@@ -420,11 +429,26 @@ struct SyncClient::Impl {
               std::lock_guard lk(mu);
               if (a.status == PushStatus::accepted) ++st.pushes_accepted;
               else ++st.pushes_refused;
+              // Not merged, ever (a duplicate is a push the syncer already holds).
+              if (a.fragment < notes.size() && a.status != PushStatus::accepted && a.status != PushStatus::duplicate)
+                notes[a.fragment].refused = true;
               // Staleness: merges of this fragment the syncer did since the base of our push.
               const auto it = sent_base.find(a.fragment);
               if (it != sent_base.end() && a.version >= it->second) ev["staleness"] = a.version - it->second;
             }
             event("push_ack", ev);
+            break;
+          }
+          case MsgType::merged: {
+            // Before the update of that version on this connection: which push of ours it holds.
+            const MergedMsg mm = MergedMsg::decode(p);
+            if (mm.fragment >= layout.fragments.size()) throw ClientError("syncer sent a merge note of an unknown fragment");
+            {
+              std::lock_guard lk(mu);
+              notes[mm.fragment].merged_version = mm.version;
+              notes[mm.fragment].merged_push_base = mm.push_base;
+            }
+            event("merged", {{"fragment", mm.fragment}, {"version", mm.version}, {"push_base", mm.push_base}});
             break;
           }
           case MsgType::holding: {
@@ -566,10 +590,35 @@ struct SyncClient::Impl {
   // ---------------------------------------------------------------- training thread
 
   void overwrite_from(const FragmentMsg& m, std::span<const std::span<float>> tensors, float alpha, StepResult* r) {
+    apply_fragment(layout, m.fragment, m.data, tensors, alpha);
+    took(m, {{"alpha", alpha}});
+    if (r) r->applied.push_back(AppliedFragment{m.fragment, m.version, alpha, m.data});
+  }
+
+  // sync.carry: the new global state plus the progress it does not count yet (carry.hpp). The
+  // other ranks of the island are sent the result, to overwrite with.
+  void carry_from(const FragmentMsg& m, const CarryNotes& seen, std::uint64_t epoch,
+                  std::span<const std::span<float>> tensors, StepResult* r) {
     const std::uint32_t p = m.fragment;
-    apply_fragment(layout, p, m.data, tensors, alpha);
+    std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
+    std::vector<float> local = pack_fragment(layout, p, cs);
+    const CarryCase c = carry[p].apply(m.data, m.version, base[p], seen, epoch, local);
+    apply_fragment(layout, p, local, tensors, 1.0f);
+    if (c != CarryCase::none && c != CarryCase::pending) {
+      std::lock_guard lk(mu);
+      notes[p] = CarryNotes{};  // that push is over; the next one starts with no notes
+    }
+    took(m, {{"carry", carry_case_name(c)}});
+    if (r) r->applied.push_back(AppliedFragment{p, m.version, 1.0f, std::move(local)});
+  }
+
+  // A new global version of a fragment is what this learner builds on from now on.
+  void took(const FragmentMsg& m, json ev) {
+    const std::uint32_t p = m.fragment;
     const double now = steady_now();
-    json ev = {{"fragment", p}, {"version", m.version}, {"alpha", alpha}, {"previous", base_version[p]}};
+    ev["fragment"] = p;
+    ev["version"] = m.version;
+    ev["previous"] = base_version[p];
     if (pushed_at[p] >= 0 && m.version > pushed_base[p]) {
       ev["round_latency_s"] = now - pushed_at[p];
       pushed_at[p] = -1;
@@ -578,7 +627,6 @@ struct SyncClient::Impl {
     base_version[p] = m.version;
     have_base[p] = true;
     event("applied", ev);
-    if (r) r->applied.push_back(AppliedFragment{p, m.version, alpha, m.data});
   }
 
   // The authoritative final cut: overwrite, then acknowledge the digest of what we now hold.
@@ -623,8 +671,14 @@ struct SyncClient::Impl {
     ++step_no;
     std::vector<std::optional<FragmentMsg>> fresh(layout.fragments.size());
     std::optional<FinalCut> fc;
+    std::vector<CarryNotes> seen;
+    std::uint64_t epoch = 0;
     {
       std::lock_guard lk(mu);
+      if (o.carry) {
+        seen = notes;
+        epoch = st.connects;
+      }
       st.steps = step_no;
       r.failed = failed;
       if (final_cut && !final_applied) fc = *final_cut;
@@ -638,24 +692,54 @@ struct SyncClient::Impl {
     const auto nf = static_cast<std::uint32_t>(layout.fragments.size());
     bool touch = fc.has_value();
     for (std::uint32_t p = 0; p < nf && !touch; ++p)
-      touch = fresh[p].has_value() || (have_base[p] && fragment_due(p, nf, o.inner_steps, step_no));
+      touch = fresh[p].has_value() || (have_base[p] && (deferred[p] || fragment_due(p, nf, o.inner_steps, step_no)));
     if (touch && before_touch) before_touch();
     if (fc) {
       apply_final(*fc, tensors, &r);
       return r;
     }
-    for (std::size_t p = 0; p < fresh.size(); ++p)
-      if (fresh[p]) overwrite_from(*fresh[p], tensors, have_base[p] ? o.alpha : 1.0f, &r);
+    for (std::size_t p = 0; p < fresh.size(); ++p) {
+      if (!fresh[p]) continue;
+      if (o.carry && have_base[p]) carry_from(*fresh[p], seen[p], epoch, tensors, &r);
+      else overwrite_from(*fresh[p], tensors, have_base[p] ? o.alpha : 1.0f, &r);
+    }
+    // A refused push with no new state: its progress stays in the weights and goes with the next.
+    for (std::uint32_t p = 0; p < nf && o.carry; ++p)
+      if (!fresh[p] && carry[p].outstanding() && seen[p].refused) {
+        carry[p].drop();
+        std::lock_guard lk(mu);
+        notes[p] = CarryNotes{};
+      }
     std::vector<RawPush> due;
     for (std::uint32_t p = 0; p < layout.fragments.size(); ++p) {
       samples_since[p] += samples;
       ++steps_since[p];
-      if (!have_base[p] || !fragment_due(p, static_cast<std::uint32_t>(layout.fragments.size()), o.inner_steps, step_no))
+      if (!have_base[p]) continue;
+      const bool on_time = fragment_due(p, static_cast<std::uint32_t>(layout.fragments.size()), o.inner_steps, step_no);
+      if (o.carry) {
+        // One push outstanding per fragment: one that falls due meanwhile goes once it has merged.
+        if (carry[p].outstanding()) {
+          if (on_time && !deferred[p]) {
+            deferred[p] = true;
+            {
+              std::lock_guard lk(mu);
+              ++st.pushes_deferred;
+            }
+            event("push_deferred", {{"fragment", p}, {"outstanding_base", carry[p].push_base()}});
+          }
+          continue;
+        }
+        if (!on_time && !deferred[p]) continue;
+        deferred[p] = false;
+      } else if (!on_time) {
         continue;
+      }
       std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
       std::vector<float> local = pack_fragment(layout, p, cs);
+      if (o.carry) carry[p].pushed(base_version[p], local);
       for (std::size_t k = 0; k < local.size(); ++k) local[k] = base[p][k] - local[k];
       if (!all_finite(local)) {
+        if (o.carry) carry[p].drop();
         event("push_skipped", {{"fragment", p}, {"reason", "non-finite pseudo-gradient"}});
         spdlog::error("sync client {}: fragment {} has non-finite weights; not pushing", o.learner_id, p);
         continue;
@@ -672,7 +756,10 @@ struct SyncClient::Impl {
       // Handed over together, so the communication thread picks among all of this step's pushes.
       {
         std::lock_guard lk(mu);
-        for (auto& rp : due) push_queue[rp.fragment] = std::move(rp);
+        for (auto& rp : due) {
+          if (o.carry) notes[rp.fragment] = CarryNotes{};
+          push_queue[rp.fragment] = std::move(rp);
+        }
       }
       notify();
     }
@@ -748,7 +835,7 @@ void SyncClient::close(double timeout_s) {
                           {"pushes_accepted", s.pushes_accepted}, {"fragments_received", s.fragments_received},
                           {"updates_received", s.updates_received}, {"fragments_held", s.fragments_held},
                           {"inits_sent", s.inits_sent}, {"init_bytes", s.init_bytes},
-                          {"numel", impl_->layout.total_numel()}});
+                          {"pushes_deferred", s.pushes_deferred}, {"numel", impl_->layout.total_numel()}});
 }
 
 void SyncClient::finish_local(std::uint64_t step, std::uint64_t samples) {

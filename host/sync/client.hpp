@@ -26,8 +26,8 @@ namespace yeto::sync {
 struct AppliedFragment {
   std::uint32_t fragment = 0;
   std::uint64_t version = 0;
-  float alpha = 1.0f;         // 1: overwrite (first state, catch-up, final cut)
-  std::vector<float> data;    // the global fragment that was blended in
+  float alpha = 1.0f;         // 1: overwrite (first state, catch-up, final cut, sync.carry)
+  std::vector<float> data;    // the global fragment that was blended in (sync.carry: the values that resulted)
 };
 
 struct StepResult {
@@ -50,6 +50,7 @@ struct ClientStats {
   std::uint64_t fragments_held = 0;      // catch-ups not needed: the syncer accepted the claim (holds)
   std::uint64_t inits_sent = 0;          // `init` frames written: the run's initial state, when asked for it
   std::uint64_t init_bytes = 0;          // their bytes on the wire
+  std::uint64_t pushes_deferred = 0;     // sync.carry: pushes that fell due while the fragment's last was outstanding
   std::uint64_t steps = 0;
 };
 

@@ -140,6 +140,7 @@ ClientOptions client_options_from_config(const config::Config& c) {
   o.timeouts = timeouts_from_config(c);
   o.inner_steps = static_cast<std::uint32_t>(c.get_int("sync.inner_steps"));
   o.alpha = static_cast<float>(c.get_number("sync.alpha"));
+  o.carry = c.get_bool("sync.carry");
   o.quant_block = static_cast<std::uint32_t>(c.get_int("sync.quant_block"));
   o.max_frame = static_cast<std::size_t>(c.get_int("sync.max_frame_mb")) << 20;
   if (!c.get_string("sync.syncer").empty()) parse_host_port(c.get_string("sync.syncer"), o.host, o.port);

@@ -113,6 +113,11 @@ struct ClientOptions {
   std::string learner_id;
   std::uint32_t inner_steps = 64;  // H (sync.inner_steps)
   float alpha = 1.0f;
+  // Keep the island's own progress across merges (sync.carry, host/sync/carry.hpp): a new
+  // global state G' becomes G' + the progress it does not count yet, and a fragment has one
+  // push outstanding at a time (a push that falls due meanwhile waits for its merge). alpha
+  // is then not used: nothing the island trained is blended away.
+  bool carry = false;
   std::uint32_t quant_block = 64;
   Timeouts timeouts;
   std::size_t max_frame = 1024ull << 20;

@@ -33,12 +33,13 @@ const char* msg_name(MsgType t) {
     case MsgType::holds: return "holds";
     case MsgType::holding: return "holding";
     case MsgType::init_request: return "init_request";
+    case MsgType::merged: return "merged";
   }
   return "unknown";
 }
 
 namespace {
-bool known_type(std::uint16_t t) { return t >= 1 && t <= 17; }
+bool known_type(std::uint16_t t) { return t >= 1 && t <= 18; }
 }  // namespace
 
 std::uint32_t frame_crc(std::string_view header20, std::string_view payload) {
@@ -704,6 +705,24 @@ PushAck PushAck::decode(std::string_view p) {
   m.status = static_cast<PushStatus>(s);
   m.version = r.u64();
   r.expect_end();
+  return m;
+}
+
+std::string MergedMsg::encode() const {
+  ByteWriter w;
+  w.u32(fragment);
+  w.u64(version);
+  w.u64(push_base);
+  return w.take();
+}
+MergedMsg MergedMsg::decode(std::string_view p) {
+  ByteReader r(p);
+  MergedMsg m;
+  m.fragment = r.u32();
+  m.version = r.u64();
+  m.push_base = r.u64();
+  r.expect_end();
+  if (m.version <= m.push_base) throw WireError("merged: version does not follow the push's base");
   return m;
 }
 

@@ -26,7 +26,7 @@
 namespace yeto::sync {
 
 inline constexpr std::uint32_t kMagic = 0x4E595359;  // "YSYN" as little-endian bytes
-inline constexpr std::uint16_t kProtocolVersion = 5;
+inline constexpr std::uint16_t kProtocolVersion = 6;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kTagBytes = 32;   // handshake MAC (welcome)
 inline constexpr std::size_t kSealBytes = 16;  // AEAD tag that ends every sealed payload
@@ -53,6 +53,7 @@ enum class MsgType : std::uint16_t {
   holds = 15,    // the learner's claim of the public state it already holds, per fragment (after welcome)
   holding = 16,  // the fragments whose claim the syncer accepted: no catch-up is sent for them
   init_request = 17,  // the syncer asks a learner it welcomed with InitAsk::pending for `init` (empty payload)
+  merged = 18,        // to a learner whose push a merge holds, before that merge's update (protocol 6)
 };
 const char* msg_name(MsgType t);
 bool is_bulk(MsgType t);  // init, fragment, push, final_cut, update, holds, holding: capped by max_frame, not kControlCap
@@ -301,6 +302,20 @@ struct PushAck {
   std::uint64_t version = 0;
   std::string encode() const;
   static PushAck decode(std::string_view p);
+};
+
+// Sent to each learner whose push a merge of `fragment` holds, just before the merge's update or
+// fragment goes out on the same connection: `version` is the version the merge produced and
+// `push_base` the base version of the learner's push it holds. A learner that keeps its own
+// progress across merges (sync.carry) learns from it which of its pushes the new state counts.
+struct MergedMsg {
+  std::uint32_t fragment = 0;
+  std::uint64_t version = 0;
+  std::uint64_t push_base = 0;
+  std::string encode() const;
+  // Throws WireError for a malformed message (truncated, trailing bytes, a version that does
+  // not follow the push's base).
+  static MergedMsg decode(std::string_view p);
 };
 
 struct Heartbeat {

@@ -1907,8 +1907,27 @@ struct Syncer::Impl {
     j.record["time"] = unix_now();
     j.record["round_latency_s"] = steady_now() - j.round_first;
     taped_raw(j.record);
+    note_merged(j);
     broadcast_fragment(p, j.update);
     check_budget();
+  }
+
+  // Tells each connected learner whose push this merge holds which version holds it (protocol 6),
+  // ahead of the update it is about to be sent: a learner that keeps its own progress across
+  // merges (sync.carry) carries from that push on. Queued where the update will go (a small
+  // fragment's update overtakes other fragments' bulk frames, and the note goes with it).
+  void note_merged(const MergeJob& j) {
+    const std::uint64_t version = st.fragments[j.p].version;
+    for (std::size_t i = 0; i < j.who.size(); ++i) {
+      const std::uint64_t push_base = j.version - j.staleness[i];
+      const auto payload = std::make_shared<const std::string>(MergedMsg{j.p, version, push_base}.encode());
+      for (const auto& c : conns) {
+        if (!c->session || c->closed || c->learner_id != j.who[i]) continue;
+        const auto pos = overtake_position(c->outq, j.p, o.offload_bytes, [](const Outgoing& f) { return f.bytes(); });
+        c->outq.insert(c->outq.begin() + static_cast<std::ptrdiff_t>(pos), Outgoing{{}, MsgType::merged, payload, nullptr});
+        c->wake.cancel();
+      }
+    }
   }
 
   // Every fragment's data file that the last manifest does not name at its version, then the

@@ -49,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             }
             case ys::MsgType::holds: ys::Holds::decode(f->payload); break;
             case ys::MsgType::holding: ys::Holding::decode(f->payload); break;
+            case ys::MsgType::merged: ys::MergedMsg::decode(f->payload); break;
             case ys::MsgType::leave:
             case ys::MsgType::init_request: break;
           }

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
       {"learner-timeout", "0.8"}, {"grace-max", "1.0"}, {"round-deadline", "2.0"}, {"reconnect-budget", "15"},
       {"final-timeout", "5"},  {"run-id", "yeto"},      {"samples", "8"},     {"budget-steps", "0"},
       {"state", ""},           {"pid-file", ""},        {"crash-after-steps", "0"}, {"exit-after-final", "0"},
-      {"init-value", "0"}};
+      {"init-value", "0"},     {"carry", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || i + 1 >= argc || !a.count(k.substr(2))) {
@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
     o.learner_id = a["id"];
     o.inner_steps = static_cast<std::uint32_t>(std::stoul(a["inner-steps"]));
     o.alpha = std::stof(a["alpha"]);
+    o.carry = a["carry"] == "1";
     o.quant_block = static_cast<std::uint32_t>(std::stoul(a["block"]));
     o.timeouts.heartbeat_s = std::stod(a["heartbeat"]);
     o.timeouts.learner_timeout_s = std::stod(a["learner-timeout"]);

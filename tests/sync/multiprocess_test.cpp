@@ -65,6 +65,54 @@ TEST(SyncMultiProcess, ThreeLearnersEveryOuterStepMergesAll) {
   expect_downlink(run, {"isle-a", "isle-b", "isle-c"}, "q4");
 }
 
+// sync.carry: learners keep the steps they trained between a push and its merge. Each fragment
+// has one push outstanding at a time (the next waits for the merge that holds it, which the
+// syncer names in a `merged` note before the update); every note names a merge of the tape that
+// holds that learner; and the final cut still leaves every learner bit-identical to it.
+TEST(SyncMultiProcess, CarryingLearnersKeepOnePushOutstandingAndEndOnTheFinalCut) {
+  RunDir run;
+  run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=16"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const std::vector<std::string> carry = {"--carry", "1", "--step-ms", "8"};
+  auto a = run.start_learner("isle-a", 1, "", carry), b = run.start_learner("isle-b", 2, "", carry);
+  EXPECT_EQ(syncer->wait(30), 0) << run.logs();
+  EXPECT_EQ(a->wait(10), 0) << run.logs();
+  EXPECT_EQ(b->wait(10), 0) << run.logs();
+  const auto tape = run.tape();
+  EXPECT_EQ(expect_continuous(tape), 16u);
+  std::map<std::pair<std::int64_t, std::uint64_t>, std::set<std::string>> merged_by;  // (fragment, version) -> learners
+  for (const auto& r : tape)
+    if (r["event"] == "merge") merged_by[{r["fragment"].get<std::int64_t>(), r["version"].get<std::uint64_t>()}] = learners_of(r);
+  for (const std::string id : {"isle-a", "isle-b"}) {
+    std::ifstream ev(run.dir / (id + ".events.jsonl"));
+    std::map<std::int64_t, bool> outstanding;
+    std::size_t included = 0, notes = 0;
+    for (std::string line; std::getline(ev, line);) {
+      const json j = json::parse(line);
+      const std::string e = j["event"];
+      if (e == "push") {
+        const auto p = j["fragment"].get<std::int64_t>();
+        EXPECT_FALSE(outstanding[p]) << id << ": a second push of fragment " << p << " while one was outstanding";
+        outstanding[p] = true;
+      } else if (e == "applied" && j.contains("carry")) {
+        const std::string c = j["carry"];
+        if (c == "included" || c == "unknown" || c == "refused") outstanding[j["fragment"].get<std::int64_t>()] = false;
+        if (c == "included") ++included;
+      } else if (e == "merged") {
+        ++notes;
+        const auto key = std::make_pair(j["fragment"].get<std::int64_t>(), j["version"].get<std::uint64_t>());
+        ASSERT_TRUE(merged_by.count(key)) << id << ": a note for a merge the tape lacks: " << line;
+        EXPECT_TRUE(merged_by[key].count(id)) << id << ": a note for a merge without it: " << line;
+      }
+    }
+    EXPECT_GE(included, 4u) << id << " carried from a merged push only " << included << " times";
+    EXPECT_GE(notes, included) << id;
+  }
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
+  expect_downlink(run, {"isle-a", "isle-b"}, "q4");
+}
+
 // The exact downlink (sync.downlink = f32) stays available: every merge sends the float32
 // fragment, no learner gets an update, and all end bit-identical to the final cut.
 TEST(SyncMultiProcess, TheExactFloat32DownlinkStillWorks) {

@@ -96,7 +96,8 @@ TEST(SyncFrame, ForeignRunVersionTypeAndChecksumRejected) {
   std::string t = ok;
   t[6] = 99;
   reject(t, "unknown message type");
-  // init_request (17, protocol 5) is known and a control message; 18 is not a type.
+  // init_request (17, protocol 5) and merged (18, protocol 6) are known control messages; 19 is
+  // not a type.
   const std::string ask = ys::encode_frame(ys::MsgType::init_request, kRun, "");
   ys::FrameDecoder da(kRun, kCap);
   da.feed(ask.data(), ask.size());
@@ -105,9 +106,23 @@ TEST(SyncFrame, ForeignRunVersionTypeAndChecksumRejected) {
   EXPECT_EQ(fa->type, ys::MsgType::init_request);
   EXPECT_STREQ(ys::msg_name(fa->type), "init_request");
   EXPECT_FALSE(ys::is_bulk(ys::MsgType::init_request));
-  std::string t18 = ask;
-  t18[6] = 18;
-  reject(t18, "unknown message type");
+  const std::string merged = ys::encode_frame(ys::MsgType::merged, kRun, ys::MergedMsg{1, 8, 5}.encode());
+  ys::FrameDecoder dm(kRun, kCap);
+  dm.feed(merged.data(), merged.size());
+  const auto fm = dm.next();
+  ASSERT_TRUE(fm.has_value());
+  EXPECT_STREQ(ys::msg_name(fm->type), "merged");
+  EXPECT_FALSE(ys::is_bulk(ys::MsgType::merged));
+  const auto m = ys::MergedMsg::decode(fm->payload);
+  EXPECT_EQ(m.fragment, 1u);
+  EXPECT_EQ(m.version, 8u);
+  EXPECT_EQ(m.push_base, 5u);
+  EXPECT_THROW(ys::MergedMsg::decode(ys::MergedMsg{1, 5, 5}.encode()), ys::WireError);  // no merge after its base
+  EXPECT_THROW(ys::MergedMsg::decode(ys::MergedMsg{1, 8, 5}.encode() + "x"), ys::WireError);
+  EXPECT_THROW(ys::MergedMsg::decode(ys::MergedMsg{1, 8, 5}.encode().substr(0, 19)), ys::WireError);
+  std::string t19 = ask;
+  t19[6] = 19;
+  reject(t19, "unknown message type");
   std::string c = ok;
   c[ys::kHeaderBytes + 3] ^= 1;
   reject(c, "checksum");
@@ -145,7 +160,7 @@ TEST(SyncSeal, RoundTripHidesThePayloadAndCountsTheTagInTheLength) {
   EXPECT_EQ(len, payload.size() + ys::kSealBytes);
   std::uint16_t version;
   std::memcpy(&version, bytes.data() + 4, 2);
-  EXPECT_EQ(version, 5u);
+  EXPECT_EQ(version, 6u);
   // No 64-byte piece of the tensor's bytes is readable in the frame.
   for (std::size_t off = 0; off + 64 <= data.size() * 4; off += 64)
     ASSERT_FALSE(contains(bytes, reinterpret_cast<const char*>(data.data()) + off, 64)) << off;
@@ -285,7 +300,7 @@ TEST(SyncSeal, VersionOneFramesAreRefused) {
     d.next();
     FAIL() << "a version 1 frame was accepted";
   } catch (const ys::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 5)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 6)"), std::string::npos)
         << e.what();
   }
 }
