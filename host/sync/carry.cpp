@@ -17,7 +17,7 @@ const char* carry_case_name(CarryCase c) {
     case CarryCase::included: return "included";
     case CarryCase::pending: return "pending";
     case CarryCase::refused: return "refused";
-    case CarryCase::unknown: return "unknown";
+    case CarryCase::lost: return "lost";
   }
   return "?";
 }
@@ -25,10 +25,11 @@ const char* carry_case_name(CarryCase c) {
 CarryCase carry_case(bool outstanding, std::uint64_t push_base, const CarryNotes& notes, std::uint64_t link_epoch,
                      std::uint64_t version) {
   if (!outstanding) return CarryCase::none;
-  if (notes.merged_version != 0 && notes.merged_push_base == push_base && version >= notes.merged_version)
-    return CarryCase::included;
+  // A note for this push: it merged, into a version that may still be on its way.
+  if (notes.merged_version != 0 && notes.merged_push_base == push_base)
+    return version >= notes.merged_version ? CarryCase::included : CarryCase::pending;
   if (notes.refused) return CarryCase::refused;
-  if (notes.sent && notes.sent_epoch != link_epoch) return CarryCase::unknown;
+  if (notes.sent && notes.sent_epoch != link_epoch) return CarryCase::lost;
   return CarryCase::pending;
 }
 
@@ -49,7 +50,6 @@ CarryCase FragmentCarry::apply(std::span<const float> global, std::uint64_t vers
   const CarryCase c = carry_case(outstanding_, push_base_, notes, link_epoch, version);
   switch (c) {
     case CarryCase::included:
-    case CarryCase::unknown:
       carry_onto(global, snapshot_, local);
       drop();
       break;
@@ -58,6 +58,7 @@ CarryCase FragmentCarry::apply(std::span<const float> global, std::uint64_t vers
       carry_onto(global, held, snapshot_);
       break;
     case CarryCase::refused:
+    case CarryCase::lost:
       carry_onto(global, held, local);
       drop();
       break;

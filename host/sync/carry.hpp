@@ -8,9 +8,10 @@
 // that G' holds, or the public state it held before G' when G' holds none of its pushes (then
 // the pushed-but-unmerged progress stays in θ and the snapshot moves with it). One push per
 // fragment is outstanding at a time, so no progress is pushed twice; the syncer says which
-// version holds a learner's push (`merged`, protocol 6). When that is unknown (the push went
-// out on a connection that has since ended) the learner assumes it merged: its progress before
-// the push is then either in the global state or lost, never counted twice.
+// version holds a learner's push (`merged`, protocol 6). A push that went out on a connection
+// that has since ended, with no note, is taken as lost: its progress stays in θ and goes with
+// the next push (a syncer that restarted has lost it; one that merged it while the learner was
+// away counts that progress twice, as two pushes of one base do without carry).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -35,7 +36,7 @@ enum class CarryCase {
   included,  // the new state holds our outstanding push: carry what came after it
   pending,   // it does not (yet): carry everything, the snapshot moves along
   refused,   // the syncer refused the push: carry everything, the push is over
-  unknown,   // the push's connection ended before a note came: assumed merged
+  lost,      // the push's connection ended before a note came: carry everything, push again
 };
 const char* carry_case_name(CarryCase c);
 
@@ -51,7 +52,7 @@ class FragmentCarry {
   std::uint64_t push_base() const { return push_base_; }
   // A push of base `base_version` was made from these values of the fragment.
   void pushed(std::uint64_t base_version, std::span<const float> values);
-  // The push ended without a new state (refused): its progress stays in θ, to be pushed again.
+  // The push ended without a new state (refused, lost): its progress stays in θ, to be pushed again.
   void drop();
   // Applies the new global state `global` (version `version`) to `local`, the fragment's values,
   // where `held` is the public state the learner held until now. Returns the case applied.

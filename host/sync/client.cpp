@@ -703,13 +703,19 @@ struct SyncClient::Impl {
       if (o.carry && have_base[p]) carry_from(*fresh[p], seen[p], epoch, tensors, &r);
       else overwrite_from(*fresh[p], tensors, have_base[p] ? o.alpha : 1.0f, &r);
     }
-    // A refused push with no new state: its progress stays in the weights and goes with the next.
-    for (std::uint32_t p = 0; p < nf && o.carry; ++p)
-      if (!fresh[p] && carry[p].outstanding() && seen[p].refused) {
-        carry[p].drop();
+    // A push refused, or sent on a connection that has ended, with no new state: its progress
+    // stays in the weights and goes with the next push (which may be waiting for it).
+    for (std::uint32_t p = 0; p < nf && o.carry; ++p) {
+      if (fresh[p] || !carry[p].outstanding()) continue;
+      const CarryCase c = carry_case(true, carry[p].push_base(), seen[p], epoch, base_version[p]);
+      if (c != CarryCase::refused && c != CarryCase::lost) continue;
+      carry[p].drop();
+      {
         std::lock_guard lk(mu);
         notes[p] = CarryNotes{};
       }
+      event("push_dropped", {{"fragment", p}, {"reason", carry_case_name(c)}});
+    }
     std::vector<RawPush> due;
     for (std::uint32_t p = 0; p < layout.fragments.size(); ++p) {
       samples_since[p] += samples;

@@ -66,6 +66,7 @@ TEST(Carry, AMergeWithoutThePushKeepsEverythingAndMovesTheSnapshot) {
   other.merged_version = 5;
   other.merged_push_base = 2;
   EXPECT_EQ(ys::carry_case(true, 3, later, 1, 5), ys::CarryCase::pending);
+  EXPECT_EQ(ys::carry_case(true, 3, later, 2, 5), ys::CarryCase::pending);  // noted: not lost with its connection
   EXPECT_EQ(ys::carry_case(true, 3, other, 1, 5), ys::CarryCase::pending);
   ys::CarryNotes ours = none;
   ours.merged_version = 5;
@@ -91,7 +92,7 @@ TEST(Carry, ARefusedPushKeepsItsProgressForTheNext) {
   EXPECT_EQ(ys::carry_case(false, 0, n, 1, 9), ys::CarryCase::none);
 }
 
-TEST(Carry, APushWhoseConnectionEndedIsTakenAsMerged) {
+TEST(Carry, APushWhoseConnectionEndedWithoutANoteIsTakenAsLost) {
   std::vector<float> theta = {1.0f, 2.0f};
   ys::FragmentCarry c;
   c.pushed(3, theta);
@@ -101,9 +102,15 @@ TEST(Carry, APushWhoseConnectionEndedIsTakenAsMerged) {
   n.sent_epoch = 1;
   EXPECT_EQ(ys::carry_case(true, 3, n, 1, 4), ys::CarryCase::pending);  // same connection: not yet
   EXPECT_EQ(c.apply(std::vector<float>{10.0f, 20.0f}, 4, std::vector<float>{0.0f, 0.0f}, n, 2, theta),
-            ys::CarryCase::unknown);
-  EXPECT_EQ(theta, (std::vector<float>{10.5f, 20.5f}));  // never counted twice
+            ys::CarryCase::lost);
+  EXPECT_EQ(theta, (std::vector<float>{11.5f, 22.5f}));  // everything kept, to be pushed again
   EXPECT_FALSE(c.outstanding());
+  // A note that came on the new connection still says it merged.
+  ys::CarryNotes noted = n;
+  noted.merged_version = 4;
+  noted.merged_push_base = 3;
+  EXPECT_EQ(ys::carry_case(true, 3, noted, 2, 4), ys::CarryCase::included);
+  EXPECT_EQ(ys::carry_case(true, 3, noted, 2, 3), ys::CarryCase::pending);  // noted, its version not here yet
   // Not sent yet (still queued when the connection ended): pending, it goes on the next one.
   ys::CarryNotes queued;
   EXPECT_EQ(ys::carry_case(true, 3, queued, 2, 4), ys::CarryCase::pending);

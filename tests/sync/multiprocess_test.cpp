@@ -97,8 +97,10 @@ TEST(SyncMultiProcess, CarryingLearnersKeepOnePushOutstandingAndEndOnTheFinalCut
         outstanding[p] = true;
       } else if (e == "applied" && j.contains("carry")) {
         const std::string c = j["carry"];
-        if (c == "included" || c == "unknown" || c == "refused") outstanding[j["fragment"].get<std::int64_t>()] = false;
+        if (c == "included" || c == "lost" || c == "refused") outstanding[j["fragment"].get<std::int64_t>()] = false;
         if (c == "included") ++included;
+      } else if (e == "push_dropped") {
+        outstanding[j["fragment"].get<std::int64_t>()] = false;
       } else if (e == "merged") {
         ++notes;
         const auto key = std::make_pair(j["fragment"].get<std::int64_t>(), j["version"].get<std::uint64_t>());
@@ -194,14 +196,15 @@ TEST(SyncMultiProcess, KilledLearnerQuorumAdaptsAndRejoinCatchesUp) {
 // merge's checkpoint is written off the I/O thread (a data file, then the manifest naming it),
 // so a kill can land between the two: the restarted syncer removes the data file no manifest
 // names, and at the end the state directory holds exactly the data files its checkpoint names.
-void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extra_sets) {
+void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extra_sets,
+                                            const std::vector<std::string>& learner_args = {}) {
   RunDir run;
   run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=40", "sync.checkpoint_every=1"};
   run.syncer_sets.insert(run.syncer_sets.end(), extra_sets.begin(), extra_sets.end());
   auto syncer = run.start_syncer();
   ASSERT_NE(run.port, 0) << run.logs();
   const std::uint16_t port = run.port;
-  auto a = run.start_learner("isle-a", 1), b = run.start_learner("isle-b", 2);
+  auto a = run.start_learner("isle-a", 1, "", learner_args), b = run.start_learner("isle-b", 2, "", learner_args);
   std::size_t before = 0;
   for (const std::size_t at : {10u, 20u}) {
     ASSERT_TRUE(run.wait_tape([at](const auto& t) {
@@ -248,6 +251,13 @@ void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extr
 }
 
 TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) { killed_syncer_restarts_from_checkpoint({}); }
+
+// The same with learners that carry their progress across merges (sync.carry): pushes sent on a
+// connection the kill ended are taken as merged, the notes of the restarted syncer name its own
+// merges, and the run still ends continuous and bit-identical to the final cut.
+TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpointWithCarryingLearners) {
+  killed_syncer_restarts_from_checkpoint({}, {"--carry", "1"});
+}
 
 // The same with every merge, seal and open on the syncer's worker pool (sync.offload_kb = 0):
 // merges landing out of order across fragments, frames sealed off the I/O thread, and the kill
