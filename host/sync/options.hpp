@@ -54,8 +54,8 @@ struct SyncerOptions {
   Timeouts timeouts;
   std::uint32_t quorum = 1;
   std::uint32_t inner_steps = 64;  // the run's H (sync.inner_steps): a learner's push period before its pushes show it
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
+  double outer_lr = 1.0;        // plain averaging (sync.outer_lr)
+  double outer_momentum = 0.0;
   std::uint32_t max_staleness = 8;
   bool heloco = true;
   HelocoParams heloco_params;
@@ -117,7 +117,7 @@ struct ClientOptions {
   // global state G' becomes G' + the progress it does not count yet, and a fragment has one
   // push outstanding at a time (a push that falls due meanwhile waits for its merge). alpha
   // is then not used: nothing the island trained is blended away.
-  bool carry = false;
+  bool carry = true;
   std::uint32_t quant_block = 64;
   Timeouts timeouts;
   std::size_t max_frame = 1024ull << 20;

@@ -74,6 +74,9 @@ Outcome run(const fs::path& dir, std::uint64_t large, std::size_t offload_bytes,
       o.run_secret = secret;
       o.learner_id = "learner-" + std::to_string(l);
       o.inner_steps = H;
+      // A push every H steps of 2 ms, whatever the merges' pace: this test loads the syncer's
+      // pool. With sync.carry a fragment's next push would wait for its 16 MB merge.
+      o.carry = false;
       o.timeouts = so.timeouts;
       o.events = dir / (o.learner_id + ".jsonl");
       std::vector<std::vector<float>> t;
