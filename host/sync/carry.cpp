@@ -48,24 +48,14 @@ void FragmentCarry::drop() {
 CarryCase FragmentCarry::apply(std::span<const float> global, std::uint64_t version, std::span<const float> held,
                                const CarryNotes& notes, std::uint64_t link_epoch, std::span<float> local) {
   const CarryCase c = carry_case(outstanding_, push_base_, notes, link_epoch, version);
-  switch (c) {
-    case CarryCase::included:
-      carry_onto(global, snapshot_, local);
-      drop();
-      break;
-    case CarryCase::pending:
-      carry_onto(global, held, local);
-      carry_onto(global, held, snapshot_);
-      break;
-    case CarryCase::refused:
-    case CarryCase::lost:
-      carry_onto(global, held, local);
-      drop();
-      break;
-    case CarryCase::none:
-      carry_onto(global, held, local);
-      break;
+  if (c == CarryCase::included) {
+    carry_onto(global, snapshot_, local);  // what came after the push G' holds
+    drop();
+    return c;
   }
+  carry_onto(global, held, local);  // everything G' does not count
+  if (c == CarryCase::pending) carry_onto(global, held, snapshot_);  // the snapshot moves along
+  else if (c != CarryCase::none) drop();                               // refused, lost: push again
   return c;
 }
 

@@ -417,12 +417,17 @@ struct Syncer::Impl {
                   std::shared_ptr<LazyPayload> lazy) {
     if (c->closed || !c->session) return;
     Outgoing out{{}, t, std::move(plain), std::move(lazy), p};
-    const auto pos = out.bytes() < o.offload_bytes
-                         ? overtake_position(c->outq, p, o.offload_bytes, [](const Outgoing& f) { return f.bytes(); })
-                         : c->outq.size();
+    const bool small = out.bytes() < o.offload_bytes;
+    queue_for_fragment(c, p, std::move(out), small);
+    note_sent(c, p);
+  }
+  // Queues a frame that goes with fragment p's new state: where overtake_position says when it
+  // may overtake (a small state, a `merged` note), else at the back.
+  void queue_for_fragment(const ConnPtr& c, std::uint32_t p, Outgoing out, bool overtake) {
+    const auto pos = overtake ? overtake_position(c->outq, p, o.offload_bytes, [](const Outgoing& f) { return f.bytes(); })
+                              : c->outq.size();
     c->outq.insert(c->outq.begin() + static_cast<std::ptrdiff_t>(pos), std::move(out));
     c->wake.cancel();
-    note_sent(c, p);
   }
   void send(const ConnPtr& c, MsgType t, std::string payload) {
     send(c, t, std::make_shared<const std::string>(std::move(payload)));
@@ -1923,9 +1928,7 @@ struct Syncer::Impl {
       const auto payload = std::make_shared<const std::string>(MergedMsg{j.p, version, push_base}.encode());
       for (const auto& c : conns) {
         if (!c->session || c->closed || c->learner_id != j.who[i]) continue;
-        const auto pos = overtake_position(c->outq, j.p, o.offload_bytes, [](const Outgoing& f) { return f.bytes(); });
-        c->outq.insert(c->outq.begin() + static_cast<std::ptrdiff_t>(pos), Outgoing{{}, MsgType::merged, payload, nullptr});
-        c->wake.cancel();
+        queue_for_fragment(c, j.p, Outgoing{{}, MsgType::merged, payload, nullptr}, true);
       }
     }
   }
