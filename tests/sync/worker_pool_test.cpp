@@ -132,7 +132,7 @@ void expect_bit_identical(const Outcome& o) {
 // merge lands inside a large merge's computation (impossible when the I/O thread computes it).
 TEST(SyncWorkerPool, SmallFragmentsMergeWhileALargeMergeIsComputedAndLearnersEndBitIdentical) {
   yeto::test::TempDir dir;
-  const Outcome o = run(dir.path(), 4'000'000, 1u << 20, 160);
+  const Outcome o = run(dir.path(), 4'000'000, 1u << 20, 240);
   std::map<std::int64_t, std::uint64_t> last_version;
   struct Window {
     double from, to;
