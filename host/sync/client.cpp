@@ -667,8 +667,60 @@ struct SyncClient::Impl {
 
   StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples,
                   const std::function<void()>& before_touch) {
-    StepResult r;
     ++step_no;
+    return advance(tensors, samples, before_touch, false);
+  }
+
+  // Fragments whose progress since their last push has not gone to the syncer yet.
+  std::vector<std::uint32_t> unpushed() const {
+    std::vector<std::uint32_t> left;
+    for (std::uint32_t p = 0; p < layout.fragments.size(); ++p)
+      if (have_base[p] && steps_since[p] > 0) left.push_back(p);
+    return left;
+  }
+
+  bool push_remaining(std::span<const std::span<float>> tensors, double timeout_s,
+                      const std::function<void()>& before_touch, StepResult* out) {
+    if (!o.carry) return true;
+    const double deadline = steady_now() + timeout_s;
+    for (;;) {
+      if (unpushed().empty()) return true;
+      {
+        std::unique_lock lk(mu);
+        // A fragment whose push is outstanding waits for its merge (a new version; a refusal or a
+        // lost connection is seen by polling, as step() sees it).
+        cv.wait_for(lk, secs(std::min(0.25, std::max(0.0, deadline - steady_now()))), [&] {
+          if (failed || final_cut) return true;
+          for (std::size_t p = 0; p < latest.size(); ++p)
+            if (latest[p] && (!have_base[p] || latest[p]->version != base_version[p])) return true;
+          return false;
+        });
+        if (failed || final_cut) return false;
+      }
+      StepResult r = advance(tensors, 0, before_touch, true);
+      if (out) {
+        out->applied.insert(out->applied.end(), r.applied.begin(), r.applied.end());
+        out->pushed.insert(out->pushed.end(), r.pushed.begin(), r.pushed.end());
+      }
+      if (r.failed) return false;
+      if (unpushed().empty()) return true;
+      if (steady_now() >= deadline) {
+        std::uint64_t steps = 0;
+        for (std::uint32_t p : unpushed()) steps = std::max(steps, steps_since[p]);
+        spdlog::warn("sync client {}: the last {} inner steps were not pushed within {} s (their fragments' earlier "
+                     "pushes did not merge); the final cut will not hold them",
+                     o.learner_id, steps, timeout_s);
+        event("unpushed", {{"fragments", unpushed()}, {"steps", steps}});
+        return false;
+      }
+    }
+  }
+
+  // One inner step (`flushing`: none; the island's steps are over and only the progress not
+  // pushed yet is pushed, as soon as its fragment has no push outstanding).
+  StepResult advance(std::span<const std::span<float>> tensors, std::uint64_t samples,
+                     const std::function<void()>& before_touch, bool flushing) {
+    StepResult r;
     std::vector<std::optional<FragmentMsg>> fresh(layout.fragments.size());
     std::optional<FinalCut> fc;
     std::vector<CarryNotes> seen;
@@ -691,8 +743,11 @@ struct SyncClient::Impl {
     // stages them (GPU -> host) copies them only when needed (and before any access).
     const auto nf = static_cast<std::uint32_t>(layout.fragments.size());
     bool touch = fc.has_value();
+    const auto is_due = [&](std::uint32_t p) {
+      return flushing ? steps_since[p] > 0 : fragment_due(p, nf, o.inner_steps, step_no);
+    };
     for (std::uint32_t p = 0; p < nf && !touch; ++p)
-      touch = fresh[p].has_value() || (have_base[p] && (deferred[p] || fragment_due(p, nf, o.inner_steps, step_no)));
+      touch = fresh[p].has_value() || (have_base[p] && (deferred[p] || is_due(p)));
     if (touch && before_touch) before_touch();
     if (fc) {
       apply_final(*fc, tensors, &r);
@@ -717,15 +772,17 @@ struct SyncClient::Impl {
       event("push_dropped", {{"fragment", p}, {"reason", carry_case_name(c)}});
     }
     std::vector<RawPush> due;
-    for (std::uint32_t p = 0; p < layout.fragments.size(); ++p) {
-      samples_since[p] += samples;
-      ++steps_since[p];
+    for (std::uint32_t p = 0; p < nf; ++p) {
+      if (!flushing) {
+        samples_since[p] += samples;
+        ++steps_since[p];
+      }
       if (!have_base[p]) continue;
-      const bool on_time = fragment_due(p, static_cast<std::uint32_t>(layout.fragments.size()), o.inner_steps, step_no);
+      const bool on_time = is_due(p);
       if (o.carry) {
         // One push outstanding per fragment: one that falls due meanwhile goes once it has merged.
         if (carry[p].outstanding()) {
-          if (on_time && !deferred[p]) {
+          if (on_time && !deferred[p] && !flushing) {
             deferred[p] = true;
             {
               std::lock_guard lk(mu);
@@ -842,6 +899,11 @@ void SyncClient::close(double timeout_s) {
                           {"updates_received", s.updates_received}, {"fragments_held", s.fragments_held},
                           {"inits_sent", s.inits_sent}, {"init_bytes", s.init_bytes},
                           {"pushes_deferred", s.pushes_deferred}, {"numel", impl_->layout.total_numel()}});
+}
+
+bool SyncClient::push_remaining(std::span<const std::span<float>> tensors, double timeout_s,
+                                const std::function<void()>& before_touch, StepResult* out) {
+  return impl_->push_remaining(tensors, timeout_s, before_touch, out);
 }
 
 void SyncClient::finish_local(std::uint64_t step, std::uint64_t samples) {

@@ -73,6 +73,15 @@ class SyncClient {
   // host buffers fills them there and copies back only the fragments in StepResult::applied.
   StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples,
                   const std::function<void()>& before_touch = {});
+  // The learner's steps are over (call before finish_local): with ClientOptions::carry, what it
+  // trained since a fragment's last push is pushed too, once that fragment has no push
+  // outstanding (waiting up to timeout_s for the merge it waits for; a push due at the end of
+  // the steps may be waiting for one). Without it the final cut would overwrite those steps.
+  // Carried merges are applied to `tensors` on the way (listed in `out`, like step()'s). True
+  // when nothing is left unpushed (always without carry); false after the timeout (logged and
+  // an `unpushed` event), a final cut that came first, or a client that gave up.
+  bool push_remaining(std::span<const std::span<float>> tensors, double timeout_s,
+                      const std::function<void()>& before_touch = {}, StepResult* out = nullptr);
   // The learner reached its own step budget: after the pushes already queued, tell the syncer
   // (`done`, resent on every reconnection) that no more will come. When every live learner is
   // done the syncer merges what is pending and takes the final cut.

@@ -316,8 +316,21 @@ struct DilocoSync::Impl {
       return st.finished;
     }
     if (!st.finished) {
-      client->finish_local(st.steps, static_cast<std::uint64_t>(std::max<std::int64_t>(last_samples, 0)));
       bind(trainable);
+      // With carry, what was trained since the last push (a push due at the last step may be
+      // waiting for a merge) goes to the syncer before `done`; the rounds never wait longer than
+      // round_deadline_s. This rank's carried merges are overwritten by the final cut below.
+      bool staged = false;
+      StepResult rest;
+      client->push_remaining(spans, o.client.timeouts.round_deadline_s, [&] {
+        if (any_staged() && !staged) {
+          stage_in(trainable);
+          staged = true;
+        }
+      }, &rest);
+      if (staged && !rest.applied.empty()) stage_out(trainable, all_tensors());
+      if (!rest.pushed.empty()) event("pushed_remaining", {{"fragments", rest.pushed}, {"merges_carried", rest.applied.size()}});
+      client->finish_local(st.steps, static_cast<std::uint64_t>(std::max<std::int64_t>(last_samples, 0)));
       const double started = steady_now();
       bool applied = false;
       while (!applied) {

@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
     for (std::uint64_t step = first_step; step < max_steps; ++step) {
       if (budget > 0 && step >= budget) {
         // The island's own budget: no more pushes; wait for the run's final cut.
+        client.push_remaining(ms, o.timeouts.round_deadline_s);
         save_state(step);
         client.finish_local(step, samples);
         bool applied = false;
