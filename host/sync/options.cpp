@@ -27,8 +27,8 @@ void Timeouts::validate() const {
   if (grace_min_s < 0 || grace_min_s > grace_max_s)
     problems << "\n  sync.grace_min_s = " << grace_min_s << " must lie in [0, sync.grace_max_s = " << grace_max_s << "]";
   if (grace_factor < 0) problems << "\n  sync.grace_factor must not be negative";
-  if (!(grace_fraction > 0) || grace_fraction >= 1)
-    problems << "\n  sync.grace_fraction = " << grace_fraction << " must lie in (0, 1): a push waits less than its period";
+  if (!(grace_fraction > 0) || grace_fraction > kGraceFractionMax)
+    problems << "\n  sync.grace_fraction = " << grace_fraction << " must lie in (0, " << kGraceFractionMax << "]";
   if (!(final_timeout_s > heartbeat_s))
     problems << "\n  sync.final_timeout_s = " << final_timeout_s << " must be longer than sync.heartbeat_s";
   const std::string p = problems.str();
@@ -93,6 +93,20 @@ Timeouts timeouts_from_config(const config::Config& c) {
   t.grace_max_s = c.get_number("sync.grace_max_s");
   t.grace_factor = c.get_number("sync.grace_factor");
   t.grace_fraction = c.get_number("sync.grace_fraction");
+  if (!c.get_bool("sync.carry")) {
+    // Without carry a learner's next push must not arrive while its previous one still waits
+    // in a round (it would replace it, and its samples would count once): the bound stays
+    // below a period, and the default is the one of the design before carry.
+    const config::Entry& e = c.entry("sync.grace_fraction");
+    if (e.origin == config::Origin::default_value) t.grace_fraction = kGraceFractionNoCarry;
+    else if (t.grace_fraction >= 1) {
+      std::ostringstream m;
+      m << "sync.grace_fraction = " << t.grace_fraction << " (" << e.where
+        << ") needs sync.carry = true: without carry an island's next push would reach the syncer while its previous "
+           "one still waits in the round; set it below 1 or turn sync.carry on";
+      throw UsageError(m.str());
+    }
+  }
   t.round_deadline_s = c.get_number("sync.round_deadline_s");
   t.reconnect_budget_s = c.get_number("sync.reconnect_budget_s");
   t.final_timeout_s = c.get_number("sync.final_timeout_s");

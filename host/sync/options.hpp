@@ -23,6 +23,13 @@ class Config;
 
 namespace yeto::sync {
 
+// sync.grace_fraction: its largest value, and its default when sync.carry is off (the config's
+// default, kGraceFraction, holds with carry: a round may wait longer than the pushing learner's
+// period, because a carrying learner trains on and its next push waits for the merge).
+inline constexpr double kGraceFraction = 1.5;
+inline constexpr double kGraceFractionNoCarry = 0.6;
+inline constexpr double kGraceFractionMax = 4.0;
+
 struct Timeouts {
   double heartbeat_s = 1.0;
   double learner_timeout_s = 5.0;
@@ -32,7 +39,7 @@ struct Timeouts {
   double grace_min_s = 0.0;
   double grace_max_s = 300.0;
   double grace_factor = 3.0;
-  double grace_fraction = 0.6;
+  double grace_fraction = kGraceFraction;
   double round_deadline_s = 400.0;
   double reconnect_budget_s = 600.0;
   double final_timeout_s = 10.0;

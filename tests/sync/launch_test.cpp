@@ -16,7 +16,9 @@
 
 #include "config/config.hpp"
 #include "support/temp_dir.hpp"
+#include "core/error.hpp"
 #include "sync/launch.hpp"
+#include "sync/options.hpp"
 #include "sync/tape.hpp"
 
 namespace ys = yeto::sync;
@@ -340,4 +342,27 @@ TEST(SyncLaunch, TheEmbeddedSyncerKeepsItsBulkLanesAtTheLearnersPriorityUnlessCo
   a = ys::embedded_syncer_argv(yc::Config::resolve(file, {}), e);
   EXPECT_EQ(count(a, "sync.bulk_nice=0"), 0);
   EXPECT_EQ(count(a, file.string()), 1);
+}
+
+// sync.grace_fraction defaults to 1.5 with carry (a round may wait past the pushing island's
+// period: a carrying island trains on and its next push waits for the merge) and to 0.6
+// without; with carry off a value of 1 or more is refused naming both keys.
+TEST(SyncOptions, GraceFractionFollowsCarry) {
+  namespace yc = yeto::config;
+  using O = std::vector<yc::Override>;
+  auto fraction = [](const O& sets) { return ys::timeouts_from_config(yc::Config::resolve(std::nullopt, sets)).grace_fraction; };
+  EXPECT_EQ(fraction({}), ys::kGraceFraction);
+  EXPECT_EQ(ys::kGraceFraction, 1.5);
+  EXPECT_EQ(fraction({{"sync.carry", "false", "--set"}}), ys::kGraceFractionNoCarry);
+  EXPECT_EQ(fraction({{"sync.carry", "false", "--set"}, {"sync.grace_fraction", "0.8", "--set"}}), 0.8);
+  EXPECT_EQ(fraction({{"sync.grace_fraction", "3", "--set"}}), 3.0);
+  try {
+    fraction({{"sync.carry", "false", "--set"}, {"sync.grace_fraction", "1.2", "--set"}});
+    FAIL() << "a fraction of 1.2 without carry was accepted";
+  } catch (const yeto::UsageError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("sync.grace_fraction = 1.2"), std::string::npos) << m;
+    EXPECT_NE(m.find("needs sync.carry = true"), std::string::npos) << m;
+  }
+  EXPECT_THROW(fraction({{"sync.grace_fraction", "4.5", "--set"}}), yeto::UsageError);  // the schema's range
 }

@@ -857,6 +857,10 @@ TEST(SyncOptions, TimeoutHierarchyIsValidated) {
   t.grace_min_s = 310;  // above grace_max_s (300)
   EXPECT_THROW(t.validate(), yeto::UsageError);
   t = ys::Timeouts{};
-  t.grace_fraction = 1.0;  // a push would wait a whole period
+  t.grace_fraction = 1.0;  // a whole period: allowed (with carry, see SyncOptions.GraceFractionFollowsCarry)
+  EXPECT_NO_THROW(t.validate());
+  t.grace_fraction = ys::kGraceFractionMax * 1.01;
+  EXPECT_THROW(t.validate(), yeto::UsageError);
+  t.grace_fraction = 0;
   EXPECT_THROW(t.validate(), yeto::UsageError);
 }

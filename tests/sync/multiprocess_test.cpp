@@ -71,7 +71,7 @@ TEST(SyncMultiProcess, ThreeLearnersEveryOuterStepMergesAll) {
 // holds that learner; and the final cut still leaves every learner bit-identical to it.
 TEST(SyncMultiProcess, CarryingLearnersKeepOnePushOutstandingAndEndOnTheFinalCut) {
   RunDir run;
-  run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=16"};
+  run.syncer_sets = {"sync.quorum=2", "sync.budget_outer_steps=16", "sync.carry=true"};
   auto syncer = run.start_syncer();
   ASSERT_NE(run.port, 0) << run.logs();
   const std::vector<std::string> carry = {"--carry", "1", "--step-ms", "8"};
@@ -113,6 +113,53 @@ TEST(SyncMultiProcess, CarryingLearnersKeepOnePushOutstandingAndEndOnTheFinalCut
   }
   expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
   expect_downlink(run, {"isle-a", "isle-b"}, "q4");
+}
+
+// Islands of unequal speed with carry and the default sync.grace_fraction (1.5): a round waits
+// for the slower island past the faster one's period, the faster island's next push waits for
+// that merge (it trains on meanwhile), so the rounds keep holding both instead of drifting apart
+// and merging each alone; at the end each island pushes what it trained since its last push
+// (SyncClient::push_remaining), so every step it trained went to the syncer.
+TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
+  RunDir run;
+  run.syncer_sets = {"sync.carry=true", "sync.islands=2"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  constexpr int kSteps = 200;
+  const std::vector<std::string> common = {"--carry", "1", "--budget-steps", std::to_string(kSteps)};
+  auto with = [&](const char* ms) {
+    auto v = common;
+    v.insert(v.end(), {"--step-ms", ms});
+    return v;
+  };
+  auto fast = run.start_learner("isle-fast", 1, "", with("6")), slow = run.start_learner("isle-slow", 2, "", with("9"));
+  EXPECT_EQ(fast->wait(60), 0) << run.logs();
+  EXPECT_EQ(slow->wait(60), 0) << run.logs();
+  EXPECT_EQ(syncer->wait(20), 0) << run.logs();
+  std::size_t both = 0, while_both = 0;
+  for (const auto& r : run.tape())
+    if (r["event"] == "merge" && r["active"] == 2) {
+      ++while_both;
+      if (learners_of(r).size() == 2) ++both;
+    }
+  EXPECT_GE(while_both, 8u) << run.logs();
+  EXPECT_GE(both * 10, while_both * 8) << both << " of " << while_both << " merges while both trained held both";
+  std::cout << both << " of " << while_both << " merges while both islands trained held both\n";
+  std::map<std::string, std::size_t> deferred;
+  for (const std::string id : {"isle-fast", "isle-slow"}) {
+    std::ifstream ev(run.dir / (id + ".events.jsonl"));
+    std::map<std::int64_t, std::uint64_t> pushed_steps;  // fragment -> inner steps its pushes covered
+    for (std::string line; std::getline(ev, line);) {
+      const json j = json::parse(line);
+      if (j["event"] == "push") pushed_steps[j["fragment"].get<std::int64_t>()] += j["inner_steps"].get<std::uint64_t>();
+      if (j["event"] == "push_deferred") ++deferred[id];
+    }
+    ASSERT_EQ(pushed_steps.size(), 2u) << id;
+    for (const auto& [p, n] : pushed_steps)
+      EXPECT_EQ(n, static_cast<std::uint64_t>(kSteps)) << id << ": steps of fragment " << p << " trained but never pushed";
+  }
+  EXPECT_GE(deferred["isle-fast"], 1u) << "the faster island never waited for a merge";
+  expect_bit_identical_to_final_cut(run, {"isle-fast", "isle-slow"});
 }
 
 // The exact downlink (sync.downlink = f32) stays available: every merge sends the float32
@@ -256,7 +303,7 @@ TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpoint) { killed_syncer_resta
 // connection the kill ended are taken as merged, the notes of the restarted syncer name its own
 // merges, and the run still ends continuous and bit-identical to the final cut.
 TEST(SyncMultiProcess, KilledSyncerRestartsFromCheckpointWithCarryingLearners) {
-  killed_syncer_restarts_from_checkpoint({}, {"--carry", "1"});
+  killed_syncer_restarts_from_checkpoint({"sync.carry=true"}, {"--carry", "1"});
 }
 
 // The same with every merge, seal and open on the syncer's worker pool (sync.offload_kb = 0):

@@ -109,7 +109,10 @@ struct RunDir {
     const std::vector<std::string> base = {"sync.heartbeat_s=0.1", "sync.learner_timeout_s=0.8",
                                            "sync.grace_max_s=1.0", "sync.round_deadline_s=2.0",
                                            "sync.reconnect_budget_s=15", "sync.final_timeout_s=5",
-                                           "sync.outer_lr=0.7", "sync.outer_momentum=0.5"};
+                                           "sync.outer_lr=0.7", "sync.outer_momentum=0.5",
+                                           // as the test learners (learner_driver --carry 0): rounds
+                                           // wait less than a period (sync.grace_fraction 0.6)
+                                           "sync.carry=false"};
     for (const auto& s : base) {
       a.push_back("--set");
       a.push_back(s);

@@ -50,6 +50,7 @@ Outcome run(const fs::path& dir, std::uint64_t large, std::size_t offload_bytes,
   so.timeouts.learner_timeout_s = 20;
   so.timeouts.grace_max_s = 25;
   so.timeouts.round_deadline_s = 30;
+  so.timeouts.grace_fraction = ys::kGraceFractionNoCarry;  // the learners below do not carry
   so.timeouts.reconnect_budget_s = 60;
   so.timeouts.final_timeout_s = 30;
   ys::Syncer syncer(so);
