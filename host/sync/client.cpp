@@ -666,9 +666,11 @@ struct SyncClient::Impl {
   }
 
   StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples,
-                  const std::function<void()>& before_touch) {
+                  const std::function<void()>& before_touch, std::int64_t steps_left) {
     ++step_no;
-    return advance(tensors, samples, before_touch, false);
+    // With carry, the last H steps' pushes are left to push_remaining(): one push to the end.
+    const bool ending = o.carry && steps_left >= 0 && steps_left < static_cast<std::int64_t>(o.inner_steps);
+    return advance(tensors, samples, before_touch, false, ending);
   }
 
   // Fragments whose progress since their last push has not gone to the syncer yet.
@@ -697,7 +699,7 @@ struct SyncClient::Impl {
         });
         if (failed || final_cut) return false;
       }
-      StepResult r = advance(tensors, 0, before_touch, true);
+      StepResult r = advance(tensors, 0, before_touch, true, false);
       if (out) {
         out->applied.insert(out->applied.end(), r.applied.begin(), r.applied.end());
         out->pushed.insert(out->pushed.end(), r.pushed.begin(), r.pushed.end());
@@ -717,9 +719,10 @@ struct SyncClient::Impl {
   }
 
   // One inner step (`flushing`: none; the island's steps are over and only the progress not
-  // pushed yet is pushed, as soon as its fragment has no push outstanding).
+  // pushed yet is pushed, as soon as its fragment has no push outstanding). `ending`: fewer
+  // than H steps are left, so nothing is pushed (push_remaining pushes it all at the end).
   StepResult advance(std::span<const std::span<float>> tensors, std::uint64_t samples,
-                     const std::function<void()>& before_touch, bool flushing) {
+                     const std::function<void()>& before_touch, bool flushing, bool ending) {
     StepResult r;
     std::vector<std::optional<FragmentMsg>> fresh(layout.fragments.size());
     std::optional<FinalCut> fc;
@@ -747,7 +750,7 @@ struct SyncClient::Impl {
       return flushing ? steps_since[p] > 0 : fragment_due(p, nf, o.inner_steps, step_no);
     };
     for (std::uint32_t p = 0; p < nf && !touch; ++p)
-      touch = fresh[p].has_value() || (have_base[p] && (deferred[p] || is_due(p)));
+      touch = fresh[p].has_value() || (have_base[p] && !ending && (deferred[p] || is_due(p)));
     if (touch && before_touch) before_touch();
     if (fc) {
       apply_final(*fc, tensors, &r);
@@ -777,7 +780,7 @@ struct SyncClient::Impl {
         samples_since[p] += samples;
         ++steps_since[p];
       }
-      if (!have_base[p]) continue;
+      if (!have_base[p] || ending) continue;
       const bool on_time = is_due(p);
       if (o.carry) {
         // One push outstanding per fragment: one that falls due meanwhile goes once it has merged.
@@ -872,8 +875,8 @@ bool SyncClient::wait_for_global(std::span<const std::span<float>> tensors, doub
 }
 
 StepResult SyncClient::step(std::span<const std::span<float>> tensors, std::uint64_t samples,
-                            const std::function<void()>& before_touch) {
-  return impl_->step(tensors, samples, before_touch);
+                            const std::function<void()>& before_touch, std::int64_t steps_left) {
+  return impl_->step(tensors, samples, before_touch, steps_left);
 }
 
 void SyncClient::close(double timeout_s) {

@@ -71,8 +71,12 @@ class SyncClient {
   // step will read or write the tensors (a fragment is due, a global fragment or the final cut
   // is waiting), before_touch is called first, once: a caller that stages its tensors through
   // host buffers fills them there and copies back only the fragments in StepResult::applied.
+  // steps_left: the inner steps this island has left after this one (-1: not known). With
+  // carry, a push that would fall due with fewer than H steps left is left to push_remaining()
+  // at the end, so a fragment's last push covers the rest of the steps instead of a short push
+  // (and its merge) following a full one.
   StepResult step(std::span<const std::span<float>> tensors, std::uint64_t samples,
-                  const std::function<void()>& before_touch = {});
+                  const std::function<void()>& before_touch = {}, std::int64_t steps_left = -1);
   // The learner's steps are over (call before finish_local): with ClientOptions::carry, what it
   // trained since a fragment's last push is pushed too, once that fragment has no push
   // outstanding (waiting up to timeout_s for the merge it waits for; a push due at the end of

@@ -26,6 +26,7 @@ DilocoOptions diloco_options_from_config(const config::Config& cfg) {
   o.fragments = static_cast<std::uint32_t>(cfg.get_int("sync.fragments"));
   o.pattern = parse_pattern(cfg.get_string("sync.fragment_pattern"));
   o.join_timeout_s = cfg.get_number("sync.join_timeout_s");
+  o.max_steps = cfg.get_int("train.max_steps");
   return o;
 }
 
@@ -262,12 +263,13 @@ struct DilocoSync::Impl {
     ++st.steps;
     bind(trainable);
     bool staged = false;
+    const std::int64_t steps_left = o.max_steps > 0 ? std::max<std::int64_t>(0, o.max_steps - step) : -1;
     const StepResult r = client->step(spans, static_cast<std::uint64_t>(delta), [&] {
       if (any_staged()) {
         stage_in(trainable);
         staged = true;
       }
-    });
+    }, steps_left);
     if (staged) ++st.staged_steps;
     if (ranks) {
       const bool stop_now = r.finished || client->final_cut_available() || client->gave_up();

@@ -57,6 +57,9 @@ struct DilocoOptions {
   // finish(): how long to wait for the final cut; 0 waits while the client is still trying
   // to reach the syncer (the reconnect budget bounds it).
   double final_wait_s = 0.0;
+  // The island's last step (train.max_steps; <= 0: not known). With carry the pushes of its
+  // last H steps are left to finish(), which pushes each fragment's rest in one push.
+  std::int64_t max_steps = 0;
   // The island's ranks (every rank constructs a DilocoSync with the same group); null: one rank.
   island::Collectives* ranks = nullptr;
 };

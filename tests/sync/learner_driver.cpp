@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
         for (std::size_t k = 0; k < t[i].size(); ++k)
           t[i][k] -= static_cast<float>(lr * (t[i][k] - target[i][k]));
       if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-      const auto r = client.step(ms, samples);
+      const auto r = client.step(ms, samples, {}, budget > 0 ? static_cast<std::int64_t>(budget - step - 1) : -1);
       if (r.failed) {
         std::cerr << "learner_driver " << o.learner_id << ": gave up on the syncer\n";
         return 5;

@@ -119,7 +119,8 @@ TEST(SyncMultiProcess, CarryingLearnersKeepOnePushOutstandingAndEndOnTheFinalCut
 // for the slower island past the faster one's period, the faster island's next push waits for
 // that merge (it trains on meanwhile), so the rounds keep holding both instead of drifting apart
 // and merging each alone; at the end each island pushes what it trained since its last push
-// (SyncClient::push_remaining), so every step it trained went to the syncer.
+// (SyncClient::push_remaining), so every step it trained went to the syncer, and its last H
+// steps go in that one push (no short push of the rest after a full one).
 TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
   RunDir run;
   run.syncer_sets = {"sync.carry=true", "sync.islands=2"};
@@ -148,15 +149,21 @@ TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
   std::map<std::string, std::size_t> deferred;
   for (const std::string id : {"isle-fast", "isle-slow"}) {
     std::ifstream ev(run.dir / (id + ".events.jsonl"));
-    std::map<std::int64_t, std::uint64_t> pushed_steps;  // fragment -> inner steps its pushes covered
+    std::map<std::int64_t, std::uint64_t> pushed_steps, last_push;  // fragment -> inner steps its pushes covered
     for (std::string line; std::getline(ev, line);) {
       const json j = json::parse(line);
-      if (j["event"] == "push") pushed_steps[j["fragment"].get<std::int64_t>()] += j["inner_steps"].get<std::uint64_t>();
+      if (j["event"] == "push") {
+        pushed_steps[j["fragment"].get<std::int64_t>()] += j["inner_steps"].get<std::uint64_t>();
+        last_push[j["fragment"].get<std::int64_t>()] = j["inner_steps"].get<std::uint64_t>();
+      }
       if (j["event"] == "push_deferred") ++deferred[id];
     }
     ASSERT_EQ(pushed_steps.size(), 2u) << id;
-    for (const auto& [p, n] : pushed_steps)
+    for (const auto& [p, n] : pushed_steps) {
       EXPECT_EQ(n, static_cast<std::uint64_t>(kSteps)) << id << ": steps of fragment " << p << " trained but never pushed";
+      // The last H steps go with the push before them, not in a short push of their own.
+      EXPECT_GE(last_push[p], 10u) << id << ": fragment " << p << "'s last push covers " << last_push[p] << " steps";
+    }
   }
   EXPECT_GE(deferred["isle-fast"], 1u) << "the faster island never waited for a merge";
   expect_bit_identical_to_final_cut(run, {"isle-fast", "isle-slow"});
