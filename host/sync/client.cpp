@@ -673,6 +673,11 @@ struct SyncClient::Impl {
     return advance(tensors, samples, before_touch, false, ending);
   }
 
+  // A state of fragment p has arrived that this learner does not hold yet (call under mu).
+  bool arrived(std::size_t p) const {
+    return latest[p] && (!have_base[p] || latest[p]->version != base_version[p]);
+  }
+
   // Fragments whose progress since their last push has not gone to the syncer yet.
   std::vector<std::uint32_t> unpushed() const {
     std::vector<std::uint32_t> left;
@@ -694,7 +699,7 @@ struct SyncClient::Impl {
         cv.wait_for(lk, secs(std::min(0.25, std::max(0.0, deadline - steady_now()))), [&] {
           if (failed || final_cut) return true;
           for (std::size_t p = 0; p < latest.size(); ++p)
-            if (latest[p] && (!have_base[p] || latest[p]->version != base_version[p])) return true;
+            if (arrived(p)) return true;
           return false;
         });
         if (failed || final_cut) return false;
@@ -705,14 +710,15 @@ struct SyncClient::Impl {
         out->pushed.insert(out->pushed.end(), r.pushed.begin(), r.pushed.end());
       }
       if (r.failed) return false;
-      if (unpushed().empty()) return true;
+      const auto left = unpushed();
+      if (left.empty()) return true;
       if (steady_now() >= deadline) {
         std::uint64_t steps = 0;
-        for (std::uint32_t p : unpushed()) steps = std::max(steps, steps_since[p]);
+        for (std::uint32_t p : left) steps = std::max(steps, steps_since[p]);
         spdlog::warn("sync client {}: the last {} inner steps were not pushed within {} s (their fragments' earlier "
                      "pushes did not merge); the final cut will not hold them",
                      o.learner_id, steps, timeout_s);
-        event("unpushed", {{"fragments", unpushed()}, {"steps", steps}});
+        event("unpushed", {{"fragments", left}, {"steps", steps}});
         return false;
       }
     }
@@ -739,7 +745,7 @@ struct SyncClient::Impl {
       if (final_cut && !final_applied) fc = *final_cut;
       else if (final_applied) r.finished = true;
       for (std::size_t p = 0; p < latest.size(); ++p)
-        if (latest[p] && (!have_base[p] || latest[p]->version != base_version[p])) fresh[p] = std::move(latest[p]);
+        if (arrived(p)) fresh[p] = std::move(latest[p]);
     }
     if (r.finished) return r;
     // Decide first whether this step reads or writes the tensors at all, so a caller that
