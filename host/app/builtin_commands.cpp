@@ -37,7 +37,7 @@ int run_config(CommandContext& ctx) {
       return 0;
     }
     for (const auto& d : config::schema()) {
-      std::cout << d.key << " = " << config::to_toml_literal(d.default_value) << "    # "
+      std::cout << d.key << " = " << config::default_text(d) << "    # "
                 << config::describe_type(d);
       if (!d.flag.empty()) std::cout << "; --" << d.flag;
       std::cout << "\n    " << d.doc << "\n";

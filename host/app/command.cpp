@@ -213,7 +213,7 @@ std::string flag_table() {
       if (left.size() < 34) left += std::string(34 - left.size(), ' ');
       else left += "\n" + std::string(34, ' ');
       out << left << wrap(d.doc + " Key " + d.key + " (" + config::describe_type(d) + ", default " +
-                              config::to_toml_literal(d.default_value) + ").",
+                              config::default_text(d) + ").",
                           34)
           << "\n";
     }

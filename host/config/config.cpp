@@ -359,6 +359,20 @@ Config Config::resolve(const std::optional<fs::path>& file, const std::vector<Ov
     e.base_dir = cwd;
   }
 
+  // Conditional defaults, once every source has been applied: a key left at its default takes
+  // the first that matches the other key's resolved value.
+  for (auto& e : cfg.entries_) {
+    if (e.origin != Origin::default_value) continue;
+    for (const auto& w : e.def->default_when) {
+      const auto it = by_key.find(w.when);
+      if (it == by_key.end()) throw Error("internal: " + e.def->key + "'s default depends on unknown key " + w.when);
+      if (it->second->value == w.equals) {
+        e.value = w.value;
+        break;
+      }
+    }
+  }
+
   if (!problems.lines.empty()) {
     std::string msg = problems.lines.size() == 1 ? "invalid run configuration: "
                                                  : "invalid run configuration (" +

@@ -23,6 +23,10 @@ struct K {
   K& flag(std::string f) { d.flag = std::move(f); return *this; }
   K& choices(List c) { d.choices = std::move(c); return *this; }
   K& range(std::optional<double> lo, std::optional<double> hi) { d.min = lo; d.max = hi; return *this; }
+  K& default_when(std::string key, Value equals, Value value) {
+    d.default_when.push_back({std::move(key), std::move(equals), std::move(value)});
+    return *this;
+  }
   operator KeyDef() const { return d; }  // NOLINT: implicit on purpose, for the table
 };
 
@@ -175,7 +179,7 @@ std::vector<KeyDef> build_schema() {
       F("sync.grace_min_s", 0.0, "Every round that has its quorum waits at least this long after its first push.").range(0.0, std::nullopt),
       F("sync.grace_max_s", 300.0, "Grace ceiling: no push waits in a round longer than this for learners that have not pushed (the bound is grace_fraction of the push period up to this; until a learner's period is known, this).").range(0.001, std::nullopt),
       F("sync.grace_factor", 3.0, "A round waits for a learner that has not pushed until its expected arrival (its last push of the fragment plus its push period, measured) plus grace_factor x how far its arrivals have been from that prediction (at least a tenth of its period).").range(0.0, std::nullopt),
-      F("sync.grace_fraction", 1.5, "A push waits in its round at most this fraction of its learner's push period (H inner steps, measured), clamped to [grace_min_s, grace_max_s]; a learner not expected within that is not waited for. Above one half, two islands at equal speed are merged together whatever the phase between them; above 1 (with sync.carry, whose islands train on while their push waits and push their next once it has merged), so are islands whose speeds differ by up to this factor: the faster one's pushes then cover more inner steps instead of being merged alone. With sync.carry = false the default is 0.6 and the value must stay below 1.").range(0.01, 4.0),
+      F("sync.grace_fraction", 1.5, "A push waits in its round at most this fraction of its learner's push period (H inner steps, measured), clamped to [grace_min_s, grace_max_s]; a learner not expected within that is not waited for. Above one half, two islands at equal speed are merged together whatever the phase between them; above 1 (with sync.carry, whose islands train on while their push waits and push their next once it has merged), so are islands whose speeds differ by up to this factor: the faster one's pushes then cover more inner steps instead of being merged alone. With sync.carry = false the default is 0.6 and the value must stay below 1.").range(0.01, 4.0).default_when("sync.carry", false, 0.6),
       F("sync.round_deadline_s", 400.0, "A fragment round that has not reached its quorum this long after its first push merges what it has.").range(0.001, std::nullopt),
       F("sync.reconnect_budget_s", 600.0, "How long a learner keeps reconnecting (with backoff) before it gives up on the syncer.").range(0.001, std::nullopt),
       F("sync.join_timeout_s", 60.0, "How long a learner waits at start-up for the run's global state; after that it trains on its local weights and is overwritten when the state arrives. The syncer waits as long after its start for the sync.islands it expects, and as long after it lost a learner (timed out or disconnected, not left) before the learners that are done end the run without it.").range(0.0, std::nullopt),
@@ -382,6 +386,14 @@ std::string describe_type(const KeyDef& d) {
   return "a value";
 }
 
+std::string default_text(const KeyDef& d, bool markdown) {
+  const auto code = [&](const std::string& t) { return markdown ? "`" + t + "`" : t; };
+  std::string s = code(to_toml_literal(d.default_value));
+  for (const auto& w : d.default_when)
+    s += " (" + code(to_toml_literal(w.value)) + " where " + code(w.when) + " = " + code(to_toml_literal(w.equals)) + ")";
+  return s;
+}
+
 std::string to_toml_literal(const Value& v) {
   struct Visitor {
     std::string operator()(bool b) const { return b ? "true" : "false"; }
@@ -413,8 +425,7 @@ std::string reference_markdown() {
       std::string type = describe_type(d);
       const std::string range = range_text(d);
       if (!range.empty()) type += " (" + range + ")";
-      md << "| `" << d.key << "` | " << type << " | `" << to_toml_literal(d.default_value)
-         << "` | " << (d.flag.empty() ? std::string("") : "`--" + d.flag + "`") << " | "
+      md << "| `" << d.key << "` | " << type << " | " << default_text(d, true) << " | " << (d.flag.empty() ? std::string("") : "`--" + d.flag + "`") << " | "
          << d.doc << " |\n";
     }
     md << "\n";

@@ -27,6 +27,14 @@ enum class Type {
 // Value of a key. integer_or_auto holds std::int64_t or the string "auto".
 using Value = std::variant<bool, std::int64_t, double, std::string, std::vector<std::string>>;
 
+// A default that depends on another key: while the key is left at its default and `when`
+// holds `equals` (from any source), the key's default is `value` instead.
+struct DefaultWhen {
+  std::string when;  // another key, itself without conditional defaults
+  Value equals;
+  Value value;
+};
+
 struct KeyDef {
   std::string key;   // "section.name"
   Type type = Type::string;
@@ -36,6 +44,7 @@ struct KeyDef {
   std::vector<std::string> choices;
   std::optional<double> min;
   std::optional<double> max;
+  std::vector<DefaultWhen> default_when;  // first match wins
 
   std::string section() const { return key.substr(0, key.find('.')); }
   std::string name() const { return key.substr(key.find('.') + 1); }
@@ -69,6 +78,10 @@ std::vector<std::string> all_flags();  // with leading "--"
 std::string describe_type(const KeyDef& def);
 // The value as a TOML literal: true, 4, 0.0001, "text", ["a", "b"].
 std::string to_toml_literal(const Value& value);
+
+// The default as documented: the literal, then each conditional default,
+// e.g. `1.5 (0.6 where sync.carry = false)`; with `markdown` each literal and key in backticks.
+std::string default_text(const KeyDef& def, bool markdown = false);
 
 // Markdown reference of every section and key (docs/CONFIG.md is this text).
 std::string reference_markdown();

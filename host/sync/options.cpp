@@ -93,19 +93,15 @@ Timeouts timeouts_from_config(const config::Config& c) {
   t.grace_max_s = c.get_number("sync.grace_max_s");
   t.grace_factor = c.get_number("sync.grace_factor");
   t.grace_fraction = c.get_number("sync.grace_fraction");
-  if (!c.get_bool("sync.carry")) {
+  if (!c.get_bool("sync.carry") && t.grace_fraction >= 1) {
     // Without carry a learner's next push must not arrive while its previous one still waits
     // in a round (it would replace it, and its samples would count once): the bound stays
-    // below a period, and the default is the one of the design before carry.
-    const config::Entry& e = c.entry("sync.grace_fraction");
-    if (e.origin == config::Origin::default_value) t.grace_fraction = kGraceFractionNoCarry;
-    else if (t.grace_fraction >= 1) {
-      std::ostringstream m;
-      m << "sync.grace_fraction = " << t.grace_fraction << " (" << e.where
-        << ") needs sync.carry = true: without carry an island's next push would reach the syncer while its previous "
-           "one still waits in the round; set it below 1 or turn sync.carry on";
-      throw UsageError(m.str());
-    }
+    // below a period (the schema's default is then kGraceFractionNoCarry, the design's before carry).
+    std::ostringstream m;
+    m << "sync.grace_fraction = " << t.grace_fraction << " (" << c.entry("sync.grace_fraction").where
+      << ") needs sync.carry = true: without carry an island's next push would reach the syncer while its previous "
+         "one still waits in the round; set it below 1 or turn sync.carry on";
+    throw UsageError(m.str());
   }
   t.round_deadline_s = c.get_number("sync.round_deadline_s");
   t.reconnect_budget_s = c.get_number("sync.reconnect_budget_s");

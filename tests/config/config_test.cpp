@@ -51,6 +51,20 @@ TEST(Schema, KeysAndFlagsAreUniqueAndDefaultsValid) {
       EXPECT_NE(std::find(d.choices.begin(), d.choices.end(), v), d.choices.end()) << d.key;
     }
   }
+  // Conditional defaults name another key without conditional defaults of its own, compare
+  // against a value of that key's type, and are themselves valid values of their key.
+  for (const auto& d : yeto::config::schema())
+    for (const auto& w : d.default_when) {
+      const auto* k = yeto::config::find_key(w.when);
+      ASSERT_NE(k, nullptr) << d.key << "'s default depends on unknown key " << w.when;
+      EXPECT_TRUE(k->default_when.empty()) << d.key << " -> " << w.when << ": a chain of conditional defaults";
+      EXPECT_EQ(w.equals.index(), k->default_value.index()) << d.key << " -> " << w.when;
+      EXPECT_EQ(w.value.index(), d.default_value.index()) << d.key;
+      if (const auto* v = std::get_if<double>(&w.value)) {
+        if (d.min) { EXPECT_GE(*v, *d.min) << d.key; }
+        if (d.max) { EXPECT_LE(*v, *d.max) << d.key; }
+      }
+    }
   // Renamed keys never shadow a live key.
   for (const auto& r : yeto::config::renamed_keys()) {
     EXPECT_EQ(yeto::config::find_key(r.old_key), nullptr) << r.old_key;
@@ -251,6 +265,32 @@ TEST(Config, PrintShowsOriginsAndRoundTrips) {
   EXPECT_EQ(c2.hash(), c.hash());
   EXPECT_EQ(c2.get_int("lora.r"), 4);
   EXPECT_DOUBLE_EQ(c2.get_number("lora.alpha"), 2.0);
+}
+
+// A default that depends on another key (the schema's default_when; sync.grace_fraction is
+// 0.6 where sync.carry = false): it follows that key from any source, is printed as the value
+// that applies, still as a default, and gives way to a value set anywhere.
+TEST(Config, ConditionalDefaultFollowsTheKeyItDependsOn) {
+  TempDir t;
+  const auto* def = yeto::config::find_key("sync.grace_fraction");
+  ASSERT_NE(def, nullptr);
+  EXPECT_EQ(yeto::config::default_text(*def), "1.5 (0.6 where sync.carry = false)");
+  EXPECT_EQ(yeto::config::default_text(*def, true), "`1.5` (`0.6` where `sync.carry` = `false`)");
+  EXPECT_DOUBLE_EQ(Config::resolve(std::nullopt, {}).get_number("sync.grace_fraction"), 1.5);
+  const Config by_file = Config::resolve(t.write("a.toml", "[sync]\ncarry = false\n"), {});
+  EXPECT_DOUBLE_EQ(by_file.get_number("sync.grace_fraction"), 0.6);
+  EXPECT_EQ(by_file.entry("sync.grace_fraction").origin, Origin::default_value);
+  const std::string text = by_file.to_toml(true);
+  EXPECT_TRUE(contains(text, "grace_fraction = 0.6")) << text;
+  // A flag turning carry back on restores the unconditional default.
+  EXPECT_DOUBLE_EQ(Config::resolve(t.path() / "a.toml", {{"sync.carry", "true", "--set"}}).get_number("sync.grace_fraction"),
+                   1.5);
+  // A value given anywhere wins over either default.
+  EXPECT_DOUBLE_EQ(Config::resolve(t.path() / "a.toml", {{"sync.grace_fraction", "0.3", "--set"}})
+                       .get_number("sync.grace_fraction"),
+                   0.3);
+  const Config again = Config::resolve(t.write("printed.toml", by_file.to_toml(false)), {});
+  EXPECT_EQ(again.hash(), by_file.hash());
 }
 
 TEST(Config, TheRecordLocatesFilesAbsolutelySoItReadsTheSameFromAnyDirectory) {

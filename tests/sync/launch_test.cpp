@@ -354,6 +354,12 @@ TEST(SyncOptions, GraceFractionFollowsCarry) {
   EXPECT_EQ(fraction({}), ys::kGraceFraction);
   EXPECT_EQ(ys::kGraceFraction, 1.5);
   EXPECT_EQ(fraction({{"sync.carry", "false", "--set"}}), ys::kGraceFractionNoCarry);
+  // The resolved configuration (what `yeto-host config` prints and the run records) holds the
+  // value that applies, still marked as the default.
+  const auto no_carry = yc::Config::resolve(std::nullopt, {{"sync.carry", "false", "--set"}});
+  EXPECT_EQ(no_carry.get_number("sync.grace_fraction"), ys::kGraceFractionNoCarry);
+  EXPECT_EQ(no_carry.entry("sync.grace_fraction").origin, yc::Origin::default_value);
+  EXPECT_EQ(yc::Config::resolve(std::nullopt, {}).get_number("sync.grace_fraction"), ys::kGraceFraction);
   EXPECT_EQ(fraction({{"sync.carry", "false", "--set"}, {"sync.grace_fraction", "0.8", "--set"}}), 0.8);
   EXPECT_EQ(fraction({{"sync.grace_fraction", "3", "--set"}}), 3.0);
   try {
