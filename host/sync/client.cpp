@@ -40,7 +40,9 @@ struct RawPush {
   std::uint64_t base_version = 0;
   std::uint64_t samples = 0;
   std::uint32_t inner_steps = 0;
-  std::vector<float> delta;
+  std::vector<float> delta;    // float32 pseudo-gradient, quantised by the communication thread,
+  std::optional<Push> encoded;  // or the push already quantised (sync.carry: on the training thread)
+  std::uint64_t numel() const { return encoded ? encoded->numel : delta.size(); }
 };
 
 struct Link {  // one TCP connection to the syncer
@@ -216,7 +218,7 @@ struct SyncClient::Impl {
             // connection's frames in order).
             auto next = push_queue.begin();
             for (auto it = push_queue.begin(); it != push_queue.end(); ++it)
-              if (it->second.delta.size() < next->second.delta.size()) next = it;
+              if (it->second.numel() < next->second.numel()) next = it;
             push = std::move(next->second);
             push_queue.erase(next);
             sent_base[push->fragment] = push->base_version;
@@ -248,8 +250,9 @@ struct SyncClient::Impl {
         }
         if (push) {
           // Quantised here, off the training thread.
-          const Push m = Push::from_delta_q4(push->fragment, push->base_version, push->samples, push->inner_steps,
-                                             push->delta, o.quant_block);
+          const Push m = push->encoded ? std::move(*push->encoded)
+                                       : Push::from_delta_q4(push->fragment, push->base_version, push->samples,
+                                                             push->inner_steps, push->delta, o.quant_block);
           const std::string frame = l->session->seal(MsgType::push, run_id, m.encode());
           // When the write began as well as (the event's time) when it completed: the completion
           // is seen only when this thread runs again, which on a busy machine can be after the
@@ -262,7 +265,7 @@ struct SyncClient::Impl {
           }
           event("push", {{"fragment", push->fragment}, {"base_version", push->base_version},
                          {"samples", push->samples}, {"inner_steps", push->inner_steps}, {"bytes", frame.size()},
-                         {"f32_bytes", push->delta.size() * 4}, {"write_started", write_started}});
+                         {"f32_bytes", push->numel() * 4}, {"write_started", write_started}});
           continue;
         }
         boost::system::error_code ec;
@@ -808,15 +811,23 @@ struct SyncClient::Impl {
       }
       std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
       std::vector<float> local = pack_fragment(layout, p, cs);
-      if (o.carry) carry[p].pushed(base_version[p], local);
       for (std::size_t k = 0; k < local.size(); ++k) local[k] = base[p][k] - local[k];
       if (!all_finite(local)) {
-        if (o.carry) carry[p].drop();
         event("push_skipped", {{"fragment", p}, {"reason", "non-finite pseudo-gradient"}});
         spdlog::error("sync client {}: fragment {} has non-finite weights; not pushing", o.learner_id, p);
         continue;
       }
-      RawPush rp{p, base_version[p], samples_since[p], static_cast<std::uint32_t>(steps_since[p]), std::move(local)};
+      RawPush rp{p, base_version[p], samples_since[p], static_cast<std::uint32_t>(steps_since[p]), {}, std::nullopt};
+      if (o.carry) {
+        // Error feedback: the reference is the state the syncer will take this push for, base − q4(δ),
+        // so what the quantisation dropped stays in θ − ref and goes with the next push.
+        rp.encoded = Push::from_delta_q4(p, rp.base_version, rp.samples, rp.inner_steps, local, o.quant_block);
+        std::vector<float> sent = rp.encoded->delta();
+        for (std::size_t k = 0; k < sent.size(); ++k) sent[k] = base[p][k] - sent[k];
+        carry[p].pushed(base_version[p], sent);
+      } else {
+        rp.delta = std::move(local);
+      }
       samples_since[p] = 0;
       steps_since[p] = 0;
       pushed_at[p] = steady_now();

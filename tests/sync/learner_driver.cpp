@@ -3,6 +3,11 @@
 //
 //   loss_i(θ) = ½ Σ_k (θ_k − c_ik)²,  c_ik = sin(0.37 k + seed_i),  inner SGD θ ← θ − lr (θ − c_i)
 //
+// or, with --objective drift, a steady drift θ_k ← θ_k + r_k with r_k = lr where k (the value's
+// position over all tensors, in order) is a multiple of 32 and lr / 40 elsewhere: with one
+// fragment and --block 32 each q4 block's first value moves 40 times as fast as the rest, so one
+// push alone rounds the rest to zero (below half a q4 step).
+//
 // Exit codes: 0 finished by the final cut (tensors written to --out), 4 no global state at
 // start-up, 5 gave up on the syncer, 6 reached --max-steps without a final cut, 7 reached
 // --budget-steps but no final cut came, 2 usage.
@@ -45,7 +50,7 @@ int main(int argc, char** argv) {
       {"learner-timeout", "0.8"}, {"grace-max", "1.0"}, {"round-deadline", "2.0"}, {"reconnect-budget", "15"},
       {"final-timeout", "5"},  {"run-id", "yeto"},      {"samples", "8"},     {"budget-steps", "0"},
       {"state", ""},           {"pid-file", ""},        {"crash-after-steps", "0"}, {"exit-after-final", "0"},
-      {"init-value", "0"},     {"carry", "0"}};
+      {"init-value", "0"},     {"carry", "0"},         {"objective", "quadratic"}};
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || i + 1 >= argc || !a.count(k.substr(2))) {
@@ -80,6 +85,8 @@ int main(int argc, char** argv) {
     o.events = a["events"];
     const double seed = std::stod(a["seed"]);
     const double lr = std::stod(a["lr"]);
+    const bool drift = a["objective"] == "drift";
+    if (!drift && a["objective"] != "quadratic") throw yeto::Error("learner_driver: --objective is quadratic or drift");
     const int step_ms = std::stoi(a["step-ms"]);
     const std::uint64_t max_steps = std::stoull(a["max-steps"]);
     const std::uint64_t samples = std::stoull(a["samples"]);
@@ -158,9 +165,10 @@ int main(int argc, char** argv) {
         return exit_after_final;
       }
       if (crash_after > 0 && step - first_step >= crash_after) ::kill(::getpid(), SIGKILL);
-      for (std::size_t i = 0; i < t.size(); ++i)
-        for (std::size_t k = 0; k < t[i].size(); ++k)
-          t[i][k] -= static_cast<float>(lr * (t[i][k] - target[i][k]));
+      for (std::size_t i = 0, pos = 0; i < t.size(); ++i)
+        for (std::size_t k = 0; k < t[i].size(); ++k, ++pos)
+          t[i][k] += drift ? static_cast<float>(pos % 32 == 0 ? lr : lr / 40)
+                           : -static_cast<float>(lr * (t[i][k] - target[i][k]));
       if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
       const auto r = client.step(ms, samples, {}, budget > 0 ? static_cast<std::int64_t>(budget - step - 1) : -1);
       if (r.failed) {

@@ -169,6 +169,50 @@ TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
   expect_bit_identical_to_final_cut(run, {"isle-fast", "isle-slow"});
 }
 
+// Error feedback on the uplink, with carry: what a push's 4-bit quantisation drops stays in the
+// island's weights (its reference is the state the syncer takes the push for) and goes with its
+// next pushes. The drift objective moves each q4 block's first value 40 times as fast as the
+// rest, so every push alone rounds the rest to zero; they still reach the global state, at
+// their true rate: after 200 steps of 0.01 / 40 each the final cut holds 0.05 for them (not 0),
+// within what the last push may keep back (half a q4 step of it: its block maximum / 14).
+TEST(SyncMultiProcess, CarryFeedsBackWhatQuantisationDropped) {
+  RunDir run;
+  run.syncer_sets = {"sync.carry=true", "sync.islands=1", "sync.outer_lr=1", "sync.outer_momentum=0"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  constexpr int kSteps = 200;
+  constexpr double kRate = 0.01;
+  auto isle = run.start_learner("isle", 1, "",
+                                {"--carry", "1", "--budget-steps", std::to_string(kSteps), "--tensors", "w:640",
+                                 "--fragments", "1", "--block", "32", "--objective", "drift", "--lr",
+                                 std::to_string(kRate), "--step-ms", "1"});
+  EXPECT_EQ(isle->wait(60), 0) << run.logs();
+  EXPECT_EQ(syncer->wait(20), 0) << run.logs();
+  const std::string cut = run.final_cut();
+  ASSERT_EQ(cut.size(), 640 * 4u);
+  std::vector<float> w(640);
+  std::memcpy(w.data(), cut.data(), cut.size());
+  std::uint64_t pushes = 0, last_steps = 0;
+  for (const auto& e : learner_events(run, "isle"))
+    if (e["event"] == "push") {
+      ++pushes;
+      last_steps = e["inner_steps"].get<std::uint64_t>();
+    }
+  ASSERT_GE(pushes, 10u);
+  // Kept back by the last push: at most half a q4 step of its block, whose maximum (the fast
+  // value's last_steps of drift plus what it kept back before) is below (last_steps + 1) · rate.
+  const double slack = (static_cast<double>(last_steps) + 1) * kRate / 14;
+  double slow_sum = 0;
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    const double want = kSteps * (k % 32 == 0 ? kRate : kRate / 40);
+    EXPECT_NEAR(w[k], want, slack) << "value " << k << " of the final cut";
+    if (k % 32 != 0) slow_sum += w[k];
+  }
+  const double slow_mean = slow_sum / (640 - 20);
+  std::cout << "slow values in the final cut: mean " << slow_mean << " (true drift " << kSteps * kRate / 40 << ")\n";
+  EXPECT_TRUE(yeto::test::read_text(run.dir / "isle.final.bin") == cut) << "the island differs from the final cut";
+}
+
 // The exact downlink (sync.downlink = f32) stays available: every merge sends the float32
 // fragment, no learner gets an update, and all end bit-identical to the final cut.
 TEST(SyncMultiProcess, TheExactFloat32DownlinkStillWorks) {
