@@ -34,11 +34,16 @@ std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const Is
                      "and let WORLD_SIZE decide)");
   GroupOptions o;
   o.rendezvous_timeout_s = cfg.get_number("train.rendezvous_timeout_s");
-  // A rank may wait in a collective while rank 0 waits on the syncer (join, final cut).
-  o.collective_timeout_s = std::max(1800.0, cfg.get_number("sync.reconnect_budget_s") +
-                                                cfg.get_number("sync.join_timeout_s") +
-                                                cfg.get_number("sync.final_timeout_s") + 60.0);
+  o.collective_timeout_s = collective_timeout_s(cfg);
   return IslandGroup::connect(env, o);
+}
+
+double collective_timeout_s(const config::Config& cfg) {
+  // The other ranks wait in a broadcast while rank 0 waits on the syncer: for the run's state at
+  // start-up (join), reconnecting, and at the end for its outstanding merges before pushing what
+  // is left (SyncClient::push_remaining, up to a round deadline) and then for the final cut.
+  return std::max(1800.0, cfg.get_number("sync.reconnect_budget_s") + cfg.get_number("sync.join_timeout_s") +
+                              cfg.get_number("sync.round_deadline_s") + cfg.get_number("sync.final_timeout_s") + 60.0);
 }
 
 int rank_of(const IslandGroup& group) { return group.rank(); }

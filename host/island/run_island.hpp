@@ -24,4 +24,9 @@ int world_size_of(const IslandGroup& group);
 // Throws yeto::UsageError naming the key or variable.
 std::shared_ptr<IslandGroup> open_run_island(const config::Config& cfg, const IslandEnv& env);
 
+// How long a rank waits in one of the island's collectives: the longest rank 0 may spend on the
+// syncer while the others wait (joining, reconnecting, pushing what is left at the end, the
+// final cut) plus a minute, and at least 30 minutes.
+double collective_timeout_s(const config::Config& cfg);
+
 }  // namespace yeto::island

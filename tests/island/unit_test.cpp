@@ -137,6 +137,16 @@ TEST(IslandEnv, RunConfigDecidesWhetherRanksMayJoin) {
                   "train.island_ranks = 2 but WORLD_SIZE is not set"));
 }
 
+// The ranks' collective timeout outlasts everything rank 0 may wait for on the syncer while they
+// wait in a broadcast, including the end-of-run pushes (up to sync.round_deadline_s).
+TEST(IslandEnv, CollectiveTimeoutOutlastsWhatRankZeroWaitsFor) {
+  namespace yc = yeto::config;
+  EXPECT_EQ(yd::collective_timeout_s(yc::Config::resolve(std::nullopt, {})), 1800.0);  // defaults: 1130 s in all
+  const auto long_rounds = yc::Config::resolve(std::nullopt, {{"sync.round_deadline_s", "3000", "--set"}});
+  // 600 reconnecting + 60 joining + 3000 for the last merges + 10 for the final cut + 60.
+  EXPECT_EQ(yd::collective_timeout_s(long_rounds), 3730.0);
+}
+
 TEST(IslandGroup, GradientAverageBroadcastAndValues) {
   const std::uint16_t port = yeto::test::unused_loopback_port();
   std::vector<std::vector<float>> got_a(2), got_b(2), got_c(2), bcast(2);
