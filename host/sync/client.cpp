@@ -111,6 +111,9 @@ struct SyncClient::Impl {
   std::vector<std::uint64_t> pushed_base;
   std::vector<FragmentCarry> carry;  // sync.carry: the outstanding push and its snapshot
   std::vector<bool> deferred;        // sync.carry: a push fell due while one was outstanding
+  std::vector<bool> pushed_once;     // sync.carry: the fragment has pushed since start (its pushes go
+                                     // every H steps from its last one; the first on the staggered grid)
+  std::vector<std::uint64_t> out_samples, out_steps;  // sync.carry: what the outstanding push covered
   std::uint64_t step_no = 0;
 
   // communication thread
@@ -139,6 +142,9 @@ struct SyncClient::Impl {
     notes.resize(f);
     carry.resize(f);
     deferred.assign(f, false);
+    pushed_once.assign(f, false);
+    out_samples.assign(f, 0);
+    out_steps.assign(f, 0);
     base_version.assign(f, 0);
     have_base.assign(f, false);
     samples_since.assign(f, 0);
@@ -606,6 +612,7 @@ struct SyncClient::Impl {
     std::vector<std::span<const float>> cs(tensors.begin(), tensors.end());
     std::vector<float> local = pack_fragment(layout, p, cs);
     const CarryCase c = carry[p].apply(m.data, m.version, base[p], seen, epoch, local);
+    if (c == CarryCase::refused || c == CarryCase::lost) restore_dropped(p);
     apply_fragment(layout, p, local, tensors, 1.0f);
     if (c != CarryCase::none && c != CarryCase::pending) {
       std::lock_guard lk(mu);
@@ -613,6 +620,16 @@ struct SyncClient::Impl {
     }
     took(m, {{"carry", carry_case_name(c)}});
     if (r) r->applied.push_back(AppliedFragment{p, m.version, 1.0f, std::move(local)});
+  }
+
+  // A carried push that is over without a merge (refused, lost with its connection): its progress
+  // stayed in θ and goes with the next push, which so covers its samples and steps too (the
+  // syncer weights a push by its samples).
+  void restore_dropped(std::uint32_t p) {
+    samples_since[p] += out_samples[p];
+    steps_since[p] += out_steps[p];
+    out_samples[p] = 0;
+    out_steps[p] = 0;
   }
 
   // A new global version of a fragment is what this learner builds on from now on.
@@ -755,11 +772,17 @@ struct SyncClient::Impl {
     // stages them (GPU -> host) copies them only when needed (and before any access).
     const auto nf = static_cast<std::uint32_t>(layout.fragments.size());
     bool touch = fc.has_value();
-    const auto is_due = [&](std::uint32_t p) {
-      return flushing ? steps_since[p] > 0 : fragment_due(p, nf, o.inner_steps, step_no);
+    // Due after this step, which brings the fragment's steps since its last push to `since`. With
+    // carry a fragment pushes H steps after its last push (the first on the staggered grid): a push
+    // that waited for a merge moves its next one along, so every push covers at least H steps.
+    const auto is_due = [&](std::uint32_t p, std::uint64_t since) {
+      if (flushing) return since > 0;
+      if (o.carry && pushed_once[p]) return since >= o.inner_steps;
+      return fragment_due(p, nf, o.inner_steps, step_no);
     };
     for (std::uint32_t p = 0; p < nf && !touch; ++p)
-      touch = fresh[p].has_value() || (have_base[p] && !ending && (deferred[p] || is_due(p)));
+      touch = fresh[p].has_value() ||
+              (have_base[p] && !ending && (deferred[p] || is_due(p, steps_since[p] + (flushing ? 0 : 1))));
     if (touch && before_touch) before_touch();
     if (fc) {
       apply_final(*fc, tensors, &r);
@@ -777,6 +800,7 @@ struct SyncClient::Impl {
       const CarryCase c = carry_case(true, carry[p].push_base(), seen[p], epoch, base_version[p]);
       if (c != CarryCase::refused && c != CarryCase::lost) continue;
       carry[p].drop();
+      restore_dropped(p);
       {
         std::lock_guard lk(mu);
         notes[p] = CarryNotes{};
@@ -790,7 +814,7 @@ struct SyncClient::Impl {
         ++steps_since[p];
       }
       if (!have_base[p] || ending) continue;
-      const bool on_time = is_due(p);
+      const bool on_time = is_due(p, steps_since[p]);
       if (o.carry) {
         // One push outstanding per fragment: one that falls due meanwhile goes once it has merged.
         if (carry[p].outstanding()) {
@@ -827,6 +851,11 @@ struct SyncClient::Impl {
         carry[p].pushed(base_version[p], sent);
       } else {
         rp.delta = std::move(local);
+      }
+      if (o.carry) {
+        out_samples[p] = samples_since[p];
+        out_steps[p] = steps_since[p];
+        pushed_once[p] = true;
       }
       samples_since[p] = 0;
       steps_since[p] = 0;

@@ -27,8 +27,12 @@ void Pacer::on_join(const std::string& id) { l_[id].last.clear(); }
 double Pacer::period(const std::string& id) const {
   const auto it = l_.find(id);
   if (it == l_.end() || it->second.spi < 0) return -1;
-  const double h = static_cast<double>(it->second.h ? it->second.h : o_.inner_steps);
-  return h * it->second.spi;
+  // At most the run's H: a carrying learner's push that waited for a merge covers more steps,
+  // but its period is still H steps; taking the longer push for it would stretch the learner's
+  // bound with every wait, until its rounds waited for the slowest island whatever its speed.
+  std::uint64_t h = it->second.h ? it->second.h : o_.inner_steps;
+  if (o_.inner_steps) h = std::min(h, static_cast<std::uint64_t>(o_.inner_steps));
+  return static_cast<double>(h) * it->second.spi;
 }
 
 double Pacer::expected_at(const std::string& id, std::uint32_t p) const {

@@ -7,8 +7,9 @@
 //   spi   seconds per inner step, an average over the intervals between two consecutive pushes
 //         of the same fragment divided by the inner steps the later push covers (exact: a push
 //         carries the steps since the learner's previous push of that fragment);
-//   H     the inner steps of its latest such push (its push period in steps; before any, the
-//         run's sync.inner_steps);
+//   H     the inner steps of its latest such push, at most the run's sync.inner_steps (its push
+//         period in steps; before any, sync.inner_steps): a carrying learner's push that waited
+//         for a merge covers more steps, but its period stays H (see period());
 //   dev   the average error of those predictions (what its rhythm jitters by);
 //   L[p]  when its last push of fragment p arrived.
 // Its next push of p is expected at e = L[p] + H·spi, give or take the slack

@@ -121,7 +121,8 @@ TEST(SyncMultiProcess, CarryingLearnersKeepOnePushOutstandingAndEndOnTheFinalCut
 // and merging each alone; at the end each island pushes what it trained since its last push
 // (SyncClient::push_remaining), so every step it trained went to the syncer, and its last H
 // steps go in that one push (no short push of the rest after a full one).
-TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
+void unequal_islands_stay_merged_together(const char* slow_ms) {
+  SCOPED_TRACE(std::string("steps of 6 and ") + slow_ms + " ms");
   RunDir run;
   run.syncer_sets = {"sync.carry=true", "sync.islands=2"};
   auto syncer = run.start_syncer();
@@ -133,7 +134,7 @@ TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
     v.insert(v.end(), {"--step-ms", ms});
     return v;
   };
-  auto fast = run.start_learner("isle-fast", 1, "", with("6")), slow = run.start_learner("isle-slow", 2, "", with("9"));
+  auto fast = run.start_learner("isle-fast", 1, "", with("6")), slow = run.start_learner("isle-slow", 2, "", with(slow_ms));
   EXPECT_EQ(fast->wait(60), 0) << run.logs();
   EXPECT_EQ(slow->wait(60), 0) << run.logs();
   EXPECT_EQ(syncer->wait(20), 0) << run.logs();
@@ -153,8 +154,15 @@ TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
     for (std::string line; std::getline(ev, line);) {
       const json j = json::parse(line);
       if (j["event"] == "push") {
-        pushed_steps[j["fragment"].get<std::int64_t>()] += j["inner_steps"].get<std::uint64_t>();
-        last_push[j["fragment"].get<std::int64_t>()] = j["inner_steps"].get<std::uint64_t>();
+        const auto p = j["fragment"].get<std::int64_t>();
+        const auto n = j["inner_steps"].get<std::uint64_t>();
+        // A push that waited for a merge moves the fragment's schedule along: each push after the
+        // first covers at least H (10) steps, none the rest of a period cut short by a late one.
+        if (pushed_steps.count(p)) {
+          EXPECT_GE(n, 10u) << id << ": fragment " << p << " pushed after " << n << " steps";
+        }
+        pushed_steps[p] += n;
+        last_push[p] = n;
       }
       if (j["event"] == "push_deferred") ++deferred[id];
     }
@@ -167,6 +175,52 @@ TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
   }
   EXPECT_GE(deferred["isle-fast"], 1u) << "the faster island never waited for a merge";
   expect_bit_identical_to_final_cut(run, {"isle-fast", "isle-slow"});
+}
+
+// 6 and 9 ms: the faster island waits for a merge in every round. 6 and 7 ms: the phase drifts
+// until it does now and then, and its next push then covers H steps again.
+TEST(SyncMultiProcess, IslandsOfUnequalSpeedStayMergedTogether) {
+  unequal_islands_stay_merged_together("9");
+  unequal_islands_stay_merged_together("7");
+}
+
+// Two carrying islands at equal speed and a third 4x slower: the rounds the slow one opens or
+// joins hold the fast islands' pushes back (up to 1.5 of their period), so their pushes go late
+// now and then; the push after a late one then goes H steps after it, not at the rest of the
+// original period (a short push that the syncer's prediction of that island would miss: rounds
+// split). Each fast island's pushes after its first cover at least H steps, and at least 80 %
+// of the rounds with a fast island's push hold both.
+TEST(SyncMultiProcess, ASlowIslandDoesNotSplitTheFastOnesRounds) {
+  RunDir run;
+  run.syncer_sets = {"sync.carry=true", "sync.islands=3"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  auto with = [](const char* steps, const char* ms) {
+    return std::vector<std::string>{"--carry", "1", "--budget-steps", steps, "--step-ms", ms, "--fragments", "1"};
+  };
+  auto a = run.start_learner("fast-a", 1, "", with("300", "6")), b = run.start_learner("fast-b", 2, "", with("300", "6"));
+  auto slow = run.start_learner("slow", 3, "", with("75", "24"));
+  EXPECT_EQ(a->wait(60), 0) << run.logs();
+  EXPECT_EQ(b->wait(60), 0) << run.logs();
+  EXPECT_EQ(slow->wait(60), 0) << run.logs();
+  EXPECT_EQ(syncer->wait(20), 0) << run.logs();
+  std::size_t with_fast = 0, both_fast = 0;
+  for (const auto& r : run.tape())
+    if (r["event"] == "merge") {
+      const auto who = learners_of(r);
+      if (who.count("fast-a") || who.count("fast-b")) ++with_fast;
+      if (who.count("fast-a") && who.count("fast-b")) ++both_fast;
+    }
+  std::cout << both_fast << " of " << with_fast << " rounds with a fast island hold both\n";
+  EXPECT_GE(with_fast, 15u);
+  EXPECT_GE(both_fast * 10, with_fast * 8) << both_fast << " of " << with_fast;
+  for (const std::string id : {"fast-a", "fast-b"}) {
+    std::size_t pushes = 0;
+    for (const auto& e : learner_events(run, id))
+      if (e["event"] == "push" && pushes++ > 0) {
+        EXPECT_GE(e["inner_steps"].get<std::uint64_t>(), 10u) << id << ": a push after " << e["inner_steps"] << " steps";
+      }
+  }
 }
 
 // Error feedback on the uplink, with carry: what a push's 4-bit quantisation drops stays in the
@@ -211,6 +265,57 @@ TEST(SyncMultiProcess, CarryFeedsBackWhatQuantisationDropped) {
   const double slow_mean = slow_sum / (640 - 20);
   std::cout << "slow values in the final cut: mean " << slow_mean << " (true drift " << kSteps * kRate / 40 << ")\n";
   EXPECT_TRUE(yeto::test::read_text(run.dir / "isle.final.bin") == cut) << "the island differs from the final cut";
+}
+
+// A carried push lost with a killed syncer is over (`push_dropped`); its progress stayed in the
+// weights and goes with the next push of that fragment, which covers the lost push's steps and
+// samples too (the syncer weights pushes by samples). So across two syncer kills each fragment's
+// pushes that were not dropped cover exactly the island's 300 steps (with push_remaining at the
+// end), and the islands end bit-identical to the final cut.
+TEST(SyncMultiProcess, CarryingLearnersPushEveryStepAcrossSyncerKills) {
+  RunDir run;
+  run.syncer_sets = {"sync.carry=true", "sync.islands=2", "sync.checkpoint_every=1"};
+  auto syncer = run.start_syncer();
+  ASSERT_NE(run.port, 0) << run.logs();
+  const std::uint16_t port = run.port;
+  constexpr int kSteps = 300;
+  const std::vector<std::string> args = {"--carry", "1", "--budget-steps", std::to_string(kSteps), "--step-ms", "6"};
+  auto a = run.start_learner("isle-a", 1, "", args), b = run.start_learner("isle-b", 2, "", args);
+  for (const std::size_t at : {6u, 14u}) {
+    ASSERT_TRUE(run.wait_tape([at](const auto& t) {
+      return static_cast<std::size_t>(
+                 std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; })) >= at;
+    }, 20)) << run.logs();
+    syncer->kill9();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    syncer = run.start_syncer(port);
+    ASSERT_EQ(run.port, port) << run.logs();
+  }
+  EXPECT_EQ(a->wait(60), 0) << run.logs();
+  EXPECT_EQ(b->wait(60), 0) << run.logs();
+  EXPECT_EQ(syncer->wait(20), 0) << run.logs();
+  std::size_t dropped = 0;
+  for (const std::string id : {"isle-a", "isle-b"}) {
+    std::map<std::int64_t, std::vector<std::uint64_t>> steps;  // fragment -> inner steps of its pushes
+    for (const auto& e : learner_events(run, id)) {
+      const std::string ev = e["event"];
+      if (ev == "push") steps[e["fragment"].get<std::int64_t>()].push_back(e["inner_steps"].get<std::uint64_t>());
+      if (ev == "push_dropped") {
+        auto& v = steps[e["fragment"].get<std::int64_t>()];
+        ASSERT_FALSE(v.empty()) << id << ": a push dropped before any was sent";
+        v.pop_back();  // its steps go with the next push
+        ++dropped;
+      }
+    }
+    ASSERT_EQ(steps.size(), 2u) << id;
+    for (const auto& [p, v] : steps) {
+      std::uint64_t n = 0;
+      for (auto x : v) n += x;
+      EXPECT_EQ(n, static_cast<std::uint64_t>(kSteps)) << id << ": fragment " << p << "'s pushes cover " << n << " steps";
+    }
+  }
+  std::cout << dropped << " pushes dropped with the killed syncers\n";
+  expect_bit_identical_to_final_cut(run, {"isle-a", "isle-b"});
 }
 
 // The exact downlink (sync.downlink = f32) stays available: every merge sends the float32

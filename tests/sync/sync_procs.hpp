@@ -110,6 +110,8 @@ struct RunDir {
                                            "sync.grace_max_s=1.0", "sync.round_deadline_s=2.0",
                                            "sync.reconnect_budget_s=15", "sync.final_timeout_s=5",
                                            "sync.outer_lr=0.7", "sync.outer_momentum=0.5",
+                                           // the test learners' H (learner_driver --inner-steps)
+                                           "sync.inner_steps=10",
                                            // as the test learners (learner_driver --carry 0): rounds
                                            // wait less than a period (sync.grace_fraction 0.6)
                                            "sync.carry=false"};
