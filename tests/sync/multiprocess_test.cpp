@@ -277,20 +277,10 @@ TEST(SyncMultiProcess, CarryingLearnersPushEveryStepAcrossSyncerKills) {
   run.syncer_sets = {"sync.carry=true", "sync.islands=2", "sync.checkpoint_every=1"};
   auto syncer = run.start_syncer();
   ASSERT_NE(run.port, 0) << run.logs();
-  const std::uint16_t port = run.port;
   constexpr int kSteps = 300;
   const std::vector<std::string> args = {"--carry", "1", "--budget-steps", std::to_string(kSteps), "--step-ms", "6"};
   auto a = run.start_learner("isle-a", 1, "", args), b = run.start_learner("isle-b", 2, "", args);
-  for (const std::size_t at : {6u, 14u}) {
-    ASSERT_TRUE(run.wait_tape([at](const auto& t) {
-      return static_cast<std::size_t>(
-                 std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; })) >= at;
-    }, 20)) << run.logs();
-    syncer->kill9();
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    syncer = run.start_syncer(port);
-    ASSERT_EQ(run.port, port) << run.logs();
-  }
+  for (const std::size_t at : {6u, 14u}) ASSERT_TRUE(run.kill_and_restart_syncer(syncer, at, 20)) << run.logs();
   EXPECT_EQ(a->wait(60), 0) << run.logs();
   EXPECT_EQ(b->wait(60), 0) << run.logs();
   EXPECT_EQ(syncer->wait(20), 0) << run.logs();
@@ -406,19 +396,12 @@ void killed_syncer_restarts_from_checkpoint(const std::vector<std::string>& extr
   run.syncer_sets.insert(run.syncer_sets.end(), extra_sets.begin(), extra_sets.end());
   auto syncer = run.start_syncer();
   ASSERT_NE(run.port, 0) << run.logs();
-  const std::uint16_t port = run.port;
   auto a = run.start_learner("isle-a", 1, "", learner_args), b = run.start_learner("isle-b", 2, "", learner_args);
   std::size_t before = 0;
   for (const std::size_t at : {10u, 20u}) {
-    ASSERT_TRUE(run.wait_tape([at](const auto& t) {
-      return static_cast<std::size_t>(
-                 std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; })) >= at;
-    }, 15)) << run.logs();
-    syncer->kill9();
-    before = run.merges();
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    syncer = run.start_syncer(port);
-    ASSERT_EQ(run.port, port) << run.logs();
+    const auto merged = run.kill_and_restart_syncer(syncer, at, 15);
+    ASSERT_TRUE(merged) << run.logs();
+    before = *merged;
   }
   EXPECT_EQ(syncer->wait(30), 0) << run.logs();
   EXPECT_EQ(a->wait(10), 0) << run.logs();

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -165,6 +166,23 @@ struct RunDir {
     for (const auto& e : fs::directory_iterator(dir.path()))
       if (e.path().extension() == ".log") s += "==== " + e.path().filename().string() + "\n" + yeto::test::read_text(e.path());
     return s;
+  }
+  // Once the tape holds `merges` merges (within `seconds`), kills the syncer with SIGKILL and
+  // starts it again on its port 300 ms later. Returns the merges on the tape at the kill, or
+  // nullopt when they did not come in time or the new syncer did not take the same port.
+  std::optional<std::size_t> kill_and_restart_syncer(std::unique_ptr<Proc>& syncer, std::size_t at, double seconds) {
+    const std::uint16_t was = port;
+    if (!wait_tape([at](const std::vector<json>& t) {
+          return static_cast<std::size_t>(
+                     std::count_if(t.begin(), t.end(), [](const json& r) { return r["event"] == "merge"; })) >= at;
+        }, seconds))
+      return std::nullopt;
+    syncer->kill9();
+    const std::size_t before = merges();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    syncer = start_syncer(was);
+    if (port != was) return std::nullopt;
+    return before;
   }
   std::string final_cut() const { return yeto::test::read_text(state / "final_cut.bin"); }
   json final_marker() const { return json::parse(yeto::test::read_text(state / "final.json")); }
