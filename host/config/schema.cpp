@@ -112,6 +112,7 @@ std::vector<KeyDef> build_schema() {
       F("validation.split", 0.0, "Fraction of data.path held out for validation when validation.data is empty.").flag("validation-split").range(0.0, 0.9),
       I("validation.every", 0, "Evaluate val_loss every N optimizer steps; 0: only at the start and the end.").flag("validation-every").range(0, std::nullopt),
       I("validation.max_rows", 64, "At most this many held-out rows per evaluation.").range(1, std::nullopt),
+      I("validation.draws", 1, "Timestep and noise draws per held-out row in each evaluation (the same draws every time); val_loss is their mean and, with more than one, val_loss_stderr its standard error. One draw's loss moves with its timestep far more than two models differ: with few held-out rows, comparing runs by val_loss needs many draws.").range(1, 4096),
       I("validation.sample_every", 0, "Render validation.prompts with the weights being trained every N optimizer steps, and at the start and the end (RUN_DIR/samples/, TensorBoard images); 0: never.").range(0, std::nullopt),
       L("validation.prompts", {}, "Prompts rendered every validation.sample_every steps (each from validation.sample_seed + its index), so a run shows what it learns."),
       I("validation.sample_steps", 8, "Denoising steps of a validation render.").range(1, 1000),

@@ -94,6 +94,7 @@ Settings read_settings(const config::Config& cfg) {
   s.memory_budget_mb = cfg.get_int("train.memory_budget_mb");
   s.validation_every = cfg.get_int("validation.every");
   s.validation_max_rows = cfg.get_int("validation.max_rows");
+  s.validation_draws = cfg.get_int("validation.draws");
   s.validation_split = cfg.get_number("validation.split");
   s.validation_data = cfg.get_string("validation.data");
   s.tensorboard = cfg.get_bool("log.tensorboard");

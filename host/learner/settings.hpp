@@ -49,6 +49,7 @@ struct Settings {
   std::int64_t memory_budget_mb = 0;
   std::int64_t validation_every = 0;
   std::int64_t validation_max_rows = 64;
+  std::int64_t validation_draws = 1;  // timestep / noise draws per held-out row per evaluation
   double validation_split = 0.0;
   std::string validation_data;
   // Validation renders: validation.prompts generated with the trained weights every

@@ -206,7 +206,15 @@ class Loop {
   // from stream `<seed_name>:<i>`, and its tensors; the model's metrics are added into `metrics`.
   at::Tensor model_loss(const data::TensorBatch& b, bool training, const std::string& seed_name,
                         nlohmann::json& metrics);
-  double evaluate();
+  // The held-out loss (NaN without held-out rows) and, with validation.draws > 1, its standard
+  // error over the island's draws (NaN otherwise).
+  struct Evaluation {
+    double loss = std::nan("");
+    double std_error = std::nan("");
+  };
+  Evaluation evaluate();
+  // Adds "<key>" and, where known, "<key>_stderr" to a metrics record.
+  static void record_evaluation(nlohmann::json& rec, const std::string& key, const Evaluation& e);
   void decode_validation_batches();
   bool next_micro_batch(data::TensorBatch& out, std::int64_t& skipped_now);
   void note_skipped(const data::Manifest& m, std::size_t row, const std::string& reason, std::int64_t& skipped_now);
@@ -302,36 +310,58 @@ at::Tensor Loop::model_loss(const data::TensorBatch& b, bool training, const std
   return loss;
 }
 
-double Loop::evaluate() {
-  if (val_batches_.empty()) return std::nan("");
+Loop::Evaluation Loop::evaluate() {
+  Evaluation e;
+  if (val_batches_.empty()) return e;
   at::NoGradGuard no_grad;
   auto default_gen = at::detail::getDefaultCPUGenerator();
   const auto saved = default_gen.get_state();
-  double total = 0.0;
-  std::int64_t count = 0;
-  for (std::size_t i = 0; i < val_batches_.size(); ++i) {
-    // Fixed timesteps, noise and latent samples per evaluation: val_loss tracks the model.
-    const auto idx = static_cast<std::int64_t>(i);
-    at::manual_seed(stream(stream_name("validation-torch", 0, idx)));
-    if (model_.computes_loss()) {
-      nlohmann::json unused;
-      const auto loss = model_loss(val_batches_[i], false, stream_name("validation", 0, idx), unused);
-      const auto rows = static_cast<std::int64_t>(val_batches_[i].rows.size());
-      total += loss.item<double>() * static_cast<double>(rows);
-      count += rows;
-      continue;
+  const std::int64_t draws = std::max<std::int64_t>(1, s_.validation_draws);
+  double sum = 0.0, sum_sq = 0.0;  // over this rank's draws, of each draw's loss over the rows
+  for (std::int64_t d = 0; d < draws; ++d) {
+    double total = 0.0;
+    std::int64_t count = 0;
+    for (std::size_t i = 0; i < val_batches_.size(); ++i) {
+      // Fixed timesteps, noise and latent samples per evaluation and draw: val_loss tracks the
+      // model (draw 0 is the single draw of validation.draws = 1).
+      const auto idx = static_cast<std::int64_t>(i);
+      at::manual_seed(stream(stream_name("validation-torch", d, idx)));
+      if (model_.computes_loss()) {
+        nlohmann::json unused;
+        const auto loss = model_loss(val_batches_[i], false, stream_name("validation", d, idx), unused);
+        const auto rows = static_cast<std::int64_t>(val_batches_[i].rows.size());
+        total += loss.item<double>() * static_cast<double>(rows);
+        count += rows;
+        continue;
+      }
+      at::Tensor latents;
+      const auto cond = encode(val_batches_[i], false, stream(stream_name("validation-latent", d, idx)), latents);
+      auto gen = make_generator(stream(stream_name("validation", d, idx)));
+      const auto loss = batch_loss(latents, cond, gen);
+      total += loss.item<double>() * static_cast<double>(latents.size(0));
+      count += latents.size(0);
     }
-    at::Tensor latents;
-    const auto cond = encode(val_batches_[i], false, stream(stream_name("validation-latent", 0, idx)), latents);
-    auto gen = make_generator(stream(stream_name("validation", 0, idx)));
-    const auto loss = batch_loss(latents, cond, gen);
-    total += loss.item<double>() * static_cast<double>(latents.size(0));
-    count += latents.size(0);
+    const double v = total / static_cast<double>(count);
+    sum += v;
+    sum_sq += v * v;
   }
   default_gen.set_state(saved);
-  const double v = total / static_cast<double>(count);
-  // Every rank evaluates the same rows with its own noise streams; the island reports their mean.
-  return island::mean_of(ranks_, v);
+  const double n_rank = static_cast<double>(draws);
+  // Every rank evaluates the same rows with its own noise streams; the island reports the mean
+  // over its ranks' draws (all of equal count), and their standard error.
+  e.loss = island::mean_of(ranks_, sum / n_rank);
+  if (draws > 1) {
+    const double mean_sq = island::mean_of(ranks_, sum_sq / n_rank);
+    const double n = n_rank * static_cast<double>(ranks_.world_size());
+    const double var = std::max(0.0, mean_sq - e.loss * e.loss) * n / (n - 1);
+    e.std_error = std::sqrt(var / n);
+  }
+  return e;
+}
+
+void Loop::record_evaluation(nlohmann::json& rec, const std::string& key, const Evaluation& e) {
+  rec[key] = e.loss;
+  if (std::isfinite(e.std_error)) rec[key + "_stderr"] = e.std_error;
 }
 
 void Loop::gather_positions() {
@@ -628,10 +658,12 @@ void Loop::start(const std::function<void(io::Provenance&)>& record_provenance, 
   // fsdp: the island's other ranks generate with it (their blocks' gathers), writing nothing.
   if (sharded_) renders_ = island::rank0_decides(ranks_, renders_);
   if (!resumed || state_.step == 0) {
-    const double v = evaluate();
-    if (std::isfinite(v)) {
+    const Evaluation e = evaluate();
+    if (const double v = e.loss; std::isfinite(v)) {
       result_.first_val_loss = result_.last_val_loss = v;
-      if (metrics_) metrics_->record({{"step", state_.step}, {"val_loss", v}});
+      nlohmann::json rec = {{"step", state_.step}};
+      record_evaluation(rec, "val_loss", e);
+      if (metrics_) metrics_->record(rec);
       spdlog::info("step {} val_loss {:.6f}", state_.step, v);
     }
     if (renders_) render(state_.step, false);  // what the model makes before training
@@ -776,9 +808,9 @@ void Loop::report(const StepStats& st, bool end) {
   for (const auto& [name, v] : st.model_metrics.items())
     rec["model/" + name] = v.get<double>() / static_cast<double>(accumulation_);
   if ((s_.validation_every > 0 && st.step % s_.validation_every == 0) || end) {
-    const double v = evaluate();
-    if (std::isfinite(v)) {
-      rec["val_loss"] = v;
+    const Evaluation e = evaluate();
+    if (const double v = e.loss; std::isfinite(v)) {
+      record_evaluation(rec, "val_loss", e);
       if (!result_.first_val_loss) result_.first_val_loss = v;
       result_.last_val_loss = v;
     }
@@ -834,9 +866,11 @@ void Loop::finish() {
         spdlog::warn("no final cut from the syncer; saving the local weights");
       } else if (!val_batches_.empty()) {
         // The run's result is the final cut: its held-out loss, next to the island's own above.
-        const double v = evaluate();
-        if (std::isfinite(v)) {
-          if (metrics_) metrics_->record({{"step", state_.step}, {"val_loss_final_cut", v}});
+        const Evaluation e = evaluate();
+        if (const double v = e.loss; std::isfinite(v)) {
+          nlohmann::json rec = {{"step", state_.step}};
+          record_evaluation(rec, "val_loss_final_cut", e);
+          if (metrics_) metrics_->record(rec);
           spdlog::info("val_loss {:.6f} on the final cut", v);
           result_.last_val_loss = v;
         }

@@ -163,6 +163,39 @@ TEST(LearnerLoop, ValLossDropsAndTheRunDirectoryIsComplete) {
   EXPECT_TRUE(fs::exists(run.out() / "checkpoints/latest"));
 }
 
+// validation.draws: each held-out row is evaluated with that many timestep / noise draws (draw
+// 0 is the single draw of the default), val_loss is their mean and val_loss_stderr their
+// standard error; the training itself is untouched (the same losses, step for step).
+TEST(LearnerLoop, ValidationDrawsAverageAndReportTheirStandardError) {
+  std::map<int, std::map<std::int64_t, double>> val, se, loss;
+  for (const int draws : {1, 2, 5}) {
+    Toml t;
+    t.steps = 6;
+    t.validation_every = 3;
+    std::string toml = run_toml(t);
+    toml.replace(toml.find("max_rows = 8"), 12, "max_rows = 8\ndraws = " + std::to_string(draws));
+    TrialRun run(toml);
+    run.train();
+    val[draws] = losses(run.out(), "val_loss");
+    se[draws] = losses(run.out(), "val_loss_stderr");
+    loss[draws] = losses(run.out(), "loss");
+  }
+  ASSERT_EQ(val[1].size(), 3u);
+  EXPECT_TRUE(se[1].empty()) << "one draw has no standard error";
+  for (const int draws : {2, 5}) {
+    EXPECT_EQ(loss[draws], loss[1]) << draws << " draws changed the training";
+    ASSERT_EQ(se[draws].size(), 3u) << draws << " draws";
+    for (const auto& [step, v] : val[draws]) {
+      EXPECT_NE(v, val[1].at(step)) << "step " << step << ": " << draws << " draws gave the one draw's loss";
+      EXPECT_GT(se[draws].at(step), 0.0) << "step " << step;
+    }
+  }
+  // Two draws a and b: the mean (a + b) / 2 and the standard error |a - b| / 2, with a the
+  // single draw of validation.draws = 1, so the standard error is |mean - a|.
+  for (const auto& [step, mean] : val[2])
+    EXPECT_NEAR(se[2].at(step), std::abs(mean - val[1].at(step)), 1e-9 * std::max(1.0, mean)) << "step " << step;
+}
+
 TEST(LearnerLoop, SameSeedSameBytesOtherSeedOtherBytes) {
   Toml other;
   other.steps = 6;
