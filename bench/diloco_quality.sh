@@ -32,6 +32,8 @@
 # (inner steps), FRAGMENTS [unset: sync.fragments, 1 by default], MICRO [2], LR [2e-3], SIZE [32],
 # LORA_R [4], TEXT_TOKENS [32] (model.max_sequence_length, as the demo; 0 is the family's default,
 # 512 for FLUX.1, which made a mid step at 32x32 about 12x as long), ARMS ["sync diloco2 diloco4"],
+# DRAWS [16] (validation.draws: timestep / noise draws per held-out row; the held-out set is a
+# few rows, and one draw's loss moves with its timestep more than the arms differ),
 # EXTRA (more `--set KEY=VALUE` for every arm), SUMMARY_ONLY [unset; 1: only print the tables
 # of the runs already in OUT_DIR, with the same settings]. STEPS 640 at H 64 is 10 outer steps:
 # long enough for the whole-run bytes of diloco2 to pass 400x a float32 ring all-reduce when
@@ -55,6 +57,7 @@ arms="${ARMS:-sync diloco2 diloco4}"
 text_tokens="${TEXT_TOKENS:-32}"
 micro="${MICRO:-2}"
 lr="${LR:-2e-3}"
+draws="${DRAWS:-16}"
 size="${SIZE:-32}"
 rank="${LORA_R:-4}"
 mkdir -p "$out"
@@ -92,6 +95,7 @@ workers = 1
 [validation]
 split = 0.25
 max_rows = 64
+draws = $draws
 [lora]
 r = $rank
 alpha = $rank.0
@@ -149,10 +153,11 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
   done
 fi
 
-python3 - "$out" "$seeds" "$steps" "$inner" "$fragments" "$arms" <<'PY'
+python3 - "$out" "$seeds" "$steps" "$inner" "$fragments" "$arms" "$draws" <<'PY'
 import json, statistics, sys, os
 out, seeds, steps, inner, fragments = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 arms = sys.argv[6].split()
+draws = int(sys.argv[7])
 
 def records(path):
     return [json.loads(line) for line in open(path) if line.strip()]
@@ -164,6 +169,13 @@ def last(path, key):
             v = j[key]
     if v is None:
         raise SystemExit(f"{path}: no {key}")
+    return v
+
+def last_or_none(path, key):
+    v = None
+    for j in records(path):
+        if key in j:
+            v = j[key]
     return v
 
 def tape(d):
@@ -181,7 +193,8 @@ for seed in seeds:
     s = None
     if "sync" in arms:
         s = last(os.path.join(out, f"sync-{seed}", "metrics.jsonl"), "val_loss")
-        rows.setdefault("sync", []).append((s, 1.0, None, None, None))
+        se = last_or_none(os.path.join(out, f"sync-{seed}", "metrics.jsonl"), "val_loss_stderr")
+        rows.setdefault("sync", []).append((s, 1.0, None, None, None, se))
     for arm in ("diloco2", "diloco4"):
         if arm not in arms:
             continue
@@ -189,6 +202,8 @@ for seed in seeds:
         # Every island holds the final cut; islands 0 and 1 evaluate it with the noise streams of
         # logical ranks 0 and 1, the streams the sync arm's two ranks average over.
         v = statistics.mean(last(os.path.join(d, f"island-{i}", "metrics.jsonl"), "val_loss_final_cut") for i in (0, 1))
+        ses = [last_or_none(os.path.join(d, f"island-{i}", "metrics.jsonl"), "val_loss_final_cut_stderr") for i in (0, 1)]
+        se = (ses[0] ** 2 + ses[1] ** 2) ** 0.5 / 2 if None not in ses else None
         summ = json.load(open(os.path.join(d, "summary.json")))
         n = summ["islands"]
         part = f'{summ["merges_with_every_live_island"]}/{summ["outer_steps_merged"]}'
@@ -211,15 +226,15 @@ for seed in seeds:
         notes.append(f"{arm} seed {seed}: islands' steps {isteps}, sent {sent} MB, received {recv} MB, "
                      f"init uploads on the tape {inits} (init {ev.count('init')}, init_ignored {ev.count('init_ignored')}), "
                      f"merges by islands {summ['merges_by_islands']}, sync arm's ring {ar_sync:.4g} B = {ar_sync / summ['bytes_total']:.1f}x")
-        rows.setdefault(arm, []).append((v, v / s if s else float("nan"), summ["bytes_total"], ar, part))
+        rows.setdefault(arm, []).append((v, v / s if s else float("nan"), summ["bytes_total"], ar, part, se))
 print(f"DiLoCo vs synchronous training, {len(seeds)} seeds, {steps} steps x 2 ranks of samples per arm, "
-      f"H = {inner}, fragments = {fragments}, {numel} trainable values")
-print("| arm | seed | val_loss | / sync | bytes both ways | all-reduce bytes | all-reduce / arm | merges with every live island |")
-print("|---|---|---|---|---|---|---|---|")
+      f"H = {inner}, fragments = {fragments}, {numel} trainable values, {draws} validation draws per held-out row")
+print("| arm | seed | val_loss | / sync | bytes both ways | all-reduce bytes | all-reduce / arm | merges with every live island | val_loss standard error (draws) |")
+print("|---|---|---|---|---|---|---|---|---|")
 for arm, rs in rows.items():
-    for seed, (v, ratio, b, ar, part) in zip(seeds, rs):
+    for seed, (v, ratio, b, ar, part, se) in zip(seeds, rs):
         extra = "| | | | |" if b is None else f"| {b:.4g} | {ar:.4g} | {ar / b:.1f}x | {part} |"
-        print(f"| {arm} | {seed} | {v:.5f} | {ratio:.4f} {extra}")
+        print(f"| {arm} | {seed} | {v:.5f} | {ratio:.4f} {extra} {'' if se is None else f'{se:.5f}'} |")
 print()
 print("| arm | mean val_loss | spread (stdev) | mean / sync | worst / sync |")
 print("|---|---|---|---|---|")
