@@ -264,7 +264,14 @@ struct SyncClient::Impl {
           // is seen only when this thread runs again, which on a busy machine can be after the
           // syncer has read the frame.
           const double write_started = unix_now();
-          co_await write_raw(*l, frame);
+          try {
+            co_await write_raw(*l, frame);
+          } catch (const ClientError&) {
+            // Not on the wire (the connection ended): with carry the push is then over as lost.
+            event("push_unsent", {{"fragment", push->fragment}, {"base_version", push->base_version},
+                                  {"inner_steps", push->inner_steps}});
+            throw;
+          }
           {
             std::lock_guard lk(mu);
             ++st.pushes_sent;
