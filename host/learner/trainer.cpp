@@ -317,31 +317,39 @@ Loop::Evaluation Loop::evaluate() {
   auto default_gen = at::detail::getDefaultCPUGenerator();
   const auto saved = default_gen.get_state();
   const std::int64_t draws = std::max<std::int64_t>(1, s_.validation_draws);
-  double sum = 0.0, sum_sq = 0.0;  // over this rank's draws, of each draw's loss over the rows
-  for (std::int64_t d = 0; d < draws; ++d) {
-    double total = 0.0;
-    std::int64_t count = 0;
-    for (std::size_t i = 0; i < val_batches_.size(); ++i) {
-      // Fixed timesteps, noise and latent samples per evaluation and draw: val_loss tracks the
-      // model (draw 0 is the single draw of validation.draws = 1).
-      const auto idx = static_cast<std::int64_t>(i);
-      at::manual_seed(stream(stream_name("validation-torch", d, idx)));
-      if (model_.computes_loss()) {
+  // Each draw's loss over the rows. A batch's latents and conditioning do not depend on the draw
+  // (no sampling): encoded once, then every draw's timesteps and noise.
+  std::vector<double> total(static_cast<std::size_t>(draws), 0.0);
+  std::int64_t count = 0;
+  for (std::size_t i = 0; i < val_batches_.size(); ++i) {
+    // Fixed timesteps, noise and latent samples per evaluation and draw: val_loss tracks the
+    // model (draw 0 is the single draw of validation.draws = 1).
+    const auto idx = static_cast<std::int64_t>(i);
+    if (model_.computes_loss()) {
+      const auto rows = static_cast<std::int64_t>(val_batches_[i].rows.size());
+      for (std::int64_t d = 0; d < draws; ++d) {
+        at::manual_seed(stream(stream_name("validation-torch", d, idx)));
         nlohmann::json unused;
         const auto loss = model_loss(val_batches_[i], false, stream_name("validation", d, idx), unused);
-        const auto rows = static_cast<std::int64_t>(val_batches_[i].rows.size());
-        total += loss.item<double>() * static_cast<double>(rows);
-        count += rows;
-        continue;
+        total[static_cast<std::size_t>(d)] += loss.item<double>() * static_cast<double>(rows);
       }
-      at::Tensor latents;
-      const auto cond = encode(val_batches_[i], false, stream(stream_name("validation-latent", d, idx)), latents);
+      count += rows;
+      continue;
+    }
+    at::manual_seed(stream(stream_name("validation-torch", 0, idx)));
+    at::Tensor latents;
+    const auto cond = encode(val_batches_[i], false, stream(stream_name("validation-latent", 0, idx)), latents);
+    for (std::int64_t d = 0; d < draws; ++d) {
+      if (d > 0) at::manual_seed(stream(stream_name("validation-torch", d, idx)));
       auto gen = make_generator(stream(stream_name("validation", d, idx)));
       const auto loss = batch_loss(latents, cond, gen);
-      total += loss.item<double>() * static_cast<double>(latents.size(0));
-      count += latents.size(0);
+      total[static_cast<std::size_t>(d)] += loss.item<double>() * static_cast<double>(latents.size(0));
     }
-    const double v = total / static_cast<double>(count);
+    count += latents.size(0);
+  }
+  double sum = 0.0, sum_sq = 0.0;  // over this rank's draws
+  for (const double t : total) {
+    const double v = t / static_cast<double>(count);
     sum += v;
     sum_sq += v * v;
   }
