@@ -28,14 +28,17 @@ bool all_finite(std::span<const float> x) {
   return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
 }
 
-std::vector<float> rda_merge(std::span<const std::span<const float>> deltas, std::span<const double> weights) {
-  if (deltas.empty() || deltas.size() != weights.size()) throw Error("rda_merge: deltas and weights disagree");
+const char* merge_rule_name(MergeRule r) { return r == MergeRule::mean ? "mean" : "rda"; }
+
+Merged merge_deltas(std::span<const std::span<const float>> deltas, std::span<const double> weights, MergeRule rule) {
+  if (deltas.empty() || deltas.size() != weights.size()) throw Error("merge_deltas: deltas and weights disagree");
   const std::size_t n = deltas[0].size();
   for (const auto& d : deltas)
-    if (d.size() != n) throw Error("rda_merge: deltas have different lengths");
+    if (d.size() != n) throw Error("merge_deltas: deltas have different lengths");
   // One cache-blocked pass: the weighted mean (in double per chunk, stored as float), its
-  // squared norm and every delta's squared norm; then one scaling pass.
-  std::vector<float> out(n, 0.0f);
+  // squared norm and every delta's squared norm; RDA then scales in a second pass.
+  Merged m;
+  m.delta.assign(n, 0.0f);
   std::vector<double> sq(deltas.size(), 0.0);
   double mm = 0;
   constexpr std::size_t kChunk = 2048;
@@ -55,19 +58,29 @@ std::vector<float> rda_merge(std::span<const std::span<const float>> deltas, std
     }
     for (std::size_t k = 0; k < len; ++k) {
       mm += acc[k] * acc[k];
-      out[c0 + k] = static_cast<float>(acc[k]);
+      m.delta[c0 + k] = static_cast<float>(acc[k]);
     }
   }
   double radius = 0;
-  for (std::size_t i = 0; i < deltas.size(); ++i) radius += weights[i] * std::sqrt(sq[i]);
-  const double mn = std::sqrt(mm);
-  if (mn == 0.0) {
-    std::fill(out.begin(), out.end(), 0.0f);
-    return out;
+  for (std::size_t i = 0; i < deltas.size(); ++i) {
+    m.norms.push_back(std::sqrt(sq[i]));
+    radius += weights[i] * m.norms.back();
   }
-  const double scale = radius / mn;
-  for (auto& v : out) v = static_cast<float>(v * scale);
-  return out;
+  const double mn = std::sqrt(mm);
+  m.agreement = radius > 0 ? std::min(1.0, mn / radius) : 0.0;
+  if (rule == MergeRule::rda) {
+    if (mn == 0.0) {
+      std::fill(m.delta.begin(), m.delta.end(), 0.0f);
+    } else {
+      const double scale = radius / mn;
+      for (auto& v : m.delta) v = static_cast<float>(v * scale);
+    }
+  }
+  return m;
+}
+
+std::vector<float> rda_merge(std::span<const std::span<const float>> deltas, std::span<const double> weights) {
+  return merge_deltas(deltas, weights, MergeRule::rda).delta;
 }
 
 HelocoStats heloco_correct(std::span<float> delta, std::span<const float> momentum, const HelocoParams& p) {

@@ -1,9 +1,10 @@
 // The syncer's merge math, as pure functions on float32 vectors (accumulation in double).
 //
 //   weights   w_i = samples_i / sum_j samples_j                      (token weighting)
-//   RDA       d   = sum_i w_i Δ_i            direction  d / |d|
-//             r   = sum_i w_i |Δ_i|          magnitude
-//             Δ*  = r d / |d|   (zero when |d| == 0)
+//   mean      Δ*  = d = sum_i w_i Δ_i        (sync.merge = "mean", the default)
+//   RDA       Δ*  = r d / |d|   with r = sum_i w_i |Δ_i|  (sync.merge = "rda"; zero when |d| == 0)
+//   agreement a   = |d| / r   in [0, 1]: 1 when every Δ_i points the same way, ~1/√n for n
+//             uncorrelated ones, 0 when they cancel (0 when every Δ_i is 0)
 //   HeLoCo    per block b of a stale Δ against the outer momentum m (see heloco_correct)
 //   outer     m <- μ m + Δ*;  θ <- θ - η (Δ* + μ m)                  (SGD, Nesterov)
 //
@@ -20,7 +21,25 @@ namespace yeto::sync {
 // Token weights from the samples each push covered. Throws when the list is empty or sums to 0.
 std::vector<double> token_weights(std::span<const std::uint64_t> samples);
 
-// Radial-directional average of equally long deltas with the given weights (summing to 1).
+// How the weighted deltas of a round become one update (sync.merge).
+//   mean  the weighted mean: what the islands disagree on (their noise) averages out, as in
+//         a synchronous step on the islands' pooled batches;
+//   rda   radial-directional: the mean's direction with the weighted mean of the deltas' lengths,
+//         so the update is 1/agreement times the mean (up to √n for n uncorrelated deltas).
+enum class MergeRule { mean, rda };
+const char* merge_rule_name(MergeRule r);
+
+struct Merged {
+  std::vector<float> delta;
+  double agreement = 0;       // |Σ wᵢΔᵢ| / Σ wᵢ|Δᵢ| (see above)
+  std::vector<double> norms;  // |Δᵢ|, in the deltas' order
+};
+
+// Merges equally long deltas with the given weights (summing to 1). Throws when there are none,
+// or their lengths or the weights' count disagree.
+Merged merge_deltas(std::span<const std::span<const float>> deltas, std::span<const double> weights, MergeRule rule);
+
+// Radial-directional average (merge_deltas with MergeRule::rda).
 std::vector<float> rda_merge(std::span<const std::span<const float>> deltas, std::span<const double> weights);
 
 struct HelocoParams {

@@ -115,6 +115,10 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.timeouts = timeouts_from_config(c);
   o.quorum = static_cast<std::uint32_t>(c.get_int("sync.quorum"));
   o.inner_steps = static_cast<std::uint32_t>(c.get_int("sync.inner_steps"));
+  const std::string merge = c.get_string("sync.merge");
+  if (merge == "mean") o.merge = MergeRule::mean;
+  else if (merge == "rda") o.merge = MergeRule::rda;
+  else throw UsageError("sync.merge must be mean or rda, not '" + merge + "'");
   o.outer_lr = c.get_number("sync.outer_lr");
   o.outer_momentum = c.get_number("sync.outer_momentum");
   o.max_staleness = static_cast<std::uint32_t>(c.get_int("sync.max_staleness"));

@@ -61,7 +61,8 @@ struct SyncerOptions {
   Timeouts timeouts;
   std::uint32_t quorum = 1;
   std::uint32_t inner_steps = 64;  // the run's H (sync.inner_steps): a learner's push period before its pushes show it
-  double outer_lr = 1.0;        // plain averaging (sync.outer_lr)
+  MergeRule merge = MergeRule::mean;  // sync.merge
+  double outer_lr = 1.0;        // with the mean merge: plain averaging (sync.outer_lr)
   double outer_momentum = 0.0;
   std::uint32_t max_staleness = 8;
   bool heloco = true;

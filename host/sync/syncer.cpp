@@ -1540,6 +1540,8 @@ struct Syncer::Impl {
     json record;                               // the merge record on the tape
     HelocoStats hs;
     double update_norm = 0;
+    double agreement = 0;
+    std::vector<double> push_norms;
     Published published;
     std::shared_ptr<const std::string> update;
     std::uint32_t public_crc = 0;
@@ -1626,7 +1628,10 @@ struct Syncer::Impl {
       }
       std::vector<std::span<const float>> ds;
       for (const auto& q : j.pushes) ds.emplace_back(q.delta);
-      const auto merged = rda_merge(ds, j.weights);
+      Merged m = merge_deltas(ds, j.weights, o.merge);
+      const std::vector<float> merged = std::move(m.delta);
+      j.agreement = m.agreement;
+      j.push_norms = std::move(m.norms);
       j.update_norm = l2_norm(merged);
       j.pushes.clear();  // the deltas are no longer needed
       j.params = *j.base_params;
@@ -1881,6 +1886,7 @@ struct Syncer::Impl {
                 {"expected", j.wait.expected}, {"spread_s", spread},
                 {"round_latency_s", now - j.round_first}, {"merge_s", j.compute_s}, {"worker", j.offloaded},
                 {"update_norm", j.update_norm},
+                {"merge", merge_rule_name(o.merge)}, {"agreement", j.agreement}, {"push_norms", j.push_norms},
                 {"heloco", {{"kept", j.hs.kept}, {"shrunk", j.hs.shrunk}, {"reoriented", j.hs.reoriented}}}};
     // What each connected learner is sent (bytes on the wire, frame included): the update, or the
     // full fragment to a learner that does not hold the update's base (connections as the

@@ -52,9 +52,11 @@ ys::Timeouts fast_timeouts() {
 class SyncerThread {
  public:
   SyncerThread(const fs::path& state, std::uint32_t quorum, std::uint64_t budget_outer_steps,
-               std::uint32_t expected_learners = 1, double expect_window_s = 60)
+               std::uint32_t expected_learners = 1, double expect_window_s = 60,
+               ys::MergeRule merge = ys::MergeRule::mean)
       : state_(state) {
     ys::SyncerOptions o;
+    o.merge = merge;
     o.expected_learners = expected_learners;
     o.expect_window_s = expect_window_s;
     o.state_dir = state;
@@ -220,6 +222,48 @@ TEST(DilocoSync, TwoIslandsMergeUntilTheBudgetAndEndBitIdenticalToTheFinalCut) {
   const auto st = a.sync.stats();
   EXPECT_GT(st.staged_steps, 0u);  // the non-contiguous tensor went through host buffers
   EXPECT_LT(st.staged_steps, st.steps);  // ... but only on the steps that needed it
+}
+
+// The merge rule sets the length of each round's update (before the outer step): with the mean
+// it is the agreement times the pushes' weighted mean length, with RDA that mean length itself.
+// The islands train towards different targets, so their pushes disagree (agreement < 1) and the
+// rules' updates differ.
+TEST(DilocoSync, TheMergeRuleSetsTheLengthOfEachUpdate) {
+  for (const auto rule : {ys::MergeRule::mean, ys::MergeRule::rda}) {
+    SCOPED_TRACE(ys::merge_rule_name(rule));
+    yeto::test::TempDir dir;
+    SyncerThread syncer(dir / "state", 2, 6, 1, 60, rule);
+    IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 100000);
+    IslandRun b(2.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 100000);
+    a.start();
+    b.start();
+    a.join();
+    b.join();
+    ASSERT_EQ(syncer.join(20), 0);
+    std::size_t both = 0;
+    for (const auto& r : syncer.tape()) {
+      if (r["event"] != "merge") continue;
+      EXPECT_EQ(r["merge"], ys::merge_rule_name(rule));
+      const auto w = r["weights"].get<std::vector<double>>();
+      const auto n = r["push_norms"].get<std::vector<double>>();
+      ASSERT_EQ(w.size(), n.size());
+      double radius = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) radius += w[i] * n[i];
+      const double agreement = r["agreement"].get<double>(), length = r["update_norm"].get<double>();
+      EXPECT_GT(agreement, 0.0);
+      EXPECT_LE(agreement, 1.0);
+      if (rule == ys::MergeRule::mean) EXPECT_NEAR(length, agreement * radius, 1e-4 * radius) << r.dump();
+      else EXPECT_NEAR(length, radius, 1e-4 * radius) << r.dump();
+      if (w.size() == 2) {
+        ++both;
+        EXPECT_LT(agreement, 0.99) << r.dump();
+      }
+    }
+    EXPECT_GE(both, 1u);
+    const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+    EXPECT_TRUE(a.island.bytes() == cut);
+    EXPECT_TRUE(b.island.bytes() == cut);
+  }
 }
 
 // A learner that starts from the run's initial state (the same seed) is sent no catch-up: its

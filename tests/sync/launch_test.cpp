@@ -372,3 +372,18 @@ TEST(SyncOptions, GraceFractionFollowsCarry) {
   }
   EXPECT_THROW(fraction({{"sync.grace_fraction", "4.5", "--set"}}), yeto::UsageError);  // the schema's range
 }
+
+// sync.merge: the weighted mean by default, radial-directional averaging on request; any other
+// value is refused by the schema, naming the key.
+TEST(SyncOptions, MergeRuleIsTheMeanUnlessRdaIsAskedFor) {
+  namespace yc = yeto::config;
+  EXPECT_EQ(ys::syncer_options_from_config(yc::Config::resolve(std::nullopt, {})).merge, ys::MergeRule::mean);
+  EXPECT_EQ(ys::syncer_options_from_config(yc::Config::resolve(std::nullopt, {{"sync.merge", "rda", "--set"}})).merge,
+            ys::MergeRule::rda);
+  try {
+    yc::Config::resolve(std::nullopt, {{"sync.merge", "median", "--set"}});
+    FAIL() << "sync.merge = median was accepted";
+  } catch (const yeto::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("sync.merge"), std::string::npos) << e.what();
+  }
+}

@@ -88,6 +88,51 @@ TEST(SyncMerge, RdaOfCancellingDeltasIsZero) {
   EXPECT_EQ(r[1], 0.0f);
 }
 
+// The default rule: the weighted mean, with the agreement |mean| / Σ wᵢ|Δᵢ| and each push's norm.
+TEST(SyncMerge, MeanIsTheWeightedAverageAndReportsTheAgreement) {
+  // Δ1 = (3,4) (norm 5, weight 3/4), Δ2 = (0,-2) (norm 2, weight 1/4): mean (2.25, 2.5),
+  // radius 4.25, agreement sqrt(11.3125) / 4.25.
+  const std::vector<std::vector<float>> d = {{3, 4}, {0, -2}};
+  const auto w = ys::token_weights(std::vector<std::uint64_t>{300, 100});
+  const auto m = ys::merge_deltas(spans(d), w, ys::MergeRule::mean);
+  ASSERT_EQ(m.delta.size(), 2u);
+  EXPECT_NEAR(m.delta[0], 2.25, 1e-6);
+  EXPECT_NEAR(m.delta[1], 2.5, 1e-6);
+  EXPECT_NEAR(m.agreement, std::sqrt(11.3125) / 4.25, 1e-12);
+  ASSERT_EQ(m.norms.size(), 2u);
+  EXPECT_DOUBLE_EQ(m.norms[0], 5.0);
+  EXPECT_DOUBLE_EQ(m.norms[1], 2.0);
+  // RDA of the same pushes: the mean scaled by 1 / agreement, same agreement and norms.
+  const auto r = ys::merge_deltas(spans(d), w, ys::MergeRule::rda);
+  EXPECT_NEAR(r.delta[0], 2.25 / m.agreement, 1e-5);
+  EXPECT_NEAR(r.delta[1], 2.5 / m.agreement, 1e-5);
+  EXPECT_DOUBLE_EQ(r.agreement, m.agreement);
+  EXPECT_EQ(r.norms, m.norms);
+  // Orthogonal equal pushes: the mean halves each, agreement 1/√2 (RDA: √2 times the mean).
+  const std::vector<std::vector<float>> o = {{2, 0}, {0, 2}};
+  const auto mo = ys::merge_deltas(spans(o), std::vector<double>{0.5, 0.5}, ys::MergeRule::mean);
+  EXPECT_NEAR(mo.delta[0], 1.0, 1e-6);
+  EXPECT_NEAR(mo.delta[1], 1.0, 1e-6);
+  EXPECT_NEAR(mo.agreement, 1 / std::sqrt(2.0), 1e-12);
+  EXPECT_STREQ(ys::merge_rule_name(ys::MergeRule::mean), "mean");
+  EXPECT_STREQ(ys::merge_rule_name(ys::MergeRule::rda), "rda");
+}
+
+TEST(SyncMerge, MeanOfOneDeltaIsThatDeltaAndOfCancellingOnesZero) {
+  const std::vector<std::vector<float>> one = {{1.5f, -2.0f, 0.25f}};
+  const auto m = ys::merge_deltas(spans(one), std::vector<double>{1.0}, ys::MergeRule::mean);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(m.delta[i], one[0][i]);
+  EXPECT_NEAR(m.agreement, 1.0, 1e-12);
+  const std::vector<std::vector<float>> d = {{1, 2}, {-1, -2}};
+  const auto c = ys::merge_deltas(spans(d), std::vector<double>{0.5, 0.5}, ys::MergeRule::mean);
+  EXPECT_EQ(c.delta[0], 0.0f);
+  EXPECT_EQ(c.delta[1], 0.0f);
+  EXPECT_EQ(c.agreement, 0.0);
+  const std::vector<std::vector<float>> z = {{0, 0}, {0, 0}};
+  EXPECT_EQ(ys::merge_deltas(spans(z), std::vector<double>{0.5, 0.5}, ys::MergeRule::rda).agreement, 0.0);
+  EXPECT_THROW(ys::merge_deltas(spans(d), std::vector<double>{1.0}, ys::MergeRule::mean), yeto::Error);
+}
+
 TEST(SyncMerge, RdaRejectsMismatchedLengths) {
   const std::vector<std::vector<float>> d = {{1, 2}, {1}};
   EXPECT_THROW(ys::rda_merge(spans(d), std::vector<double>{0.5, 0.5}), yeto::Error);
