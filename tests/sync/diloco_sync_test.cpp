@@ -181,15 +181,26 @@ std::size_t count(const std::vector<json>& recs, const std::string& event) {
   return n;
 }
 
+// Two islands training towards different targets (island-0 and island-1, events in DIR/a and
+// DIR/b.events.jsonl) until the syncer's budget ends the run.
+struct TwoIslands {
+  IslandRun a, b;
+  TwoIslands(const yeto::test::TempDir& dir, std::uint16_t port)
+      : a(1.0, options("island-0", port, dir / "a.events.jsonl"), 100000),
+        b(2.0, options("island-1", port, dir / "b.events.jsonl"), 100000) {
+    a.start();
+    b.start();
+    a.join();
+    b.join();
+  }
+};
+
 TEST(DilocoSync, TwoIslandsMergeUntilTheBudgetAndEndBitIdenticalToTheFinalCut) {
   yeto::test::TempDir dir;
   SyncerThread syncer(dir / "state", 2, 8);
-  IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 100000);
-  IslandRun b(2.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 100000);
-  a.start();
-  b.start();
-  a.join();
-  b.join();
+  TwoIslands run(dir, syncer.port());
+  auto& a = run.a;
+  auto& b = run.b;
   ASSERT_EQ(syncer.join(20), 0);
   EXPECT_TRUE(a.finished);
   EXPECT_TRUE(b.finished);
@@ -233,12 +244,7 @@ TEST(DilocoSync, TheMergeRuleSetsTheLengthOfEachUpdate) {
     SCOPED_TRACE(ys::merge_rule_name(rule));
     yeto::test::TempDir dir;
     SyncerThread syncer(dir / "state", 2, 6, 1, 60, rule);
-    IslandRun a(1.0, options("island-0", syncer.port(), dir / "a.events.jsonl"), 100000);
-    IslandRun b(2.0, options("island-1", syncer.port(), dir / "b.events.jsonl"), 100000);
-    a.start();
-    b.start();
-    a.join();
-    b.join();
+    TwoIslands run(dir, syncer.port());
     ASSERT_EQ(syncer.join(20), 0);
     std::size_t both = 0;
     for (const auto& r : syncer.tape()) {
@@ -261,8 +267,8 @@ TEST(DilocoSync, TheMergeRuleSetsTheLengthOfEachUpdate) {
     }
     EXPECT_GE(both, 1u);
     const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
-    EXPECT_TRUE(a.island.bytes() == cut);
-    EXPECT_TRUE(b.island.bytes() == cut);
+    EXPECT_TRUE(run.a.island.bytes() == cut);
+    EXPECT_TRUE(run.b.island.bytes() == cut);
   }
 }
 
