@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   std::vector<std::span<const float>> ds(d.begin(), d.end());
   const std::vector<double> w(learners, 1.0 / learners);
   std::vector<float> merged;
+  const double t_mean = best_seconds(3, [&] { merged = ys::merge_deltas(ds, w, ys::MergeRule::mean).delta; });
   const double t_rda = best_seconds(3, [&] { merged = ys::rda_merge(ds, w); });
   std::vector<float> mom(n), params(n);
   for (auto& e : mom) e = nd(rng);
@@ -130,6 +131,8 @@ int main(int argc, char** argv) {
   });
   const double t_outer = best_seconds(3, [&] { ys::outer_step(params, mom, merged, 0.7, 0.9); });
   std::printf("merge math, %d learners x %zu values\n", learners, n);
+  std::printf("  mean merge        %7.2f GB/s of deltas read  (%.1f ms; memcpy of the same bytes %.1f ms)\n",
+              learners * gb / t_mean, t_mean * 1e3, learners * t_copy * 1e3);
   std::printf("  RDA merge         %7.2f GB/s of deltas read  (%.1f ms; memcpy of the same bytes %.1f ms)\n",
               learners * gb / t_rda, t_rda * 1e3, learners * t_copy * 1e3);
   std::printf("  HeLoCo correct    %7.2f GB/s  (%.1f ms per stale delta, incl. a copy)\n", gb / t_helo, t_helo * 1e3);
