@@ -68,12 +68,14 @@ Merged merge_deltas(std::span<const std::span<const float>> deltas, std::span<co
   }
   const double mn = std::sqrt(mm);
   m.agreement = radius > 0 ? std::min(1.0, mn / radius) : 0.0;
+  m.norm = mn;
   if (rule == MergeRule::rda) {
     if (mn == 0.0) {
       std::fill(m.delta.begin(), m.delta.end(), 0.0f);
     } else {
       const double scale = radius / mn;
       for (auto& v : m.delta) v = static_cast<float>(v * scale);
+      m.norm = radius;
     }
   }
   return m;

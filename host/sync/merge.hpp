@@ -31,6 +31,7 @@ const char* merge_rule_name(MergeRule r);
 
 struct Merged {
   std::vector<float> delta;
+  double norm = 0;            // |Δ*|, from the merge's own sums (in double)
   double agreement = 0;       // |Σ wᵢΔᵢ| / Σ wᵢ|Δᵢ| (see above)
   std::vector<double> norms;  // |Δᵢ|, in the deltas' order
 };

@@ -1632,7 +1632,7 @@ struct Syncer::Impl {
       const std::vector<float> merged = std::move(m.delta);
       j.agreement = m.agreement;
       j.push_norms = std::move(m.norms);
-      j.update_norm = l2_norm(merged);
+      j.update_norm = m.norm;
       j.pushes.clear();  // the deltas are no longer needed
       j.params = *j.base_params;
       j.momentum = *j.base_momentum;

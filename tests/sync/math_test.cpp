@@ -99,6 +99,7 @@ TEST(SyncMerge, MeanIsTheWeightedAverageAndReportsTheAgreement) {
   EXPECT_NEAR(m.delta[0], 2.25, 1e-6);
   EXPECT_NEAR(m.delta[1], 2.5, 1e-6);
   EXPECT_NEAR(m.agreement, std::sqrt(11.3125) / 4.25, 1e-12);
+  EXPECT_NEAR(m.norm, std::sqrt(11.3125), 1e-12);
   ASSERT_EQ(m.norms.size(), 2u);
   EXPECT_DOUBLE_EQ(m.norms[0], 5.0);
   EXPECT_DOUBLE_EQ(m.norms[1], 2.0);
@@ -107,6 +108,8 @@ TEST(SyncMerge, MeanIsTheWeightedAverageAndReportsTheAgreement) {
   EXPECT_NEAR(r.delta[0], 2.25 / m.agreement, 1e-5);
   EXPECT_NEAR(r.delta[1], 2.5 / m.agreement, 1e-5);
   EXPECT_DOUBLE_EQ(r.agreement, m.agreement);
+  EXPECT_NEAR(r.norm, 4.25, 1e-12);
+  EXPECT_NEAR(r.norm, ys::l2_norm(r.delta), 1e-5);
   EXPECT_EQ(r.norms, m.norms);
   // Orthogonal equal pushes: the mean halves each, agreement 1/√2 (RDA: √2 times the mean).
   const std::vector<std::vector<float>> o = {{2, 0}, {0, 2}};
