@@ -162,20 +162,17 @@ draws = int(sys.argv[7])
 def records(path):
     return [json.loads(line) for line in open(path) if line.strip()]
 
-def last(path, key):
-    v = None
-    for j in records(path):
-        if key in j:
-            v = j[key]
-    if v is None:
-        raise SystemExit(f"{path}: no {key}")
-    return v
-
 def last_or_none(path, key):
     v = None
     for j in records(path):
         if key in j:
             v = j[key]
+    return v
+
+def last(path, key):
+    v = last_or_none(path, key)
+    if v is None:
+        raise SystemExit(f"{path}: no {key}")
     return v
 
 def tape(d):
