@@ -29,7 +29,8 @@
 # arms at equal samples) [MODEL: tests/fixtures/repos/flux-tiny when PRESET is unset], DATA [the
 # demo's image set, generated], SEEDS ["1 2 3"], STEPS [640: per island of diloco2 and per rank of
 # sync; diloco4's islands run STEPS/2], H [unset: sync.inner_steps as configured, 64 by default]
-# (inner steps), FRAGMENTS [unset: sync.fragments, 1 by default], MICRO [2], LR [2e-3], SIZE [32],
+# (inner steps; several, e.g. H="1 16 64", run each DiLoCo arm once per H against the one sync
+# arm and print the frontier: loss cost and bytes per H), FRAGMENTS [unset: sync.fragments, 1 by default], MICRO [2], LR [2e-3], SIZE [32],
 # LORA_R [4], TEXT_TOKENS [32] (model.max_sequence_length, as the demo; 0 is the family's default,
 # 512 for FLUX.1, which made a mid step at 32x32 about 12x as long), ARMS ["sync diloco2 diloco4"],
 # DRAWS [16] (validation.draws: timestep / noise draws per held-out row; the held-out set is a
@@ -106,19 +107,42 @@ checkpoint_every = 0
 learning_rate = $lr
 warmup_steps = 2
 TOML
-# H and fragments: the product's defaults unless H / FRAGMENTS say otherwise.
-[ -n "${H:-}" ] && printf '[sync]\ninner_steps = %s\n' "$H" >> "$out/run.toml"
+# H and fragments: the product's defaults unless H / FRAGMENTS say otherwise. Several H values
+# (H="1 16 64") run every DiLoCo arm once per H against the same sync arm: the frontier of H
+# against the loss cost and the bytes.
+read -r -a hs <<< "${H:-}"
+for h in "${hs[@]}"; do
+  [[ "$h" =~ ^[1-9][0-9]*$ ]] || { echo "H: '$h' is not a positive number of inner steps" >&2; exit 2; }
+done
+if [ ${#hs[@]} -gt 1 ]; then
+  case " ${EXTRA:-} " in *" sync.inner_steps="*) echo "H lists several values: leave sync.inner_steps out of EXTRA" >&2; exit 2 ;; esac
+fi
+[ ${#hs[@]} -eq 1 ] && printf '[sync]\ninner_steps = %s\n' "${hs[0]}" >> "$out/run.toml"
 [ -n "${FRAGMENTS:-}" ] && { grep -q '^\[sync\]' "$out/run.toml" || echo '[sync]' >> "$out/run.toml"; \
   echo "fragments = $FRAGMENTS" >> "$out/run.toml"; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 extra=()
 for kv in ${EXTRA:-}; do extra+=(--set "$kv"); done
-# The H and fragments every arm runs with, as the configuration resolves them (EXTRA included).
-read -r inner fragments < <("$host" config --json --config "$out/run.toml" "${extra[@]}" | python3 -c '
+# The H values and fragments the DiLoCo arms run with, as the configuration resolves them (EXTRA
+# included). With one H (or none) the runs are OUT_DIR/dilocoN-SEED, with several
+# OUT_DIR/dilocoN-hH-SEED.
+resolve() {
+  "$host" config --json --config "$out/run.toml" "${extra[@]}" "$@" | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-print(j["sync.inner_steps"]["value"], j["sync.fragments"]["value"])')
+print(j["sync.inner_steps"]["value"], j["sync.fragments"]["value"])'
+}
+if [ ${#hs[@]} -gt 1 ]; then
+  inners=()
+  for h in "${hs[@]}"; do read -r inner fragments < <(resolve --set "sync.inner_steps=$h"); inners+=("$inner"); done
+else
+  read -r inner fragments < <(resolve)
+  inners=("$inner")
+fi
+run_name() {  # arm, H, seed
+  if [ ${#inners[@]} -gt 1 ]; then echo "$1-h$2-$3"; else echo "$1-$3"; fi
+}
 has() { case " $arms " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 # SUMMARY_ONLY=1: only print the tables of the runs already in OUT_DIR.
@@ -143,19 +167,25 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
       echo "$(date -u +%T) seed $seed sync done" >&2
     fi
     # A finished run directory would be resumed (its syncer restarts on the final cut): start fresh.
-    for n in 2 4; do
-      has "diloco$n" || continue
-      rm -rf "$out/diloco$n-$seed"
-      "$host" train --islands "$n" "${common[@]}" --max-steps $((steps * 2 / n)) --output "$out/diloco$n-$seed" \
-        --quiet > "$out/diloco$n-$seed.log" 2>&1 || { tail -5 "$out/diloco$n-$seed.log" >&2; exit 1; }
-      echo "$(date -u +%T) seed $seed diloco$n done" >&2
+    for h in "${inners[@]}"; do
+      hset=()
+      [ ${#inners[@]} -gt 1 ] && hset=(--set "sync.inner_steps=$h")
+      for n in 2 4; do
+        has "diloco$n" || continue
+        name="$(run_name "diloco$n" "$h" "$seed")"
+        rm -rf "${out:?}/$name"
+        "$host" train --islands "$n" "${common[@]}" "${hset[@]}" --max-steps $((steps * 2 / n)) --output "$out/$name" \
+          --quiet > "$out/$name.log" 2>&1 || { tail -5 "$out/$name.log" >&2; exit 1; }
+        echo "$(date -u +%T) seed $seed $name done (H $h)" >&2
+      done
     done
   done
 fi
 
-python3 - "$out" "$seeds" "$steps" "$inner" "$fragments" "$arms" "$draws" <<'PY'
+python3 - "$out" "$seeds" "$steps" "${inners[*]}" "$fragments" "$arms" "$draws" <<'PY'
 import json, statistics, sys, os
-out, seeds, steps, inner, fragments = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+out, seeds, steps, fragments = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[5])
+inners = [int(h) for h in sys.argv[4].split()]
 arms = sys.argv[6].split()
 draws = int(sys.argv[7])
 
@@ -186,60 +216,70 @@ def tape(d):
 
 rows, notes = {}, []
 numel = None
+multi = len(inners) > 1
 for seed in seeds:
     s = None
     if "sync" in arms:
         s = last(os.path.join(out, f"sync-{seed}", "metrics.jsonl"), "val_loss")
         se = last_or_none(os.path.join(out, f"sync-{seed}", "metrics.jsonl"), "val_loss_stderr")
-        rows.setdefault("sync", []).append((s, 1.0, None, None, None, se))
-    for arm in ("diloco2", "diloco4"):
-        if arm not in arms:
-            continue
-        d = os.path.join(out, f"{arm}-{seed}")
-        # Every island holds the final cut; islands 0 and 1 evaluate it with the noise streams of
-        # logical ranks 0 and 1, the streams the sync arm's two ranks average over.
-        v = statistics.mean(last(os.path.join(d, f"island-{i}", "metrics.jsonl"), "val_loss_final_cut") for i in (0, 1))
-        ses = [last_or_none(os.path.join(d, f"island-{i}", "metrics.jsonl"), "val_loss_final_cut_stderr") for i in (0, 1)]
-        se = (ses[0] ** 2 + ses[1] ** 2) ** 0.5 / 2 if None not in ses else None
-        summ = json.load(open(os.path.join(d, "summary.json")))
-        n = summ["islands"]
-        part = f'{summ["merges_with_every_live_island"]}/{summ["outer_steps_merged"]}'
-        per = summ["per_island"]
-        numel = per[0]["numel"]
-        isteps = [i["steps"] for i in per]
-        # The summary's all-reduce figure: every island a rank of one float32 ring all-reduce of
-        # the numel trainable values each of its steps, 2(n-1)/n x 4 x numel bytes sent and as many
-        # received per step. Recomputed here from the islands' steps as a check.
-        ar = summ["allreduce_equivalent_bytes_total"]
-        ar_check = sum(st * 2 * 2 * (n - 1) / n * 4 * numel for st in isteps)
-        if abs(ar - ar_check) > 1e-6 * ar:
-            raise SystemExit(f"{d}: allreduce_equivalent_bytes_total {ar} is not {ar_check}")
-        # The sync arm's own ring (2 ranks, STEPS steps each) for the same samples.
-        ar_sync = 2 * steps * 2 * 2 * (2 - 1) / 2 * 4 * numel
-        ev = [r.get("event") for r in tape(d)]
-        inits = ev.count("init") + ev.count("init_ignored")
-        sent = "+".join(f'{i["bytes_sent"] / 1e6:.3f}' for i in per)
-        recv = "+".join(f'{i["bytes_received"] / 1e6:.3f}' for i in per)
-        notes.append(f"{arm} seed {seed}: islands' steps {isteps}, sent {sent} MB, received {recv} MB, "
-                     f"init uploads on the tape {inits} (init {ev.count('init')}, init_ignored {ev.count('init_ignored')}), "
-                     f"merges by islands {summ['merges_by_islands']}, sync arm's ring {ar_sync:.4g} B = {ar_sync / summ['bytes_total']:.1f}x")
-        rows.setdefault(arm, []).append((v, v / s if s else float("nan"), summ["bytes_total"], ar, part, se))
+        rows.setdefault(("sync", None), []).append((s, 1.0, None, None, None, se))
+    for h in inners:
+        for arm in ("diloco2", "diloco4"):
+            if arm not in arms:
+                continue
+            d = os.path.join(out, f"{arm}-h{h}-{seed}" if multi else f"{arm}-{seed}")
+            # Every island holds the final cut; islands 0 and 1 evaluate it with the noise streams
+            # of logical ranks 0 and 1, the streams the sync arm's two ranks average over.
+            v = statistics.mean(last(os.path.join(d, f"island-{i}", "metrics.jsonl"), "val_loss_final_cut") for i in (0, 1))
+            ses = [last_or_none(os.path.join(d, f"island-{i}", "metrics.jsonl"), "val_loss_final_cut_stderr") for i in (0, 1)]
+            se = (ses[0] ** 2 + ses[1] ** 2) ** 0.5 / 2 if None not in ses else None
+            summ = json.load(open(os.path.join(d, "summary.json")))
+            n = summ["islands"]
+            merged = (summ["merges_with_every_live_island"], summ["outer_steps_merged"])
+            per = summ["per_island"]
+            numel = per[0]["numel"]
+            isteps = [i["steps"] for i in per]
+            # The summary's all-reduce figure: every island a rank of one float32 ring all-reduce
+            # of the numel trainable values each of its steps, 2(n-1)/n x 4 x numel bytes sent and
+            # as many received per step. Recomputed here from the islands' steps as a check.
+            ar = summ["allreduce_equivalent_bytes_total"]
+            ar_check = sum(st * 2 * 2 * (n - 1) / n * 4 * numel for st in isteps)
+            if abs(ar - ar_check) > 1e-6 * ar:
+                raise SystemExit(f"{d}: allreduce_equivalent_bytes_total {ar} is not {ar_check}")
+            # The sync arm's own ring (2 ranks, STEPS steps each) for the same samples.
+            ar_sync = 2 * steps * 2 * 2 * (2 - 1) / 2 * 4 * numel
+            ev = [r.get("event") for r in tape(d)]
+            inits = ev.count("init") + ev.count("init_ignored")
+            sent = "+".join(f'{i["bytes_sent"] / 1e6:.3f}' for i in per)
+            recv = "+".join(f'{i["bytes_received"] / 1e6:.3f}' for i in per)
+            notes.append(f"{arm} H {h} seed {seed}: islands' steps {isteps}, sent {sent} MB, received {recv} MB, "
+                         f"init uploads on the tape {inits} (init {ev.count('init')}, init_ignored {ev.count('init_ignored')}), "
+                         f"merges by islands {summ['merges_by_islands']}, sync arm's ring {ar_sync:.4g} B = {ar_sync / summ['bytes_total']:.1f}x")
+            rows.setdefault((arm, h), []).append((v, v / s if s else float("nan"), summ["bytes_total"], ar, merged, se))
 print(f"DiLoCo vs synchronous training, {len(seeds)} seeds, {steps} steps x 2 ranks of samples per arm, "
-      f"H = {inner}, fragments = {fragments}, {numel} trainable values, {draws} validation draws per held-out row")
-print("| arm | seed | val_loss | / sync | bytes both ways | all-reduce bytes | all-reduce / arm | merges with every live island | val_loss standard error (draws) |")
-print("|---|---|---|---|---|---|---|---|---|")
-for arm, rs in rows.items():
-    for seed, (v, ratio, b, ar, part, se) in zip(seeds, rs):
-        extra = "| | | | |" if b is None else f"| {b:.4g} | {ar:.4g} | {ar / b:.1f}x | {part} |"
-        print(f"| {arm} | {seed} | {v:.5f} | {ratio:.4f} {extra} {'' if se is None else f'{se:.5f}'} |")
+      f"H = {' / '.join(map(str, inners))}, fragments = {fragments}, {numel} trainable values, "
+      f"{draws} validation draws per held-out row")
+print("| arm | H | seed | val_loss | / sync | bytes both ways | all-reduce bytes | all-reduce / arm | merges with every live island | val_loss standard error (draws) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for (arm, h), rs in rows.items():
+    for seed, (v, ratio, b, ar, merged, se) in zip(seeds, rs):
+        extra = "| | | | |" if b is None else f"| {b:.4g} | {ar:.4g} | {ar / b:.1f}x | {merged[0]}/{merged[1]} |"
+        print(f"| {arm} | {'' if h is None else h} | {seed} | {v:.5f} | {ratio:.4f} {extra} {'' if se is None else f'{se:.5f}'} |")
 print()
-print("| arm | mean val_loss | spread (stdev) | mean / sync | worst / sync |")
-print("|---|---|---|---|---|")
-for arm, rs in rows.items():
+# Over the seeds; with several H this is the frontier: the loss cost against the bytes saved.
+print("| arm | H | mean val_loss | spread (stdev) | mean / sync | best / sync | worst / sync | all-reduce / arm (mean) | merges with every live island |")
+print("|---|---|---|---|---|---|---|---|---|")
+for (arm, h), rs in rows.items():
     vals = [r[0] for r in rs]
     ratios = [r[1] for r in rs]
     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    print(f"| {arm} | {statistics.mean(vals):.5f} | {sd:.5f} | {statistics.mean(ratios):.4f} | {max(ratios):.4f} |")
+    if h is None:
+        tail = "| | |"
+    else:
+        tail = (f"| {statistics.mean(r[3] / r[2] for r in rs):.1f}x | "
+                f"{sum(r[4][0] for r in rs)}/{sum(r[4][1] for r in rs)} |")
+    print(f"| {arm} | {'' if h is None else h} | {statistics.mean(vals):.5f} | {sd:.5f} | {statistics.mean(ratios):.4f} | "
+          f"{min(ratios):.4f} | {max(ratios):.4f} {tail}")
 print()
 for line in notes:
     print(line)
