@@ -1,4 +1,4 @@
-// q4 pseudo-gradient quantisation and the syncer's merge math, each next to a memcpy of the
+// q4 and q2 pseudo-gradient quantisation and the syncer's merge math, each next to a memcpy of the
 // same bytes measured in the same run (so the ratio, not the absolute number, is the result).
 //   sync_q4_bench [numel=16777216] [block=64] [learners=4]
 #include <chrono>
@@ -70,13 +70,30 @@ int main(int argc, char** argv) {
   }
   double max_err = 0;
   for (std::size_t i = 0; i < n; ++i) max_err = std::max(max_err, static_cast<double>(std::fabs(x[i] - y[i])));
+  // q2 (sync.uplink / sync.downlink = q2) at the same block, and the error energy each code leaves.
+  std::vector<float> scales2(scales.size()), y2(n);
+  std::vector<std::uint8_t> codes2((n + 3) / 4);
+  const double t_enc2 = best_seconds(reps, [&] { ys::q2_encode_into(x, block, scales2.data(), codes2.data()); });
+  const double t_dec2 = best_seconds(reps, [&] { ys::q2_decode_into(n, block, scales2.data(), codes2.data(), y2); sink = y2[7]; });
+  double e4 = 0, e2 = 0, energy = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    e4 += (x[i] - y[i]) * static_cast<double>(x[i] - y[i]);
+    e2 += (x[i] - y2[i]) * static_cast<double>(x[i] - y2[i]);
+    energy += x[i] * static_cast<double>(x[i]);
+  }
 
   std::printf("sync q4: %zu float32 values (%.1f MB), block %u, best of %d\n", n, gb * 1e3, block, reps);
   std::printf("  memcpy            %7.2f GB/s  (baseline)\n", gb / t_copy);
   std::printf("  q4 encode         %7.2f GB/s  (%.2fx memcpy)  -> %.1f MB on the wire (%.2f bits/value)\n",
               gb / t_enc, t_copy / t_enc, (scales.size() * 4 + codes.size()) / 1e6,
               8.0 * (scales.size() * 4 + codes.size()) / static_cast<double>(n));
-  std::printf("  q4 decode         %7.2f GB/s  (%.2fx memcpy)  max |error| %.3g\n", gb / t_dec, t_copy / t_dec, max_err);
+  std::printf("  q4 decode         %7.2f GB/s  (%.2fx memcpy)  max |error| %.3g, error energy %.4f of the values\n",
+              gb / t_dec, t_copy / t_dec, max_err, e4 / energy);
+  std::printf("  q2 encode         %7.2f GB/s  (%.2fx memcpy)  -> %.1f MB on the wire (%.2f bits/value)\n",
+              gb / t_enc2, t_copy / t_enc2, (scales2.size() * 4 + codes2.size()) / 1e6,
+              8.0 * (scales2.size() * 4 + codes2.size()) / static_cast<double>(n));
+  std::printf("  q2 decode         %7.2f GB/s  (%.2fx memcpy)  error energy %.4f of the values\n", gb / t_dec2,
+              t_copy / t_dec2, e2 / energy);
   std::printf("  (default: %s; every implementation below gives the same bytes)\n", ys::q4_impl_name(ys::q4_best_impl()));
   for (const Row& r : rows)
     std::printf("  q4 %-6s encode %7.2f GB/s (%.2fx memcpy), decode %7.2f GB/s (%.2fx memcpy)\n",

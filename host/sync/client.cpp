@@ -35,6 +35,8 @@ using json = nlohmann::json;
 
 namespace {
 
+DeltaEncoding uplink_encoding(Uplink u) { return u == Uplink::q2 ? DeltaEncoding::q2 : DeltaEncoding::q4; }
+
 struct RawPush {
   std::uint32_t fragment = 0;
   std::uint64_t base_version = 0;
@@ -257,8 +259,9 @@ struct SyncClient::Impl {
         if (push) {
           // Quantised here, off the training thread.
           const Push m = push->encoded ? std::move(*push->encoded)
-                                       : Push::from_delta_q4(push->fragment, push->base_version, push->samples,
-                                                             push->inner_steps, push->delta, o.quant_block);
+                                       : Push::from_delta_quantised(uplink_encoding(o.uplink), push->fragment,
+                                                                    push->base_version, push->samples,
+                                                                    push->inner_steps, push->delta, o.quant_block);
           const std::string frame = l->session->seal(MsgType::push, run_id, m.encode());
           // When the write began as well as (the event's time) when it completed: the completion
           // is seen only when this thread runs again, which on a busy machine can be after the
@@ -850,9 +853,10 @@ struct SyncClient::Impl {
       }
       RawPush rp{p, base_version[p], samples_since[p], static_cast<std::uint32_t>(steps_since[p]), {}, std::nullopt};
       if (o.carry) {
-        // Error feedback: the reference is the state the syncer will take this push for, base − q4(δ),
+        // Error feedback: the reference is the state the syncer will take this push for, base − q(δ),
         // so what the quantisation dropped stays in θ − ref and goes with the next push.
-        rp.encoded = Push::from_delta_q4(p, rp.base_version, rp.samples, rp.inner_steps, local, o.quant_block);
+        rp.encoded = Push::from_delta_quantised(uplink_encoding(o.uplink), p, rp.base_version, rp.samples,
+                                                rp.inner_steps, local, o.quant_block);
         std::vector<float> sent = rp.encoded->delta();
         for (std::size_t k = 0; k < sent.size(); ++k) sent[k] = base[p][k] - sent[k];
         carry[p].pushed(base_version[p], sent);

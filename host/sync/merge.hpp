@@ -36,8 +36,9 @@ struct Merged {
   std::vector<double> norms;  // |Δᵢ|, in the deltas' order
 };
 
-// Merges equally long deltas with the given weights (summing to 1). Throws when there are none,
-// or their lengths or the weights' count disagree.
+// Merges equally long deltas with the given weights (summing to 1, or to the share of a round
+// the deltas stand for: the update scales with it, the agreement does not). Throws when there
+// are none, or their lengths or the weights' count disagree.
 Merged merge_deltas(std::span<const std::span<const float>> deltas, std::span<const double> weights, MergeRule rule);
 
 // Radial-directional average (merge_deltas with MergeRule::rda).

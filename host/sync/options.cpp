@@ -83,7 +83,16 @@ void parse_host_port(const std::string& s, std::string& host, std::uint16_t& por
   port = static_cast<std::uint16_t>(v);
 }
 
-const char* downlink_name(Downlink d) { return d == Downlink::q4 ? "q4" : "f32"; }
+const char* downlink_name(Downlink d) {
+  switch (d) {
+    case Downlink::q4: return "q4";
+    case Downlink::f32: return "f32";
+    case Downlink::q2: return "q2";
+  }
+  return "unknown";
+}
+const char* partial_merge_name(PartialMerge m) { return m == PartialMerge::share ? "share" : "full"; }
+const char* uplink_name(Uplink u) { return u == Uplink::q2 ? "q2" : "q4"; }
 
 Timeouts timeouts_from_config(const config::Config& c) {
   Timeouts t;
@@ -119,6 +128,10 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   if (merge == "mean") o.merge = MergeRule::mean;
   else if (merge == "rda") o.merge = MergeRule::rda;
   else throw UsageError("sync.merge must be mean or rda, not '" + merge + "'");
+  const std::string partial = c.get_string("sync.partial_merge");
+  if (partial == "share") o.partial_merge = PartialMerge::share;
+  else if (partial == "full") o.partial_merge = PartialMerge::full;
+  else throw UsageError("sync.partial_merge must be share or full, not '" + partial + "'");
   o.outer_lr = c.get_number("sync.outer_lr");
   o.outer_momentum = c.get_number("sync.outer_momentum");
   o.max_staleness = static_cast<std::uint32_t>(c.get_int("sync.max_staleness"));
@@ -127,8 +140,9 @@ SyncerOptions syncer_options_from_config(const config::Config& c) {
   o.checkpoint_every = static_cast<std::uint64_t>(c.get_int("sync.checkpoint_every"));
   const std::string downlink = c.get_string("sync.downlink");
   if (downlink == "q4") o.downlink = Downlink::q4;
+  else if (downlink == "q2") o.downlink = Downlink::q2;
   else if (downlink == "f32") o.downlink = Downlink::f32;
-  else throw UsageError("sync.downlink must be q4 or f32, not '" + downlink + "'");
+  else throw UsageError("sync.downlink must be q4, q2 or f32, not '" + downlink + "'");
   o.quant_block = static_cast<std::uint32_t>(c.get_int("sync.quant_block"));
   o.max_frame = static_cast<std::size_t>(c.get_int("sync.max_frame_mb")) << 20;
   o.budget_outer_steps = static_cast<std::uint64_t>(c.get_int("sync.budget_outer_steps"));
@@ -155,6 +169,10 @@ ClientOptions client_options_from_config(const config::Config& c) {
   o.inner_steps = static_cast<std::uint32_t>(c.get_int("sync.inner_steps"));
   o.alpha = static_cast<float>(c.get_number("sync.alpha"));
   o.carry = c.get_bool("sync.carry");
+  const std::string uplink = c.get_string("sync.uplink");
+  if (uplink == "q4") o.uplink = Uplink::q4;
+  else if (uplink == "q2") o.uplink = Uplink::q2;
+  else throw UsageError("sync.uplink must be q4 or q2, not '" + uplink + "'");
   o.quant_block = static_cast<std::uint32_t>(c.get_int("sync.quant_block"));
   o.max_frame = static_cast<std::size_t>(c.get_int("sync.max_frame_mb")) << 20;
   if (!c.get_string("sync.syncer").empty()) parse_host_port(c.get_string("sync.syncer"), o.host, o.port);

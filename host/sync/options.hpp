@@ -47,10 +47,23 @@ struct Timeouts {
   void validate() const;
 };
 
-// What the syncer broadcasts after a merge: q4 updates of the public state (default; see
-// UpdateMsg in protocol.hpp) or the exact float32 fragment.
-enum class Downlink { q4, f32 };
+// What the syncer broadcasts after a merge: q4 (default) or q2 updates of the public state (see
+// UpdateMsg in protocol.hpp), or the exact float32 fragment.
+enum class Downlink { q4, f32, q2 };
 const char* downlink_name(Downlink d);
+// How a learner's pushes travel (sync.uplink): q4 (default) or q2 (sync/quant.hpp).
+enum class Uplink { q4, q2 };
+const char* uplink_name(Uplink u);
+
+// What a round's pushes weigh when some live islands are missing from it (sync.partial_merge):
+//   share  each push weighs its share of the round of every live island that pushes (by count:
+//          present / expected, spread over the present pushes by their samples), so a round
+//          merged without a late island moves the state by that share and the late push adds
+//          its own when it lands: a split round sums to the full round's mean;
+//   full   the pushes present are the whole round (their weights sum to 1): each part of a
+//          split round takes a full step, as if it were the whole round.
+enum class PartialMerge { share, full };
+const char* partial_merge_name(PartialMerge m);
 
 struct SyncerOptions {
   std::string listen_host = "127.0.0.1";
@@ -62,6 +75,7 @@ struct SyncerOptions {
   std::uint32_t quorum = 1;
   std::uint32_t inner_steps = 64;  // the run's H (sync.inner_steps): a learner's push period before its pushes show it
   MergeRule merge = MergeRule::mean;  // sync.merge
+  PartialMerge partial_merge = PartialMerge::share;  // sync.partial_merge
   double outer_lr = 1.0;        // with the mean merge: plain averaging (sync.outer_lr)
   double outer_momentum = 0.0;
   std::uint32_t max_staleness = 8;
@@ -69,7 +83,7 @@ struct SyncerOptions {
   HelocoParams heloco_params;
   std::uint64_t checkpoint_every = 1;
   Downlink downlink = Downlink::q4;
-  std::uint32_t quant_block = 64;  // block of the q4 downlink (sync.quant_block, as the pushes)
+  std::uint32_t quant_block = 64;  // block of the quantised downlink (sync.quant_block, as the pushes)
   std::size_t max_frame = 1024ull << 20;
   std::uint64_t budget_outer_steps = 0;
   std::uint64_t budget_samples = 0;
@@ -126,6 +140,7 @@ struct ClientOptions {
   // push outstanding at a time (a push that falls due meanwhile waits for its merge). alpha
   // is then not used: nothing the island trained is blended away.
   bool carry = true;
+  Uplink uplink = Uplink::q4;      // sync.uplink
   std::uint32_t quant_block = 64;
   Timeouts timeouts;
   std::size_t max_frame = 1024ull << 20;

@@ -507,6 +507,52 @@ FragmentMsg FragmentMsg::decode(std::string_view p) {
   return m;
 }
 
+const char* delta_encoding_name(DeltaEncoding e) {
+  switch (e) {
+    case DeltaEncoding::q4: return "q4";
+    case DeltaEncoding::f32: return "f32";
+    case DeltaEncoding::q2: return "q2";
+  }
+  return "unknown";
+}
+
+std::uint64_t quantised_bytes(DeltaEncoding e, std::uint64_t numel, std::uint32_t block) {
+  return e == DeltaEncoding::q2 ? q2_encoded_bytes(numel, block) : q4_encoded_bytes(numel, block);
+}
+
+namespace {
+
+bool quantised(DeltaEncoding e) { return e == DeltaEncoding::q4 || e == DeltaEncoding::q2; }
+
+// body = scales (float32 per block), then codes.
+std::string quantise(DeltaEncoding e, std::span<const float> x, std::uint32_t block) {
+  const std::uint64_t nb = q4_blocks(x.size(), block);
+  std::string body(quantised_bytes(e, x.size(), block), '\0');
+  std::vector<float> scales(nb);
+  auto* codes = reinterpret_cast<std::uint8_t*>(body.data() + nb * 4);
+  if (e == DeltaEncoding::q2) q2_encode_into(x, block, scales.data(), codes);
+  else q4_encode_into(x, block, scales.data(), codes);
+  std::memcpy(body.data(), scales.data(), nb * 4);
+  return body;
+}
+
+// The caller has checked the body's size against numel and block.
+void dequantise(DeltaEncoding e, std::uint64_t numel, std::uint32_t block, const std::string& body, std::span<float> out,
+                const char* what) {
+  const std::uint64_t nb = q4_blocks(numel, block);
+  std::vector<float> scales(nb);
+  std::memcpy(scales.data(), body.data(), nb * 4);
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(body.data() + nb * 4);
+  try {
+    if (e == DeltaEncoding::q2) q2_decode_into(numel, block, scales.data(), codes, out);
+    else q4_decode_into(numel, block, scales.data(), codes, out);
+  } catch (const Error& err) {
+    throw WireError(std::string(what) + ": " + err.what());
+  }
+}
+
+}  // namespace
+
 std::string Push::encode() const {
   ByteWriter w;
   w.u32(fragment);
@@ -529,7 +575,7 @@ Push Push::decode(std::string_view p) {
   m.inner_steps = r.u32();
   m.numel = r.u64();
   const std::uint8_t enc = r.u8();
-  if (enc > 1) throw WireError("push: unknown delta encoding " + std::to_string(enc));
+  if (enc > 2) throw WireError("push: unknown delta encoding " + std::to_string(enc));
   m.encoding = static_cast<DeltaEncoding>(enc);
   m.block = r.u32();
   const std::uint64_t n = r.u64();
@@ -546,34 +592,27 @@ std::vector<float> Push::delta() const {
     std::memcpy(out.data(), body.data(), body.size());
     return out;
   }
-  if (block < 2 || block > (1u << 24)) throw WireError("push: q4 block size out of range");
-  if (body.size() != q4_encoded_bytes(numel, block)) throw WireError("push: q4 body has the wrong size");
-  const std::uint64_t nb = q4_blocks(numel, block);
-  std::vector<float> scales(nb);
-  std::memcpy(scales.data(), body.data(), nb * 4);
+  const char* name = delta_encoding_name(encoding);
+  if (block < 2 || block > (1u << 24)) throw WireError(std::string("push: ") + name + " block size out of range");
+  if (numel > (1ull << 40) || body.size() != quantised_bytes(encoding, numel, block))
+    throw WireError(std::string("push: ") + name + " body has the wrong size");
   out.resize(numel);
-  try {
-    q4_decode_into(numel, block, scales.data(), reinterpret_cast<const std::uint8_t*>(body.data() + nb * 4), out);
-  } catch (const Error& e) {
-    throw WireError(std::string("push: ") + e.what());
-  }
+  dequantise(encoding, numel, block, body, out, "push");
   return out;
 }
-Push Push::from_delta_q4(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples, std::uint32_t inner_steps,
-                         std::span<const float> delta, std::uint32_t block) {
+Push Push::from_delta_quantised(DeltaEncoding encoding, std::uint32_t fragment, std::uint64_t base,
+                                std::uint64_t samples, std::uint32_t inner_steps, std::span<const float> delta,
+                                std::uint32_t block) {
+  if (!quantised(encoding)) throw Error("Push::from_delta_quantised: the encoding must be q4 or q2");
   Push m;
   m.fragment = fragment;
   m.base_version = base;
   m.samples = samples;
   m.inner_steps = inner_steps;
   m.numel = delta.size();
-  m.encoding = DeltaEncoding::q4;
+  m.encoding = encoding;
   m.block = block;
-  const std::uint64_t nb = q4_blocks(delta.size(), block);
-  m.body.resize(q4_encoded_bytes(delta.size(), block));
-  std::vector<float> scales(nb);
-  q4_encode_into(delta, block, scales.data(), reinterpret_cast<std::uint8_t*>(m.body.data() + nb * 4));
-  std::memcpy(m.body.data(), scales.data(), nb * 4);
+  m.body = quantise(encoding, delta, block);
   return m;
 }
 Push Push::from_delta_f32(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples, std::uint32_t inner_steps,
@@ -596,6 +635,7 @@ std::string UpdateMsg::encode() const {
   w.u64(version);
   w.u64(numel);
   w.u32(block);
+  w.u8(static_cast<std::uint8_t>(encoding));
   w.u32(crc);
   w.u64(body.size());
   w.bytes(body.data(), body.size());
@@ -609,6 +649,10 @@ UpdateMsg UpdateMsg::decode(std::string_view p) {
   m.version = r.u64();
   m.numel = r.u64();
   m.block = r.u32();
+  const std::uint8_t enc = r.u8();
+  if (enc != static_cast<std::uint8_t>(DeltaEncoding::q4) && enc != static_cast<std::uint8_t>(DeltaEncoding::q2))
+    throw WireError("update: unknown encoding " + std::to_string(enc) + " (q4 or q2)");
+  m.encoding = static_cast<DeltaEncoding>(enc);
   m.crc = r.u32();
   const std::uint64_t n = r.u64();
   if (n > r.remaining()) throw WireError("update: body is truncated");
@@ -617,25 +661,20 @@ UpdateMsg UpdateMsg::decode(std::string_view p) {
   if (m.version != m.base_version + 1)
     throw WireError("update: version " + std::to_string(m.version) + " does not follow its base version " +
                     std::to_string(m.base_version));
-  if (m.block < 2 || m.block > (1u << 24)) throw WireError("update: q4 block size out of range");
-  if (m.numel > (1ull << 40) || m.body.size() != q4_encoded_bytes(m.numel, m.block))
-    throw WireError("update: q4 body has the wrong size for " + std::to_string(m.numel) + " values");
+  const std::string name = delta_encoding_name(m.encoding);
+  if (m.block < 2 || m.block > (1u << 24)) throw WireError("update: " + name + " block size out of range");
+  if (m.numel > (1ull << 40) || m.body.size() != quantised_bytes(m.encoding, m.numel, m.block))
+    throw WireError("update: " + name + " body has the wrong size for " + std::to_string(m.numel) + " values");
   return m;
 }
 void UpdateMsg::apply_to(std::span<float> pub) const {
   if (pub.size() != numel)
     throw WireError("update: " + std::to_string(numel) + " values for a fragment of " + std::to_string(pub.size()));
-  if (block < 2 || block > (1u << 24) || body.size() != q4_encoded_bytes(numel, block))
-    throw WireError("update: q4 body has the wrong size");
-  const std::uint64_t nb = q4_blocks(numel, block);
-  std::vector<float> scales(nb);
-  std::memcpy(scales.data(), body.data(), nb * 4);
+  if (!quantised(encoding)) throw WireError("update: the encoding must be q4 or q2");
+  if (block < 2 || block > (1u << 24) || body.size() != quantised_bytes(encoding, numel, block))
+    throw WireError(std::string("update: ") + delta_encoding_name(encoding) + " body has the wrong size");
   std::vector<float> u(numel);
-  try {
-    q4_decode_into(numel, block, scales.data(), reinterpret_cast<const std::uint8_t*>(body.data() + nb * 4), u);
-  } catch (const Error& e) {
-    throw WireError(std::string("update: ") + e.what());
-  }
+  dequantise(encoding, numel, block, body, u, "update");
   // One IEEE float32 addition per value: the same bytes whatever the vector width.
   for (std::size_t i = 0; i < pub.size(); ++i) pub[i] = pub[i] + u[i];
 }
@@ -645,7 +684,9 @@ std::uint32_t public_crc(std::span<const float> pub) {
 }
 
 Published publish_update(std::uint32_t fragment, std::uint64_t base_version, std::uint64_t version,
-                         std::span<const float> theta, std::vector<float>& pub, std::uint32_t block) {
+                         std::span<const float> theta, std::vector<float>& pub, std::uint32_t block,
+                         DeltaEncoding encoding) {
+  if (!quantised(encoding)) throw Error("publish_update: the encoding must be q4 or q2");
   if (theta.size() != pub.size()) throw Error("publish_update: the public state has another size than the master");
   Published out;
   std::vector<float> u(theta.size());
@@ -666,11 +707,8 @@ Published publish_update(std::uint32_t fragment, std::uint64_t base_version, std
   m.version = version;
   m.numel = u.size();
   m.block = block;
-  const std::uint64_t nb = q4_blocks(u.size(), block);
-  m.body.resize(q4_encoded_bytes(u.size(), block));
-  std::vector<float> scales(nb);
-  q4_encode_into(u, block, scales.data(), reinterpret_cast<std::uint8_t*>(m.body.data() + nb * 4));
-  std::memcpy(m.body.data(), scales.data(), nb * 4);
+  m.encoding = encoding;
+  m.body = quantise(encoding, u, block);
   m.apply_to(pub);  // exactly what every learner does with the message
   for (std::size_t i = 0; i < u.size(); ++i) out.residual_max = std::max(out.residual_max, std::fabs(theta[i] - pub[i]));
   m.crc = public_crc(pub);

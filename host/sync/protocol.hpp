@@ -26,7 +26,7 @@
 namespace yeto::sync {
 
 inline constexpr std::uint32_t kMagic = 0x4E595359;  // "YSYN" as little-endian bytes
-inline constexpr std::uint16_t kProtocolVersion = 6;
+inline constexpr std::uint16_t kProtocolVersion = 7;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::size_t kTagBytes = 32;   // handshake MAC (welcome)
 inline constexpr std::size_t kSealBytes = 16;  // AEAD tag that ends every sealed payload
@@ -49,7 +49,7 @@ enum class MsgType : std::uint16_t {
   final_ack = 11,
   error = 12,
   done = 13,  // the learner reached its own step budget; payload as heartbeat
-  update = 14,  // a q4 update of a fragment on top of the version the learner holds (compressed downlink)
+  update = 14,  // a q4 / q2 update of a fragment on top of the version the learner holds (compressed downlink)
   holds = 15,    // the learner's claim of the public state it already holds, per fragment (after welcome)
   holding = 16,  // the fragments whose claim the syncer accepted: no catch-up is sent for them
   init_request = 17,  // the syncer asks a learner it welcomed with InitAsk::pending for `init` (empty payload)
@@ -233,26 +233,35 @@ struct FragmentMsg {
   static FragmentMsg decode(std::string_view p);
 };
 
+// How a push's pseudo-gradient or a downlink update travels: q4 or q2 (sync/quant.hpp, with
+// the message's block size) or exact float32 (pushes only).
+enum class DeltaEncoding : std::uint8_t { q4 = 0, f32 = 1, q2 = 2 };
+const char* delta_encoding_name(DeltaEncoding e);
+// The body size of numel values in a quantised encoding (q4 or q2) with `block`.
+std::uint64_t quantised_bytes(DeltaEncoding e, std::uint64_t numel, std::uint32_t block);
+
 // The compressed downlink. The syncer keeps, per fragment, its exact master θ and the public
-// state P that every learner holds. After a merge it sends u = θ − P q4-encoded; the syncer and
-// every learner add the decoded update to P in float32, element by element, in the same way
-// (UpdateMsg::apply_to), so all of them hold P bit for bit, and θ − P (at most half a q4 step
-// of the update per value) is carried into the next update (error feedback).
+// state P that every learner holds. After a merge it sends u = θ − P quantised (q4, or q2 with
+// sync.downlink = q2); the syncer and every learner add the decoded update to P in float32,
+// element by element, in the same way (UpdateMsg::apply_to), so all of them hold P bit for bit,
+// and θ − P (what the code dropped) is carried into the next update (error feedback).
 struct UpdateMsg {
   std::uint32_t fragment = 0;
   std::uint64_t base_version = 0;  // the version of P the update applies on top of
   std::uint64_t version = 0;       // the version it produces
   std::uint64_t numel = 0;
-  std::uint32_t block = 0;         // q4 block size
+  std::uint32_t block = 0;         // quantisation block size
+  DeltaEncoding encoding = DeltaEncoding::q4;  // q4 or q2
   std::uint32_t crc = 0;           // CRC-32C of the resulting P's float32 bytes
-  std::string body;                // q4: scales, then codes
+  std::string body;                // scales, then codes
   std::string encode() const;
   // Throws WireError for a malformed message: truncated, trailing bytes, a block size out of
-  // range, a body whose size does not match numel and block, or a version that does not follow
-  // its base.
+  // range, an encoding other than q4 or q2, a body whose size does not match numel and block, or
+  // a version that does not follow its base.
   static UpdateMsg decode(std::string_view p);
   // P += decoded update, in float32, value by value. Throws WireError (P untouched) for a
-  // malformed body (wrong size, a NaN/Inf/negative scale, a zero nibble) or P of another size.
+  // malformed body (wrong size, a NaN/Inf/negative scale, a zero nibble of q4, non-zero padding
+  // bits of q2) or P of another size.
   void apply_to(std::span<float> pub) const;
 };
 
@@ -267,12 +276,12 @@ struct Published {
   float update_max = 0;
   float residual_max = 0;
 };
-// The syncer's side of the compressed downlink: u = θ − P (float32), q4 with `block`, then
-// P += decoded u exactly as a learner does it.
+// The syncer's side of the compressed downlink: u = θ − P (float32), quantised with `encoding`
+// (q4 or q2) and `block`, then P += decoded u exactly as a learner does it.
 Published publish_update(std::uint32_t fragment, std::uint64_t base_version, std::uint64_t version,
-                         std::span<const float> theta, std::vector<float>& pub, std::uint32_t block);
+                         std::span<const float> theta, std::vector<float>& pub, std::uint32_t block,
+                         DeltaEncoding encoding = DeltaEncoding::q4);
 
-enum class DeltaEncoding : std::uint8_t { q4 = 0, f32 = 1 };
 
 struct Push {
   std::uint32_t fragment = 0;
@@ -281,14 +290,20 @@ struct Push {
   std::uint32_t inner_steps = 0;
   std::uint64_t numel = 0;
   DeltaEncoding encoding = DeltaEncoding::q4;
-  std::uint32_t block = 0;          // q4 block size
-  std::string body;                 // q4: scales then codes; f32: numel floats
+  std::uint32_t block = 0;          // quantisation block size (q4, q2)
+  std::string body;                 // q4, q2: scales then codes; f32: numel floats
   std::string encode() const;
   static Push decode(std::string_view p);
   // Decoded delta; throws WireError for a malformed body (wrong size, bad code or scale).
   std::vector<float> delta() const;
+  // Quantised with `encoding` (q4 or q2; f32 goes through from_delta_f32) and `block`.
+  static Push from_delta_quantised(DeltaEncoding encoding, std::uint32_t fragment, std::uint64_t base,
+                                   std::uint64_t samples, std::uint32_t inner_steps, std::span<const float> delta,
+                                   std::uint32_t block);
   static Push from_delta_q4(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples,
-                            std::uint32_t inner_steps, std::span<const float> delta, std::uint32_t block);
+                            std::uint32_t inner_steps, std::span<const float> delta, std::uint32_t block) {
+    return from_delta_quantised(DeltaEncoding::q4, fragment, base, samples, inner_steps, delta, block);
+  }
   static Push from_delta_f32(std::uint32_t fragment, std::uint64_t base, std::uint64_t samples,
                              std::uint32_t inner_steps, std::span<const float> delta);
 };

@@ -389,4 +389,58 @@ std::vector<float> q4_decode(const Q4& q) {
   return out;
 }
 
+// ---------------------------------------------------------------- q2
+
+std::uint64_t q2_encoded_bytes(std::uint64_t numel, std::uint32_t block) {
+  return q4_blocks(numel, block) * 4 + (numel + 3) / 4;
+}
+
+void q2_encode_into(std::span<const float> x, std::uint32_t block, float* scales, std::uint8_t* codes) {
+  if (block < 2) throw Error("q2 block size must be at least 2");
+  const std::size_t n = x.size();
+  const float* px = x.data();
+  std::fill(codes, codes + (n + 3) / 4, std::uint8_t{0});
+  for (std::size_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+    const std::size_t b1 = std::min<std::size_t>(n, b0 + block);
+    double ss = 0;
+    bool finite = true;
+    for (std::size_t i = b0; i < b1; ++i) {
+      finite = finite && std::isfinite(px[i]);
+      ss += static_cast<double>(px[i]) * static_cast<double>(px[i]);
+    }
+    if (!finite) {
+      for (std::size_t i = b0; i < b1; ++i)
+        if (!std::isfinite(px[i])) throw Error("q2: value " + std::to_string(i) + " is not finite");
+    }
+    // Half the root mean square, rounded once to float32; 2s is exact in float32 (or infinite
+    // for a block near FLT_MAX, where every finite value then takes the inner codes).
+    const float sc = static_cast<float>(0.5 * std::sqrt(ss / static_cast<double>(b1 - b0)));
+    scales[bi] = sc;
+    const float two = 2.0f * sc;
+    for (std::size_t i = b0; i < b1; ++i) {
+      const float v = px[i];
+      const unsigned c = v >= 0.0f ? (v >= two ? 3u : 2u) : (v >= -two ? 1u : 0u);
+      codes[i / 4] = static_cast<std::uint8_t>(codes[i / 4] | (c << (2 * (i % 4))));
+    }
+  }
+}
+
+void q2_decode_into(std::uint64_t numel, std::uint32_t block, const float* scales, const std::uint8_t* codes,
+                    std::span<float> out) {
+  if (block < 2) throw Error("q2 block size must be at least 2");
+  if (out.size() != numel) throw Error("q2: output has the wrong length");
+  const std::uint64_t nb = q4_blocks(numel, block);
+  for (std::uint64_t b = 0; b < nb; ++b)
+    if (!std::isfinite(scales[b]) || scales[b] < 0.0f) throw Error("q2: block scale " + std::to_string(b) + " is invalid");
+  if (numel % 4 != 0 && (codes[numel / 4] >> (2 * (numel % 4))) != 0)
+    throw Error("q2: the padding bits after the last code are not zero");
+  static constexpr float kLevel[4] = {-3.0f, -1.0f, 1.0f, 3.0f};
+  float* po = out.data();
+  for (std::uint64_t b0 = 0, bi = 0; b0 < numel; b0 += block, ++bi) {
+    const std::uint64_t b1 = std::min<std::uint64_t>(numel, b0 + block);
+    const float sc = scales[bi];
+    for (std::uint64_t i = b0; i < b1; ++i) po[i] = kLevel[(codes[i / 4] >> (2 * (i % 4))) & 3u] * sc;
+  }
+}
+
 }  // namespace yeto::sync

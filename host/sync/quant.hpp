@@ -49,6 +49,24 @@ void q4_encode_into(std::span<const float> x, std::uint32_t block, float* scales
 void q4_decode_into(std::uint64_t numel, std::uint32_t block, const float* scales, const std::uint8_t* codes,
                     std::span<float> out, Q4Impl impl);
 
+// 2-bit block quantisation (q2), the low-bit choice of sync.uplink / sync.downlink. Blocks of
+// `block` values (the last may be shorter), each with one float32 scale s = rms / 2 (the
+// block's root mean square, summed in double and rounded once) and one 2-bit code per value:
+// c = 0 for x < -2s, 1 for -2s <= x < 0, 2 for 0 <= x < 2s, 3 for x >= 2s, decoded x' = (2c - 3) s,
+// i.e. one of -3s, -s, s, 3s: a uniform quantiser with step 2s = rms, about the mean-square
+// optimum for normally distributed values. Values beyond 3s are clipped; q2 is meant for links
+// with error feedback, where what a message drops goes with the next one. A block of zeros
+// decodes to exact zeros. Codes: four per byte, value 4k in the two low bits; the bits after
+// the last code are zero. The encoded size is 4 bytes per block plus ceil(numel / 4), so
+// 2 + 32 / block bits per value (2.25 at block 128, against q4's 4.5 at 64). Deterministic
+// (comparisons against 2s only; no division, no fused multiply-add).
+std::uint64_t q2_encoded_bytes(std::uint64_t numel, std::uint32_t block);
+// Throws yeto::Error when a value is NaN/Inf or block < 2.
+void q2_encode_into(std::span<const float> x, std::uint32_t block, float* scales, std::uint8_t* codes);
+// Throws yeto::Error on a non-finite or negative scale, non-zero padding bits or a wrong output length.
+void q2_decode_into(std::uint64_t numel, std::uint32_t block, const float* scales, const std::uint8_t* codes,
+                    std::span<float> out);
+
 // Deterministic round-half-to-even of a finite float of magnitude < 2^22.
 float round_half_even(float v);
 

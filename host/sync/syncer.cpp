@@ -1374,7 +1374,7 @@ struct Syncer::Impl {
     taped("push", p, static_cast<std::int64_t>(frag.version), {id},
                 {{"base_version", m.base_version}, {"staleness", stale}, {"samples", m.samples},
                  {"inner_steps", m.inner_steps}, {"bytes", bytes + kHeaderBytes + kSealBytes},
-                 {"encoding", m.encoding == DeltaEncoding::q4 ? "q4" : "f32"}, {"replaced", replaced},
+                 {"encoding", delta_encoding_name(m.encoding)}, {"replaced", replaced},
                  {"pending", r.pushes.size()}});
     ack(c, p, PushStatus::accepted);
     try_close(p, now);
@@ -1529,6 +1529,8 @@ struct Syncer::Impl {
     std::vector<std::uint64_t> samples, staleness;
     std::vector<std::string> who;
     std::vector<double> weights;
+    double share = 1;           // the round's share the pushes present stand for (sync.partial_merge)
+    std::size_t expected = 0;   // the learners the round's share counts (present, and live ones that push)
     std::uint64_t version = 0;  // the fragment's version before the merge
     std::size_t active = 0;     // active learners (live, not done) when the merge was decided
     bool every_active = false;  // every one of them is in the merge
@@ -1587,6 +1589,16 @@ struct Syncer::Impl {
       job->who.push_back(q.learner);
     }
     job->weights = token_weights(job->samples);
+    // The learners a round is made of: those present, and every other live one that has pushed
+    // (a learner that never pushed yet, or is no longer live, is not waited for and has no share).
+    std::set<std::string> expected(job->who.begin(), job->who.end());
+    for (const auto& [id, reg] : st.registry)
+      if (reg.live && reg.pushes > 0) expected.insert(id);
+    job->expected = expected.size();
+    if (o.partial_merge == PartialMerge::share && expected.size() > job->who.size()) {
+      job->share = static_cast<double>(job->who.size()) / static_cast<double>(expected.size());
+      for (double& w : job->weights) w *= job->share;
+    }
     const auto act = active_ids();
     job->active = act.size();
     job->every_active = std::all_of(act.begin(), act.end(), [&](const std::string& id) {
@@ -1637,11 +1649,12 @@ struct Syncer::Impl {
       j.params = *j.base_params;
       j.momentum = *j.base_momentum;
       outer_step(j.params, j.momentum, merged, o.outer_lr, o.outer_momentum);
-      // The new public state: P + the decoded q4 update of θ − P (the residual stays in θ − P and
-      // goes out with the next update), or θ itself with the f32 downlink.
-      if (o.downlink == Downlink::q4) {
+      // The new public state: P + the decoded q4 / q2 update of θ − P (the residual stays in θ − P
+      // and goes out with the next update), or θ itself with the f32 downlink.
+      if (o.downlink != Downlink::f32) {
         j.pub = *j.base_pub;
-        j.published = publish_update(j.p, j.version, j.version + 1, j.params, j.pub, o.quant_block);
+        j.published = publish_update(j.p, j.version, j.version + 1, j.params, j.pub, o.quant_block,
+                                     o.downlink == Downlink::q2 ? DeltaEncoding::q2 : DeltaEncoding::q4);
         if (j.published.update) {
           j.public_crc = j.published.update->crc;
           j.update = std::make_shared<const std::string>(j.published.update->encode());
@@ -1700,7 +1713,7 @@ struct Syncer::Impl {
     }
     j.new_params = make_floats(std::move(j.params));
     j.new_momentum = make_floats(std::move(j.momentum));
-    j.new_pub = o.downlink == Downlink::q4 ? make_floats(std::move(j.pub)) : j.new_params;
+    j.new_pub = o.downlink != Downlink::f32 ? make_floats(std::move(j.pub)) : j.new_params;
     if (async_checkpoints()) {
       FragmentState next;
       next.version = j.version + 1;
@@ -1871,7 +1884,7 @@ struct Syncer::Impl {
       return;
     }
     json downlink = {{"encoding", downlink_name(o.downlink)}};
-    if (o.downlink == Downlink::q4) {
+    if (o.downlink != Downlink::f32) {
       downlink["update_max"] = j.published.update_max;
       downlink["residual_max"] = j.published.residual_max;
       if (j.update) downlink["public_crc"] = j.public_crc;
@@ -1887,6 +1900,8 @@ struct Syncer::Impl {
                 {"round_latency_s", now - j.round_first}, {"merge_s", j.compute_s}, {"worker", j.offloaded},
                 {"update_norm", j.update_norm},
                 {"merge", merge_rule_name(o.merge)}, {"agreement", j.agreement}, {"push_norms", j.push_norms},
+                {"partial_merge", partial_merge_name(o.partial_merge)}, {"share", j.share},
+                {"round_learners", j.expected},
                 {"heloco", {{"kept", j.hs.kept}, {"shrunk", j.hs.shrunk}, {"reoriented", j.hs.reoriented}}}};
     // What each connected learner is sent (bytes on the wire, frame included): the update, or the
     // full fragment to a learner that does not hold the update's base (connections as the

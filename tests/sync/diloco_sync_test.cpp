@@ -10,12 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <iostream>
-#include <set>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -53,15 +54,18 @@ class SyncerThread {
  public:
   SyncerThread(const fs::path& state, std::uint32_t quorum, std::uint64_t budget_outer_steps,
                std::uint32_t expected_learners = 1, double expect_window_s = 60,
-               ys::MergeRule merge = ys::MergeRule::mean)
+               ys::MergeRule merge = ys::MergeRule::mean, ys::Downlink downlink = ys::Downlink::q4,
+               ys::PartialMerge partial = ys::PartialMerge::share, ys::Timeouts timeouts = fast_timeouts())
       : state_(state) {
     ys::SyncerOptions o;
     o.merge = merge;
+    o.downlink = downlink;
+    o.partial_merge = partial;
     o.expected_learners = expected_learners;
     o.expect_window_s = expect_window_s;
     o.state_dir = state;
     o.run_secret = kSecret;
-    o.timeouts = fast_timeouts();
+    o.timeouts = timeouts;
     o.quorum = quorum;
     o.outer_lr = 0.7;
     o.outer_momentum = 0.5;
@@ -155,6 +159,7 @@ struct IslandRun {
   std::atomic<bool> finished{false};
   std::atomic<std::int64_t> steps{0};
   std::int64_t max_steps;
+  int step_ms = 2;  // each inner step's duration
   IslandRun(double seed, ys::DilocoOptions o, std::int64_t max_steps_, double init = 0.0)
       : island(seed, init), sync(std::move(o)), max_steps(max_steps_) {}
   void start() {
@@ -162,7 +167,7 @@ struct IslandRun {
       sync.start(island.trainable);
       for (std::int64_t s = 1; s <= max_steps && !sync.stop_requested(); ++s) {
         island.inner_step();
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
         sync.after_step(s, s * 4, island.trainable);
         steps = s;
       }
@@ -183,11 +188,16 @@ std::size_t count(const std::vector<json>& recs, const std::string& event) {
 
 // Two islands training towards different targets (island-0 and island-1, events in DIR/a and
 // DIR/b.events.jsonl) until the syncer's budget ends the run.
+ys::DilocoOptions with_uplink(ys::DilocoOptions o, ys::Uplink uplink) {
+  o.client.uplink = uplink;
+  return o;
+}
+
 struct TwoIslands {
   IslandRun a, b;
-  TwoIslands(const yeto::test::TempDir& dir, std::uint16_t port)
-      : a(1.0, options("island-0", port, dir / "a.events.jsonl"), 100000),
-        b(2.0, options("island-1", port, dir / "b.events.jsonl"), 100000) {
+  TwoIslands(const yeto::test::TempDir& dir, std::uint16_t port, ys::Uplink uplink = ys::Uplink::q4)
+      : a(1.0, with_uplink(options("island-0", port, dir / "a.events.jsonl"), uplink), 100000),
+        b(2.0, with_uplink(options("island-1", port, dir / "b.events.jsonl"), uplink), 100000) {
     a.start();
     b.start();
     a.join();
@@ -269,6 +279,106 @@ TEST(DilocoSync, TheMergeRuleSetsTheLengthOfEachUpdate) {
     const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
     EXPECT_TRUE(run.a.island.bytes() == cut);
     EXPECT_TRUE(run.b.island.bytes() == cut);
+  }
+}
+
+// q2 both ways (sync.uplink = q2, sync.downlink = q2): the pushes and the downlink updates carry
+// 2-bit codes, about half the bytes of q4's for the same fragment, and every island still ends
+// bit-identical to the final cut.
+TEST(DilocoSync, Q2BothWaysHalvesTheCodesAndKeepsEveryIslandBitIdentical) {
+  std::map<std::string, std::map<std::int64_t, std::uint64_t>> push_bytes, update_bytes;
+  for (const auto& [up, down] : {std::pair{ys::Uplink::q4, ys::Downlink::q4}, std::pair{ys::Uplink::q2, ys::Downlink::q2}}) {
+    const std::string name = ys::uplink_name(up);
+    SCOPED_TRACE(name);
+    yeto::test::TempDir dir;
+    SyncerThread syncer(dir / "state", 2, 6, 1, 60, ys::MergeRule::mean, down);
+    TwoIslands run(dir, syncer.port(), up);
+    ASSERT_EQ(syncer.join(20), 0);
+    std::size_t merges = 0;
+    for (const auto& r : syncer.tape()) {
+      if (r["event"] == "push") {
+        EXPECT_EQ(r["encoding"], name) << r.dump();
+        push_bytes[name][r["fragment"].get<std::int64_t>()] = r["bytes"].get<std::uint64_t>();
+      }
+      if (r["event"] == "merge") {
+        ++merges;
+        EXPECT_EQ(r["downlink"]["encoding"], ys::downlink_name(down)) << r.dump();
+        if (r["downlink"].contains("update_bytes"))
+          update_bytes[name][r["fragment"].get<std::int64_t>()] = r["downlink"]["update_bytes"].get<std::uint64_t>();
+      }
+    }
+    EXPECT_GE(merges, 6u);
+    const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+    EXPECT_TRUE(run.a.island.bytes() == cut);
+    EXPECT_TRUE(run.b.island.bytes() == cut);
+  }
+  // Per fragment of n values at block 32: q4 bodies hold ceil(n/2) code bytes, q2 ceil(n/4).
+  for (auto* sizes : {&push_bytes, &update_bytes}) {
+    ASSERT_EQ((*sizes)["q4"].size(), 2u);
+    ASSERT_EQ((*sizes)["q2"].size(), 2u);
+    for (const auto& [fragment, q4] : (*sizes)["q4"]) {
+      const std::uint64_t q2 = (*sizes)["q2"][fragment];
+      EXPECT_LT(q2, q4) << fragment;
+      EXPECT_GE(q4 - q2, 10u) << fragment;  // ceil(n/2) - ceil(n/4) for fragments of 40 values or more
+    }
+  }
+}
+
+// A round merged without a live island that pushes (here island-1, forty times slower: its push
+// period of 0.4 s is beyond the 0.3 s a round waits at most, so island-0's rounds close without
+// it): with sync.partial_merge = share the pushes present weigh their share of the round (one of
+// two: a lone push moves the state by half its length, and the late one adds its half when it
+// lands); with full they are the whole round.
+TEST(DilocoSync, AMergeWithoutALiveIslandMovesTheStateByItsShare) {
+  ys::Timeouts tight = fast_timeouts();
+  tight.heartbeat_s = 0.02;
+  tight.learner_timeout_s = 0.2;
+  tight.grace_max_s = 0.3;
+  tight.round_deadline_s = 1.0;
+  for (const auto partial : {ys::PartialMerge::share, ys::PartialMerge::full}) {
+    SCOPED_TRACE(ys::partial_merge_name(partial));
+    yeto::test::TempDir dir;
+    SyncerThread syncer(dir / "state", 1, 12, 1, 60, ys::MergeRule::mean, ys::Downlink::q4, partial, tight);
+    auto oa = options("island-0", syncer.port(), dir / "a.events.jsonl");
+    auto ob = options("island-1", syncer.port(), dir / "b.events.jsonl");
+    oa.client.timeouts = ob.client.timeouts = tight;
+    IslandRun a(1.0, oa, 100000);
+    IslandRun b(2.0, ob, 100000);
+    b.step_ms = 80;
+    a.start();
+    b.start();
+    a.join();
+    b.join();
+    ASSERT_EQ(syncer.join(20), 0);
+    std::size_t partial_merges = 0, after_b = 0;
+    bool b_pushed = false;
+    for (const auto& r : syncer.tape()) {
+      if (r["event"] != "merge") continue;
+      const auto w = r["weights"].get<std::vector<double>>();
+      const auto who = r["learners"].get<std::vector<std::string>>();
+      const auto expected = r["round_learners"].get<std::size_t>();
+      double sum = 0;
+      for (const double x : w) sum += x;
+      ASSERT_GE(expected, who.size()) << r.dump();
+      const double share = partial == ys::PartialMerge::share ? double(who.size()) / double(expected) : 1.0;
+      EXPECT_NEAR(r["share"].get<double>(), share, 1e-12) << r.dump();
+      EXPECT_NEAR(sum, share, 1e-12) << r.dump();
+      if (b_pushed) ++after_b;
+      if (std::find(who.begin(), who.end(), "island-1") != who.end()) b_pushed = true;
+      if (who.size() < expected) {
+        ++partial_merges;
+        EXPECT_EQ(expected, 2u) << r.dump();
+        if (who.size() == 1) {  // the mean of one push: its share of it
+          const double norm = r["push_norms"][0].get<double>();
+          EXPECT_NEAR(r["update_norm"].get<double>(), share * norm, 1e-4 * norm) << r.dump();
+        }
+      }
+    }
+    EXPECT_GE(after_b, 3u);         // island-1 counted in the rounds after its first push
+    EXPECT_GE(partial_merges, 2u);  // ... and rounds merged without it
+    const std::string cut = yeto::test::read_text(dir / "state" / "final_cut.bin");
+    EXPECT_TRUE(a.island.bytes() == cut);
+    EXPECT_TRUE(b.island.bytes() == cut);
   }
 }
 

@@ -387,3 +387,38 @@ TEST(SyncOptions, MergeRuleIsTheMeanUnlessRdaIsAskedFor) {
     EXPECT_NE(std::string(e.what()).find("sync.merge"), std::string::npos) << e.what();
   }
 }
+
+TEST(SyncOptions, PartialMergesWeighTheirShareUnlessFullIsAskedFor) {
+  namespace yc = yeto::config;
+  EXPECT_EQ(ys::syncer_options_from_config(yc::Config::resolve(std::nullopt, {})).partial_merge, ys::PartialMerge::share);
+  EXPECT_EQ(ys::syncer_options_from_config(yc::Config::resolve(std::nullopt, {{"sync.partial_merge", "full", "--set"}}))
+                .partial_merge,
+            ys::PartialMerge::full);
+  try {
+    yc::Config::resolve(std::nullopt, {{"sync.partial_merge", "half", "--set"}});
+    FAIL() << "sync.partial_merge = half was accepted";
+  } catch (const yeto::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("sync.partial_merge"), std::string::npos) << e.what();
+  }
+}
+
+// The links' codes: q4 both ways unless sync.uplink / sync.downlink say q2 (or f32 down).
+TEST(SyncOptions, LinksAreQ4UnlessQ2IsAskedFor) {
+  namespace yc = yeto::config;
+  const auto none = yc::Config::resolve(std::nullopt, {});
+  EXPECT_EQ(ys::client_options_from_config(none).uplink, ys::Uplink::q4);
+  EXPECT_EQ(ys::syncer_options_from_config(none).downlink, ys::Downlink::q4);
+  const auto q2 = yc::Config::resolve(std::nullopt, {{"sync.uplink", "q2", "--set"}, {"sync.downlink", "q2", "--set"}});
+  EXPECT_EQ(ys::client_options_from_config(q2).uplink, ys::Uplink::q2);
+  EXPECT_EQ(ys::syncer_options_from_config(q2).downlink, ys::Downlink::q2);
+  EXPECT_STREQ(ys::downlink_name(ys::Downlink::q2), "q2");
+  EXPECT_STREQ(ys::uplink_name(ys::Uplink::q2), "q2");
+  for (const auto& [key, value] : {std::pair{"sync.uplink", "f32"}, std::pair{"sync.uplink", "q8"}, std::pair{"sync.downlink", "q1"}}) {
+    try {
+      yc::Config::resolve(std::nullopt, {{key, value, "--set"}});
+      FAIL() << key << " = " << value << " was accepted";
+    } catch (const yeto::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}

@@ -160,7 +160,7 @@ TEST(SyncSeal, RoundTripHidesThePayloadAndCountsTheTagInTheLength) {
   EXPECT_EQ(len, payload.size() + ys::kSealBytes);
   std::uint16_t version;
   std::memcpy(&version, bytes.data() + 4, 2);
-  EXPECT_EQ(version, 6u);
+  EXPECT_EQ(version, 7u);
   // No 64-byte piece of the tensor's bytes is readable in the frame.
   for (std::size_t off = 0; off + 64 <= data.size() * 4; off += 64)
     ASSERT_FALSE(contains(bytes, reinterpret_cast<const char*>(data.data()) + off, 64)) << off;
@@ -300,7 +300,7 @@ TEST(SyncSeal, VersionOneFramesAreRefused) {
     d.next();
     FAIL() << "a version 1 frame was accepted";
   } catch (const ys::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 6)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("protocol version 1 is not supported (this build speaks 7)"), std::string::npos)
         << e.what();
   }
 }
@@ -583,9 +583,77 @@ TEST(SyncMessages, UpdateRoundTripAndMalformedUpdatesAreRefused) {
   w.u64(2);
   w.u64(1ull << 62);
   w.u32(64);
+  w.u8(0);
   w.u32(0);
   w.u64(1ull << 60);
   EXPECT_THROW(ys::UpdateMsg::decode(w.take()), ys::WireError);
+}
+
+// q2 both ways: a push and a downlink update carry their encoding, decode to exactly what the
+// codec gives, and a learner applying the update holds the syncer's public state bit for bit.
+TEST(SyncMessages, Q2PushesAndUpdates) {
+  std::vector<float> d(130);
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = std::cos(static_cast<float>(i)) * 0.01f;
+  const auto wire = ys::Push::from_delta_quantised(ys::DeltaEncoding::q2, 2, 7, 64, 10, d, 32).encode();
+  const auto p = ys::Push::decode(wire);
+  EXPECT_EQ(p.encoding, ys::DeltaEncoding::q2);
+  EXPECT_EQ(p.body.size(), ys::q2_encoded_bytes(130, 32));
+  EXPECT_EQ(p.body.size(), 5u * 4 + 33);  // half of q4's codes
+  std::vector<float> scales(5), want(130);
+  std::vector<std::uint8_t> codes(33);
+  ys::q2_encode_into(d, 32, scales.data(), codes.data());
+  ys::q2_decode_into(130, 32, scales.data(), codes.data(), want);
+  EXPECT_EQ(p.delta(), want);
+  EXPECT_THROW(ys::Push::from_delta_quantised(ys::DeltaEncoding::f32, 0, 0, 1, 1, d, 32), yeto::Error);
+  // A q2 body with q4's size, an unknown encoding, and padding bits set are refused.
+  auto lie = p;
+  lie.encoding = ys::DeltaEncoding::q4;
+  EXPECT_THROW(ys::Push::decode(lie.encode()).delta(), ys::WireError);
+  std::string unknown = wire;
+  unknown[4 + 8 + 8 + 4 + 8] = 3;  // the encoding byte
+  EXPECT_THROW(ys::Push::decode(unknown), ys::WireError);
+  auto padded = p;
+  padded.body.back() = static_cast<char>(padded.body.back() | 0x40);  // 130 = 4 x 32 + 2: bits 4-7 of the last byte are padding
+  EXPECT_THROW(ys::Push::decode(padded.encode()).delta(), ys::WireError);
+
+  std::vector<float> theta(130), pub(130), learner;
+  for (std::size_t i = 0; i < theta.size(); ++i) {
+    pub[i] = std::sin(static_cast<float>(i));
+    theta[i] = pub[i] + 0.01f * std::cos(static_cast<float>(3 * i));
+  }
+  learner = pub;
+  const ys::Published pb = ys::publish_update(3, 11, 12, theta, pub, 32, ys::DeltaEncoding::q2);
+  ASSERT_TRUE(pb.update.has_value());
+  const std::string uw = pb.update->encode();
+  const ys::UpdateMsg u = ys::UpdateMsg::decode(uw);
+  EXPECT_EQ(u.encoding, ys::DeltaEncoding::q2);
+  EXPECT_EQ(u.body.size(), ys::q2_encoded_bytes(130, 32));
+  u.apply_to(learner);
+  EXPECT_EQ(0, std::memcmp(learner.data(), pub.data(), pub.size() * 4));
+  EXPECT_EQ(ys::public_crc(learner), u.crc);
+  // The residual θ − P is what the 2-bit code dropped, carried into the next update: publishing
+  // again without a merge in between brings P closer to θ.
+  double before = 0, after = 0;
+  for (std::size_t i = 0; i < theta.size(); ++i) before += std::fabs(theta[i] - pub[i]);
+  const ys::Published again = ys::publish_update(3, 12, 13, theta, pub, 32, ys::DeltaEncoding::q2);
+  ASSERT_TRUE(again.update.has_value());
+  for (std::size_t i = 0; i < theta.size(); ++i) after += std::fabs(theta[i] - pub[i]);
+  EXPECT_LT(after, 0.7 * before);
+  // An update says q4 or q2: f32 (1) and unknown encodings are refused by name.
+  for (const std::uint8_t bad : {std::uint8_t{1}, std::uint8_t{3}, std::uint8_t{255}}) {
+    std::string b = uw;
+    b[4 + 8 + 8 + 8 + 4] = static_cast<char>(bad);
+    try {
+      ys::UpdateMsg::decode(b);
+      ADD_FAILURE() << "accepted encoding " << int(bad);
+    } catch (const ys::WireError& e) {
+      EXPECT_NE(std::string(e.what()).find("unknown encoding"), std::string::npos) << e.what();
+    }
+  }
+  ys::UpdateMsg q4_sized = u;
+  q4_sized.encoding = ys::DeltaEncoding::q4;
+  EXPECT_THROW(ys::UpdateMsg::decode(q4_sized.encode()), ys::WireError);
+  EXPECT_THROW(ys::publish_update(3, 13, 14, theta, pub, 32, ys::DeltaEncoding::f32), yeto::Error);
 }
 
 TEST(SyncMessages, TruncationsAndLiesNeverCrash) {
