@@ -1173,9 +1173,12 @@ struct Syncer::Impl {
   template <class Accepts>
   void answer_claims(const ConnPtr& c, Accepts&& holds) {
     Holding ok;
-    std::vector<std::uint32_t> full;
+    std::vector<std::uint32_t> full, already;
     for (std::uint32_t p = 0; p < st.fragments.size(); ++p) {
-      if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) continue;  // sent since the welcome
+      if (p < c->sent.size() && c->sent[p] == st.fragments[p].version) {  // sent since the welcome (a merge landed)
+        already.push_back(p);
+        continue;
+      }
       if (holds(p)) {
         ok.fragments.push_back(p);
         note_sent(c, p);
@@ -1186,7 +1189,7 @@ struct Syncer::Impl {
     // `holding` first: the learner takes its own copies before any update on top of them.
     send(c, MsgType::holding, ok.encode());
     for (const auto p : full) send_fragment(c, p);
-    taped("catch_up", -1, -1, {c->learner_id}, {{"held", ok.fragments}, {"sent", full}});
+    taped("catch_up", -1, -1, {c->learner_id}, {{"held", ok.fragments}, {"sent", full}, {"already", already}});
     if (finishing) send_final_cut(c);
   }
 
