@@ -399,29 +399,46 @@ void q2_encode_into(std::span<const float> x, std::uint32_t block, float* scales
   if (block < 2) throw Error("q2 block size must be at least 2");
   const std::size_t n = x.size();
   const float* px = x.data();
-  std::fill(codes, codes + (n + 3) / 4, std::uint8_t{0});
+  // Pass 1: the block scales (and the check for non-finite values).
   for (std::size_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
     const std::size_t b1 = std::min<std::size_t>(n, b0 + block);
-    double ss = 0;
-    bool finite = true;
-    for (std::size_t i = b0; i < b1; ++i) {
-      finite = finite && std::isfinite(px[i]);
-      ss += static_cast<double>(px[i]) * static_cast<double>(px[i]);
-    }
-    if (!finite) {
-      for (std::size_t i = b0; i < b1; ++i)
-        if (!std::isfinite(px[i])) throw Error("q2: value " + std::to_string(i) + " is not finite");
+    // Four partial sums (value i into sum (i - b0) mod 4), added as (s0 + s1) + (s2 + s3): a
+    // fixed order, so the scale is the same bytes on every machine. In double a finite float's
+    // square never overflows, so the sum is finite exactly when every value is.
+    double acc[4] = {0, 0, 0, 0};
+    std::size_t i = b0;
+    for (; i + 4 <= b1; i += 4)
+      for (int j = 0; j < 4; ++j) acc[j] += static_cast<double>(px[i + j]) * static_cast<double>(px[i + j]);
+    for (int j = 0; i < b1; ++i, ++j) acc[j] += static_cast<double>(px[i]) * static_cast<double>(px[i]);
+    const double ss = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    if (!std::isfinite(ss)) {
+      for (std::size_t k = b0; k < b1; ++k)
+        if (!std::isfinite(px[k])) throw Error("q2: value " + std::to_string(k) + " is not finite");
     }
     // Half the root mean square, rounded once to float32; 2s is exact in float32 (or infinite
     // for a block near FLT_MAX, where every finite value then takes the inner codes).
-    const float sc = static_cast<float>(0.5 * std::sqrt(ss / static_cast<double>(b1 - b0)));
-    scales[bi] = sc;
-    const float two = 2.0f * sc;
-    for (std::size_t i = b0; i < b1; ++i) {
+    scales[bi] = static_cast<float>(0.5 * std::sqrt(ss / static_cast<double>(b1 - b0)));
+  }
+  // Pass 2: four codes per byte, each byte written once; the threshold 2s changes at every
+  // block boundary, which may fall inside a byte when the block is not a multiple of 4.
+  std::size_t bi = 0, next = std::min<std::size_t>(n, block);
+  float two = n ? 2.0f * scales[0] : 0.0f;
+  for (std::size_t k = 0; k * 4 < n; ++k) {
+    unsigned byte = 0;
+    const std::size_t e = std::min<std::size_t>(n, k * 4 + 4);
+    for (std::size_t i = k * 4; i < e; ++i) {
+      if (i == next) {
+        ++bi;
+        next = std::min<std::size_t>(n, next + block);
+        two = 2.0f * scales[bi];
+      }
+      // c = [v >= -2s] + [v >= 0] + [v >= 2s] (s >= 0): the definition's four cases, without
+      // branches (the signs of a pseudo-gradient are a coin toss for a branch predictor).
       const float v = px[i];
-      const unsigned c = v >= 0.0f ? (v >= two ? 3u : 2u) : (v >= -two ? 1u : 0u);
-      codes[i / 4] = static_cast<std::uint8_t>(codes[i / 4] | (c << (2 * (i % 4))));
+      const unsigned c = static_cast<unsigned>(v >= -two) + static_cast<unsigned>(v >= 0.0f) + static_cast<unsigned>(v >= two);
+      byte |= c << (2 * (i - k * 4));
     }
+    codes[k] = static_cast<std::uint8_t>(byte);
   }
 }
 

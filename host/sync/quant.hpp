@@ -51,7 +51,8 @@ void q4_decode_into(std::uint64_t numel, std::uint32_t block, const float* scale
 
 // 2-bit block quantisation (q2), the low-bit choice of sync.uplink / sync.downlink. Blocks of
 // `block` values (the last may be shorter), each with one float32 scale s = rms / 2 (the
-// block's root mean square, summed in double and rounded once) and one 2-bit code per value:
+// block's root mean square: squares summed in double into four partial sums, value i into sum
+// i mod 4, added as (s0 + s1) + (s2 + s3); rounded once) and one 2-bit code per value:
 // c = 0 for x < -2s, 1 for -2s <= x < 0, 2 for 0 <= x < 2s, 3 for x >= 2s, decoded x' = (2c - 3) s,
 // i.e. one of -3s, -s, s, 3s: a uniform quantiser with step 2s = rms, about the mean-square
 // optimum for normally distributed values. Values beyond 3s are clipped; q2 is meant for links

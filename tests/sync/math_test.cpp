@@ -428,6 +428,57 @@ TEST(SyncQ2, ErrorFeedbackKeepsTheSumOnTrack) {
   EXPECT_LT(std::sqrt(lag / energy), 2.0 / 64);
 }
 
+namespace {
+// The format's scale: s = rms / 2 with the squares summed in double into four partial sums
+// (value i of the block into sum i mod 4), added as (s0 + s1) + (s2 + s3).
+float q2_reference_scale(const std::vector<float>& x, std::size_t b0, std::size_t b1) {
+  double acc[4] = {0, 0, 0, 0};
+  for (std::size_t i = b0; i < b1; ++i) acc[(i - b0) % 4] += double(x[i]) * double(x[i]);
+  return static_cast<float>(0.5 * std::sqrt(((acc[0] + acc[1]) + (acc[2] + acc[3])) / double(b1 - b0)));
+}
+}  // namespace
+
+// The q2 bytes against an encoder written value by value from the format's definition (a
+// scale per block, then each code OR-ed into its byte), on random blocks of every shape: block
+// sizes that are and are not multiples of 4, partial last blocks, zeros of both signs, values
+// exactly at ±2s, outliers.
+TEST(SyncQ2, BytesEqualAValueByValueReference) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (std::uint32_t block : {2u, 3u, 5u, 8u, 13u, 64u, 128u, 1000u}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{7}, std::size_t{129},
+                          std::size_t{1001}, std::size_t{4099}}) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = nd(rng) * 0.01f;
+      if (n > 5) {
+        x[1] = 0.0f;
+        x[2] = -0.0f;
+        x[n - 1] = 0.5f;  // an outlier in the last block
+      }
+      const std::size_t nb = (n + block - 1) / block;
+      std::vector<float> rs(nb);
+      std::vector<std::uint8_t> rc((n + 3) / 4, 0);
+      const auto scale_of = [&](std::size_t b) {
+        return q2_reference_scale(x, b * block, std::min<std::size_t>(n, (b + 1) * block));
+      };
+      if (n > 5) {  // value 3 at exactly 2s of its block (a tie: the outer code), found by iterating
+        for (int round = 0; round < 3; ++round) x[3] = 2 * scale_of(3 / block);
+      }
+      for (std::size_t b = 0; b < nb; ++b) rs[b] = scale_of(b);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float s2 = 2 * rs[i / block], v = x[i];
+        const unsigned c = v >= 0 ? (v >= s2 ? 3 : 2) : (v >= -s2 ? 1 : 0);
+        rc[i / 4] = static_cast<std::uint8_t>(rc[i / 4] | (c << (2 * (i % 4))));
+      }
+      std::vector<float> scales;
+      std::vector<std::uint8_t> codes;
+      q2_round_trip(x, block, &scales, &codes);
+      ASSERT_EQ(scales, rs) << "block " << block << " n " << n;
+      ASSERT_EQ(codes, rc) << "block " << block << " n " << n;
+    }
+  }
+}
+
 TEST(SyncQ2, RejectsNonFiniteInputBadScalesAndPadding) {
   std::vector<float> x = {1, 2, NAN, 3, 4};
   std::vector<float> scales(2);
