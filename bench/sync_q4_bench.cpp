@@ -68,15 +68,14 @@ int main(int argc, char** argv) {
     }
     rows.push_back({impl, te, td});
   }
-  double max_err = 0;
-  for (std::size_t i = 0; i < n; ++i) max_err = std::max(max_err, static_cast<double>(std::fabs(x[i] - y[i])));
   // q2 (sync.uplink / sync.downlink = q2) at the same block, and the error energy each code leaves.
   std::vector<float> scales2(scales.size()), y2(n);
   std::vector<std::uint8_t> codes2((n + 3) / 4);
   const double t_enc2 = best_seconds(reps, [&] { ys::q2_encode_into(x, block, scales2.data(), codes2.data()); });
   const double t_dec2 = best_seconds(reps, [&] { ys::q2_decode_into(n, block, scales2.data(), codes2.data(), y2); sink = y2[7]; });
-  double e4 = 0, e2 = 0, energy = 0;
+  double max_err = 0, e4 = 0, e2 = 0, energy = 0;
   for (std::size_t i = 0; i < n; ++i) {
+    max_err = std::max(max_err, static_cast<double>(std::fabs(x[i] - y[i])));
     e4 += (x[i] - y[i]) * static_cast<double>(x[i] - y[i]);
     e2 += (x[i] - y2[i]) * static_cast<double>(x[i] - y2[i]);
     energy += x[i] * static_cast<double>(x[i]);

@@ -536,9 +536,23 @@ std::string quantise(DeltaEncoding e, std::span<const float> x, std::uint32_t bl
   return body;
 }
 
-// The caller has checked the body's size against numel and block.
-void dequantise(DeltaEncoding e, std::uint64_t numel, std::uint32_t block, const std::string& body, std::span<float> out,
-                const char* what) {
+// What every quantised body must satisfy before a byte of it is read: a quantised encoding, a
+// block size in range, a count within the cap and a body of exactly the encoded size. `what`
+// ("push", "update") starts the WireError's message.
+void check_quantised_body(const char* what, DeltaEncoding e, std::uint64_t numel, std::uint32_t block,
+                          std::size_t body_bytes) {
+  if (!quantised(e)) throw WireError(std::string(what) + ": the encoding must be q4 or q2");
+  const std::string name = std::string(what) + ": " + delta_encoding_name(e);
+  if (block < 2 || block > (1u << 24)) throw WireError(name + " block size out of range");
+  if (numel > (1ull << 40) || body_bytes != quantised_bytes(e, numel, block))
+    throw WireError(name + " body has the wrong size for " + std::to_string(numel) + " values");
+}
+
+// The decoded values of a quantised body, checked first (before anything is allocated).
+std::vector<float> dequantise(DeltaEncoding e, std::uint64_t numel, std::uint32_t block, const std::string& body,
+                              const char* what) {
+  check_quantised_body(what, e, numel, block, body.size());
+  std::vector<float> out(numel);
   const std::uint64_t nb = q4_blocks(numel, block);
   std::vector<float> scales(nb);
   std::memcpy(scales.data(), body.data(), nb * 4);
@@ -549,6 +563,7 @@ void dequantise(DeltaEncoding e, std::uint64_t numel, std::uint32_t block, const
   } catch (const Error& err) {
     throw WireError(std::string(what) + ": " + err.what());
   }
+  return out;
 }
 
 }  // namespace
@@ -592,13 +607,7 @@ std::vector<float> Push::delta() const {
     std::memcpy(out.data(), body.data(), body.size());
     return out;
   }
-  const char* name = delta_encoding_name(encoding);
-  if (block < 2 || block > (1u << 24)) throw WireError(std::string("push: ") + name + " block size out of range");
-  if (numel > (1ull << 40) || body.size() != quantised_bytes(encoding, numel, block))
-    throw WireError(std::string("push: ") + name + " body has the wrong size");
-  out.resize(numel);
-  dequantise(encoding, numel, block, body, out, "push");
-  return out;
+  return dequantise(encoding, numel, block, body, "push");
 }
 Push Push::from_delta_quantised(DeltaEncoding encoding, std::uint32_t fragment, std::uint64_t base,
                                 std::uint64_t samples, std::uint32_t inner_steps, std::span<const float> delta,
@@ -661,20 +670,13 @@ UpdateMsg UpdateMsg::decode(std::string_view p) {
   if (m.version != m.base_version + 1)
     throw WireError("update: version " + std::to_string(m.version) + " does not follow its base version " +
                     std::to_string(m.base_version));
-  const std::string name = delta_encoding_name(m.encoding);
-  if (m.block < 2 || m.block > (1u << 24)) throw WireError("update: " + name + " block size out of range");
-  if (m.numel > (1ull << 40) || m.body.size() != quantised_bytes(m.encoding, m.numel, m.block))
-    throw WireError("update: " + name + " body has the wrong size for " + std::to_string(m.numel) + " values");
+  check_quantised_body("update", m.encoding, m.numel, m.block, m.body.size());
   return m;
 }
 void UpdateMsg::apply_to(std::span<float> pub) const {
   if (pub.size() != numel)
     throw WireError("update: " + std::to_string(numel) + " values for a fragment of " + std::to_string(pub.size()));
-  if (!quantised(encoding)) throw WireError("update: the encoding must be q4 or q2");
-  if (block < 2 || block > (1u << 24) || body.size() != quantised_bytes(encoding, numel, block))
-    throw WireError(std::string("update: ") + delta_encoding_name(encoding) + " body has the wrong size");
-  std::vector<float> u(numel);
-  dequantise(encoding, numel, block, body, u, "update");
+  const std::vector<float> u = dequantise(encoding, numel, block, body, "update");
   // One IEEE float32 addition per value: the same bytes whatever the vector width.
   for (std::size_t i = 0; i < pub.size(); ++i) pub[i] = pub[i] + u[i];
 }
